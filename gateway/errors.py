@@ -1,0 +1,129 @@
+"""S3 errors: the one table from failure to (S3 code, HTTP status).
+
+Domain failures are raised as ``tiering.errors`` classes and translated here
+by walking the class's MRO; failures that only exist at the HTTP edge (auth,
+XML, headers) are raised directly as :class:`S3Error` with a code from
+``STATUS``. Rendering lives in ``gateway/xml.py``.
+"""
+
+from __future__ import annotations
+
+from tiering import errors as t
+
+# S3 error code -> HTTP status. Codes and statuses follow the S3 API
+# reference's list of error responses.
+STATUS: dict[str, int] = {
+    "AccessDenied": 403,
+    "AuthorizationHeaderMalformed": 400,
+    "AuthorizationQueryParametersError": 400,
+    "BadDigest": 400,
+    "BucketAlreadyExists": 409,
+    "BucketAlreadyOwnedByYou": 409,
+    "BucketNotEmpty": 409,
+    "ConditionalRequestConflict": 409,
+    "EntityTooLarge": 400,
+    "EntityTooSmall": 400,
+    "ExpiredToken": 400,
+    "IncompleteBody": 400,
+    "InternalError": 500,
+    "InvalidAccessKeyId": 403,
+    "InvalidArgument": 400,
+    "InvalidBucketName": 400,
+    "InvalidDigest": 400,
+    "InvalidPart": 400,
+    "InvalidPartOrder": 400,
+    "InvalidRange": 416,
+    "InvalidRequest": 400,
+    "InvalidURI": 400,
+    "KeyTooLongError": 400,
+    "MalformedXML": 400,
+    "MaxMessageLengthExceeded": 400,
+    "MetadataTooLarge": 400,
+    "MethodNotAllowed": 405,
+    "MissingContentLength": 411,
+    "MissingSecurityHeader": 400,
+    "NoSuchBucket": 404,
+    "NoSuchKey": 404,
+    "NoSuchUpload": 404,
+    "NotImplemented": 501,
+    "NotModified": 304,
+    "PreconditionFailed": 412,
+    "RequestTimeTooSkewed": 403,
+    "RequestTimeout": 400,
+    "ServiceUnavailable": 503,
+    "SignatureDoesNotMatch": 403,
+    "SlowDown": 503,
+    "XAmzContentSHA256Mismatch": 400,
+}
+
+# Domain failure -> S3 error code. Looked up along the MRO, so a subclass
+# inherits its parent's code unless it is listed itself.
+CODE_OF: dict[type[t.TierstoreError], str] = {
+    t.NoSuchBucket: "NoSuchBucket",
+    t.BucketNotEmpty: "BucketNotEmpty",
+    t.BucketAlreadyOwnedByYou: "BucketAlreadyOwnedByYou",
+    t.InvalidBucketName: "InvalidBucketName",
+    t.NoSuchKey: "NoSuchKey",
+    t.NoSuchUpload: "NoSuchUpload",
+    t.KeyTooLong: "KeyTooLongError",
+    t.InvalidArgument: "InvalidArgument",
+    t.InvalidRequest: "InvalidRequest",
+    t.InvalidRange: "InvalidRange",
+    t.PreconditionFailed: "PreconditionFailed",
+    t.NotModified: "NotModified",
+    t.ConditionalConflict: "ConditionalRequestConflict",
+    t.BadDigest: "BadDigest",
+    t.InvalidDigest: "InvalidDigest",
+    t.IncompleteBody: "IncompleteBody",
+    t.EntityTooSmall: "EntityTooSmall",
+    t.EntityTooLarge: "EntityTooLarge",
+    t.InvalidPart: "InvalidPart",
+    t.InvalidPartOrder: "InvalidPartOrder",
+    t.SlowDown: "SlowDown",
+    t.TierstoreError: "InternalError",
+}
+
+DEFAULT_MESSAGE: dict[str, str] = {
+    "AccessDenied": "Access Denied",
+    "BucketAlreadyOwnedByYou": "Your previous request to create the named bucket succeeded and you already own it.",
+    "BucketNotEmpty": "The bucket you tried to delete is not empty",
+    "InternalError": "We encountered an internal error. Please try again.",
+    "InvalidAccessKeyId": "The AWS Access Key Id you provided does not exist in our records.",
+    "InvalidBucketName": "The specified bucket is not valid.",
+    "InvalidRange": "The requested range is not satisfiable",
+    "KeyTooLongError": "Your key is too long",
+    "MalformedXML": "The XML you provided was not well-formed or did not validate against our published schema",
+    "NoSuchBucket": "The specified bucket does not exist",
+    "NoSuchKey": "The specified key does not exist.",
+    "NoSuchUpload": "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    "NotImplemented": "A header you provided implies functionality that is not implemented",
+    "PreconditionFailed": "At least one of the pre-conditions you specified did not hold",
+    "SignatureDoesNotMatch": "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+    "SlowDown": "Please reduce your request rate.",
+}
+
+
+class S3Error(Exception):
+    """An error response: code, status, message and extra XML fields."""
+
+    def __init__(self, code: str, message: str | None = None, **fields: object) -> None:
+        if code not in STATUS:
+            raise ValueError(f"unknown S3 error code {code!r}")
+        self.code = code
+        self.status = STATUS[code]
+        self.message = message or DEFAULT_MESSAGE.get(code, code)
+        # Extra elements of the <Error> body (BucketName, Key, RangeRequested, ...).
+        self.fields = {k: str(v) for k, v in fields.items() if v is not None}
+        super().__init__(f"{code}: {self.message}")
+
+
+def to_s3_error(exc: BaseException) -> S3Error:
+    """Translate any exception into the S3Error the client sees."""
+    if isinstance(exc, S3Error):
+        return exc
+    if isinstance(exc, t.TierstoreError):
+        for cls in type(exc).__mro__:
+            code = CODE_OF.get(cls)  # type: ignore[arg-type]
+            if code is not None:
+                return S3Error(code, exc.message or None, **exc.detail)
+    return S3Error("InternalError")

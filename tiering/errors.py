@@ -1,0 +1,101 @@
+"""The one exception hierarchy for everything below the HTTP edge.
+
+Each class names a failure in storage terms. The gateway maps every class to
+its S3 error code and HTTP status in a single table (``gateway/errors.py``);
+nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+
+class TierstoreError(Exception):
+    """Base of every failure the namespace and the tiers report."""
+
+    def __init__(self, message: str = "", **detail: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class NoSuchBucket(TierstoreError):
+    pass
+
+
+class BucketNotEmpty(TierstoreError):
+    pass
+
+
+class BucketAlreadyOwnedByYou(TierstoreError):
+    pass
+
+
+class InvalidBucketName(TierstoreError):
+    pass
+
+
+class NoSuchKey(TierstoreError):
+    pass
+
+
+class NoSuchUpload(TierstoreError):
+    pass
+
+
+class KeyTooLong(TierstoreError):
+    pass
+
+
+class InvalidArgument(TierstoreError):
+    pass
+
+
+class InvalidRequest(TierstoreError):
+    pass
+
+
+class InvalidRange(TierstoreError):
+    pass
+
+
+class PreconditionFailed(TierstoreError):
+    pass
+
+
+class NotModified(TierstoreError):
+    """Not a failure for the client, but it ends the request early (304)."""
+
+
+class ConditionalConflict(TierstoreError):
+    """A conditional write raced with another write to the same key (409)."""
+
+
+class BadDigest(TierstoreError):
+    """Content-MD5 or an x-amz-checksum-* value did not match the body."""
+
+
+class InvalidDigest(TierstoreError):
+    """A digest header is not valid base64 of the right length."""
+
+
+class IncompleteBody(TierstoreError):
+    """The body ended before the announced length."""
+
+
+class EntityTooSmall(TierstoreError):
+    pass
+
+
+class EntityTooLarge(TierstoreError):
+    pass
+
+
+class InvalidPart(TierstoreError):
+    pass
+
+
+class InvalidPartOrder(TierstoreError):
+    pass
+
+
+class SlowDown(TierstoreError):
+    """The hot tier cannot take more data right now; the client should retry."""
