@@ -7,6 +7,7 @@ backward compatible with data written by older versions.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Self
 
@@ -23,6 +24,11 @@ STORED_HEADERS = (
     "x-amz-website-redirect-location",
     "x-amz-storage-class",
 )
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds, the resolution S3 listings show."""
+    return time.time_ns() // 1_000_000
 
 
 class _Record:

@@ -1,0 +1,23 @@
+"""What every S3 handler gets besides its request."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from gateway.config import Config
+from gateway.http import S3Request
+from gateway.xml import Owner
+from tiering.objects import ObjectService
+
+
+@dataclass(slots=True)
+class Context:
+    config: Config
+    service: ObjectService
+
+
+def owner_of(req: S3Request) -> Owner:
+    """The canonical owner shown in listings and ACLs: one per access key."""
+    access_key = req.auth.access_key if req.auth is not None else "anonymous"
+    return Owner(hashlib.sha256(access_key.encode()).hexdigest(), access_key)

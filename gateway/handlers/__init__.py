@@ -1,0 +1,1 @@
+"""S3 operation handlers: ``async def op(ctx, req) -> Response`` each."""

@@ -1,0 +1,62 @@
+"""Bucket operations: create, delete, head, location, list, ACL, versioning."""
+
+from __future__ import annotations
+
+from gateway import body, xml
+from gateway.context import Context, owner_of
+from gateway.http import Response, S3Request
+
+XML = "application/xml"
+MAX_XML_BODY = 64 * 1024  # CreateBucketConfiguration and ACL bodies are tiny
+
+
+async def list_buckets(ctx: Context, req: S3Request) -> Response:
+    buckets = await ctx.service.list_buckets()
+    return Response(body=xml.list_buckets(buckets, owner_of(req)), content_type=XML)
+
+
+async def create_bucket(ctx: Context, req: S3Request) -> Response:
+    # The body may name a LocationConstraint; this gateway serves one region,
+    # so it is parsed (malformed XML is still an error) and otherwise ignored.
+    xml.parse_location_constraint(await body.read_small(req, MAX_XML_BODY))
+    await ctx.service.create_bucket(req.bucket)
+    return Response(headers=[("location", f"/{req.bucket}")])
+
+
+async def delete_bucket(ctx: Context, req: S3Request) -> Response:
+    await ctx.service.delete_bucket(req.bucket)
+    return Response(status=204)
+
+
+async def head_bucket(ctx: Context, req: S3Request) -> Response:
+    info = await ctx.service.bucket(req.bucket)
+    return Response(headers=[("x-amz-bucket-region", info.region)])
+
+
+async def get_location(ctx: Context, req: S3Request) -> Response:
+    info = await ctx.service.bucket(req.bucket)
+    return Response(body=xml.location(info.region), content_type=XML)
+
+
+async def get_versioning(ctx: Context, req: S3Request) -> Response:
+    await ctx.service.bucket(req.bucket)
+    return Response(body=xml.versioning(), content_type=XML)
+
+
+async def get_acl(ctx: Context, req: S3Request) -> Response:
+    """Every bucket and object is private to its owner; tools still ask."""
+    if req.key:
+        await ctx.service.head(req.bucket, req.key)
+    else:
+        await ctx.service.bucket(req.bucket)
+    return Response(body=xml.acl(owner_of(req)), content_type=XML)
+
+
+async def put_acl(ctx: Context, req: S3Request) -> Response:
+    """Accepted and ignored: access is decided by the gateway's key pairs."""
+    await body.read_small(req, MAX_XML_BODY)
+    if req.key:
+        await ctx.service.head(req.bucket, req.key)
+    else:
+        await ctx.service.bucket(req.bucket)
+    return Response()

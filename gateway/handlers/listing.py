@@ -1,0 +1,103 @@
+"""ListObjectsV2, ListObjects (v1) and ListObjectVersions."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from gateway import xml
+from gateway.context import Context, owner_of
+from gateway.errors import S3Error
+from gateway.http import Response, S3Request
+
+XML = "application/xml"
+MAX_KEYS = 1000
+
+
+def max_keys(req: S3Request, name: str = "max-keys") -> int:
+    raw = req.query.get(name)
+    if raw is None:
+        return MAX_KEYS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise S3Error("InvalidArgument", f"Provided {name} not an integer or within integer range",
+                      ArgumentName=name, ArgumentValue=raw)
+    return min(value, MAX_KEYS)
+
+
+def encoding_type(req: S3Request) -> str | None:
+    value = req.query.get("encoding-type")
+    if value is None or value == "":
+        return None
+    if value.lower() != "url":
+        raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request",
+                      ArgumentName="encoding-type", ArgumentValue=value)
+    return "url"
+
+
+def _token(last: str) -> str:
+    # Opaque to clients; it is the last key or common prefix of the page.
+    return base64.urlsafe_b64encode(last.encode()).decode()
+
+
+def _untoken(token: str) -> str:
+    try:
+        return base64.urlsafe_b64decode(token.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
+                      ArgumentName="continuation-token") from exc
+
+
+async def list_objects(ctx: Context, req: S3Request) -> Response:
+    if req.query.get("list-type") == "2":
+        return await _list_v2(ctx, req)
+    if "list-type" in req.query and req.query["list-type"] != "1":
+        raise S3Error("InvalidArgument", "Invalid list type", ArgumentName="list-type")
+    q = req.query
+    prefix, delimiter, marker = q.get("prefix", ""), q.get("delimiter", ""), q.get("marker", "")
+    limit = max_keys(req)
+    page = await ctx.service.list(req.bucket, prefix, delimiter, marker, limit)
+    body = xml.list_objects_v1(
+        req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
+        encoding_type=encoding_type(req), marker=marker, owner=owner_of(req),
+    )
+    return Response(body=body, content_type=XML)
+
+
+async def _list_v2(ctx: Context, req: S3Request) -> Response:
+    q = req.query
+    prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
+    token = q.get("continuation-token")
+    start_after = q.get("start-after", "")
+    if token is not None and token == "":
+        raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
+                      ArgumentName="continuation-token")
+    marker = _untoken(token) if token else start_after
+    limit = max_keys(req)
+    page = await ctx.service.list(req.bucket, prefix, delimiter, marker, limit)
+    fetch_owner = q.get("fetch-owner", "").lower() == "true"
+    body = xml.list_objects_v2(
+        req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
+        encoding_type=encoding_type(req), start_after=start_after or None,
+        continuation_token=token,
+        next_token=_token(page.last) if page.truncated and page.last is not None else None,
+        owner=owner_of(req) if fetch_owner else None,
+    )
+    return Response(body=body, content_type=XML)
+
+
+async def list_versions(ctx: Context, req: S3Request) -> Response:
+    """Versioning is never enabled: every object is its single null version,
+    which is what tools that empty a bucket through this call expect."""
+    q = req.query
+    prefix, delimiter, key_marker = q.get("prefix", ""), q.get("delimiter", ""), q.get("key-marker", "")
+    limit = max_keys(req)
+    page = await ctx.service.list(req.bucket, prefix, delimiter, key_marker, limit)
+    body = xml.list_versions(
+        req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
+        encoding_type=encoding_type(req), key_marker=key_marker, owner=owner_of(req),
+    )
+    return Response(body=body, content_type=XML)

@@ -1,0 +1,128 @@
+"""Multipart upload operations."""
+
+from __future__ import annotations
+
+from gateway import body, headers, xml
+from gateway.context import Context, owner_of
+from gateway.errors import S3Error
+from gateway.handlers.listing import encoding_type, max_keys
+from gateway.handlers.objects import copy_source
+from gateway.http import Response, S3Request
+from packer.ranges import ByteRange
+from tiering import checksums
+from tiering.meta import Part
+
+XML = "application/xml"
+MAX_COMPLETE_BODY = 4 * 1024 * 1024  # 10,000 parts with checksums fit in ~2 MiB
+
+
+def _int(req: S3Request, name: str, default: int | None = None) -> int:
+    raw = req.query.get(name)
+    if raw is None and default is not None:
+        return default
+    try:
+        return int(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise S3Error("InvalidArgument", f"Invalid {name}", ArgumentName=name, ArgumentValue=raw) from exc
+
+
+async def create_upload(ctx: Context, req: S3Request) -> Response:
+    algorithm = req.headers.get("x-amz-checksum-algorithm")
+    if algorithm is not None:
+        algorithm = algorithm.strip().upper()
+        if algorithm not in checksums.ALGORITHMS:
+            raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported")
+    checksum_type = req.headers.get("x-amz-checksum-type")
+    upload = await ctx.service.multipart.create(
+        req.bucket, req.key, headers.new_object(req.headers), algorithm,
+        checksum_type.strip().upper() if checksum_type else None,
+    )
+    out = []
+    if upload.checksum_algorithm:
+        out = [("x-amz-checksum-algorithm", upload.checksum_algorithm),
+               ("x-amz-checksum-type", upload.checksum_type or "COMPOSITE")]
+    return Response(headers=out, body=xml.initiate_upload(upload), content_type=XML)
+
+
+def _part_headers(part: Part) -> list[tuple[str, str]]:
+    out = [("etag", f'"{part.etag}"')]
+    if part.checksum is not None:
+        out.append((checksums.header_name(part.checksum.algorithm), part.checksum.value))
+    return out
+
+
+async def upload_part(ctx: Context, req: S3Request) -> Response:
+    number = _int(req, "partNumber")
+    upload_id = req.query["uploadId"]
+    if "x-amz-copy-source" in req.headers:
+        return await _upload_part_copy(ctx, req, number, upload_id)
+    stream, integrity = body.prepare(req)
+    part = await ctx.service.multipart.upload_part(req.bucket, req.key, upload_id, number, stream, integrity)
+    return Response(headers=_part_headers(part))
+
+
+async def _upload_part_copy(ctx: Context, req: S3Request, number: int, upload_id: str) -> Response:
+    source = await copy_source(ctx, req)
+    raw = req.headers.get("x-amz-copy-source-range")
+    wanted = ByteRange(0, source.size)
+    if raw is not None:
+        wanted = _copy_range(raw, source.size)
+    part = await ctx.service.multipart.upload_part_copy(req.bucket, req.key, upload_id, number, source, wanted)
+    return Response(body=xml.copy_part(part), content_type=XML)
+
+
+def _copy_range(raw: str, size: int) -> ByteRange:
+    """x-amz-copy-source-range must be a full ``bytes=first-last`` inside
+    the source; anything else is InvalidArgument (not ignored, unlike Range)."""
+    spec = raw.strip()
+    first, _, last = spec.removeprefix("bytes=").partition("-")
+    if not spec.startswith("bytes=") or not first.isdigit() or not last.isdigit() or int(last) < int(first):
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last "
+                      "where first and last are the zero-based offsets of the first and last bytes to copy",
+                      ArgumentName="x-amz-copy-source-range", ArgumentValue=raw)
+    if int(last) >= size:
+        raise S3Error("InvalidRange", "The requested range is not satisfiable",
+                      RangeRequested=spec, ActualObjectSize=size)
+    return ByteRange(int(first), int(last) + 1)
+
+
+async def complete_upload(ctx: Context, req: S3Request) -> Response:
+    chosen = xml.parse_complete(await body.read_small(req, MAX_COMPLETE_BODY))
+    meta = await ctx.service.multipart.complete(req.bucket, req.key, req.query["uploadId"], chosen)
+    host = req.headers.get("host", "")
+    location = f"http://{host}/{req.bucket}/{req.key}"
+    out = [("etag", meta.quoted_etag)]
+    if meta.checksum is not None:
+        out.append(("x-amz-checksum-type", meta.checksum.type))
+    return Response(headers=out, body=xml.complete_upload(location, meta), content_type=XML)
+
+
+async def abort_upload(ctx: Context, req: S3Request) -> Response:
+    await ctx.service.multipart.abort(req.bucket, req.key, req.query["uploadId"])
+    return Response(status=204)
+
+
+async def list_parts(ctx: Context, req: S3Request) -> Response:
+    marker = _int(req, "part-number-marker", 0)
+    limit = max_keys(req, "max-parts")
+    upload, parts, truncated = await ctx.service.multipart.list_parts(
+        req.bucket, req.key, req.query["uploadId"], marker, limit
+    )
+    return Response(
+        body=xml.list_parts(upload, parts, marker=marker, max_parts=limit, truncated=truncated, owner=owner_of(req)),
+        content_type=XML,
+    )
+
+
+async def list_uploads(ctx: Context, req: S3Request) -> Response:
+    q = req.query
+    prefix, key_marker, id_marker = q.get("prefix", ""), q.get("key-marker", ""), q.get("upload-id-marker", "")
+    limit = max_keys(req, "max-uploads")
+    uploads, truncated = await ctx.service.multipart.list_uploads(req.bucket, prefix, key_marker, id_marker, limit)
+    return Response(
+        body=xml.list_uploads(
+            req.bucket, uploads, prefix=prefix, key_marker=key_marker, upload_id_marker=id_marker,
+            max_uploads=limit, truncated=truncated, encoding_type=encoding_type(req), owner=owner_of(req),
+        ),
+        content_type=XML,
+    )

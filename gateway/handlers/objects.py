@@ -1,0 +1,168 @@
+"""Object operations: GET, HEAD, PUT, copy, DELETE, multi-object DELETE."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, unquote
+
+from gateway import body, headers, xml
+from gateway.context import Context
+from gateway.errors import S3Error, to_s3_error
+from gateway.http import Response, S3Request
+from packer.ranges import ByteRange
+from tiering import checksums
+from tiering.conditions import check
+from tiering.errors import TierstoreError
+from tiering.meta import ObjectMeta
+from tiering.objects import resolve_part
+
+XML = "application/xml"
+MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them
+_SMALL_READ = 1024 * 1024  # answer in one piece up to this size
+
+
+def _check_version(req: S3Request) -> None:
+    """Versioning is never enabled, so the only version is "null"."""
+    version = req.query.get("versionId")
+    if version not in (None, "null"):
+        raise S3Error("InvalidArgument", "Invalid version id specified",
+                      ArgumentName="versionId", ArgumentValue=version)
+
+
+def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
+    if meta.checksum is None:
+        return []
+    return [
+        (checksums.header_name(meta.checksum.algorithm), meta.checksum.value),
+        ("x-amz-checksum-type", meta.checksum.type),
+    ]
+
+
+async def _target(ctx: Context, req: S3Request) -> tuple[ObjectMeta, list[tuple[str, str]], ByteRange | None, int]:
+    """What GET and HEAD answer with: object, headers, range, status."""
+    _check_version(req)
+    meta = await ctx.service.head(req.bucket, req.key)
+    check(meta, headers.conditions(req.headers))
+    out = headers.object_headers(meta, req.query)
+    wanted: ByteRange | None = None
+    if "partNumber" in req.query:
+        try:
+            number = int(req.query["partNumber"])
+        except ValueError as exc:
+            raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
+                          ArgumentName="partNumber") from exc
+        wanted = resolve_part(meta, number)
+        out.append(("x-amz-mp-parts-count", str(len(meta.part_sizes) or 1)))
+    else:
+        wanted = headers.parse_range(req.headers.get("range"), meta.size)
+    if wanted is None and req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+        out += _checksum_headers(meta)
+    if wanted is None:
+        out.append(("content-length", str(meta.size)))
+        return meta, out, None, 200
+    out.append(("content-range", f"bytes {wanted.start}-{wanted.end - 1}/{meta.size}"))
+    out.append(("content-length", str(wanted.length)))
+    return meta, out, wanted, 206
+
+
+async def get_object(ctx: Context, req: S3Request) -> Response:
+    meta, out, wanted, status = await _target(ctx, req)
+    wanted = wanted or ByteRange(0, meta.size)
+    if wanted.length <= _SMALL_READ:
+        return Response(status=status, headers=out, body=await ctx.service.read_all(meta, wanted))
+    return Response(status=status, headers=out, body=ctx.service.read(meta, wanted))
+
+
+async def head_object(ctx: Context, req: S3Request) -> Response:
+    _, out, _, status = await _target(ctx, req)
+    # Content-Length is the length a GET would send, as HEAD requires.
+    return Response(status=status, headers=out)
+
+
+def _write_conditions(req: S3Request) -> dict[str, object]:
+    """If-None-Match: * and If-Match on PUT (S3 conditional writes)."""
+    out: dict[str, object] = {}
+    none_match = req.headers.get("if-none-match")
+    if none_match is not None:
+        if none_match.strip() != "*":
+            raise S3Error("NotImplemented", "If-None-Match only supports * on writes")
+        out["if_none_match"] = True
+    match = req.headers.get("if-match")
+    if match is not None:
+        out["if_match"] = match.strip().strip('"')
+    return out
+
+
+async def put_object(ctx: Context, req: S3Request) -> Response:
+    if "x-amz-copy-source" in req.headers:
+        return await copy_object(ctx, req)
+    new = headers.new_object(req.headers)
+    conditions = _write_conditions(req)
+    stream, integrity = body.prepare(req)
+    meta = await ctx.service.put(req.bucket, req.key, stream, new, integrity, **conditions)  # type: ignore[arg-type]
+    out = [("etag", meta.quoted_etag)] + _checksum_headers(meta)
+    return Response(headers=out)
+
+
+async def copy_source(ctx: Context, req: S3Request, prefix: str = "x-amz-copy-source") -> ObjectMeta:
+    """The object named by x-amz-copy-source, its conditions checked."""
+    raw = req.headers[prefix]
+    path, _, query = raw.partition("?")
+    path = unquote(path).lstrip("/")
+    bucket, _, key = path.partition("/")
+    if not bucket or not key:
+        raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+                      ArgumentName=prefix, ArgumentValue=raw)
+    version = parse_qs(query).get("versionId", [None])[0]
+    if version not in (None, "null"):
+        raise S3Error("InvalidArgument", "Invalid version id specified",
+                      ArgumentName="x-amz-copy-source", ArgumentValue=raw)
+    source = await ctx.service.head(bucket, key)
+    check(source, headers.conditions(req.headers, f"{prefix}-if-"), for_copy=True)
+    return source
+
+
+async def copy_object(ctx: Context, req: S3Request) -> Response:
+    source = await copy_source(ctx, req)
+    directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown metadata directive.",
+                      ArgumentName="x-amz-metadata-directive", ArgumentValue=directive)
+    new = headers.new_object(req.headers) if directive == "REPLACE" else None
+    algorithm = req.headers.get("x-amz-checksum-algorithm")
+    if algorithm is not None and algorithm.upper() not in checksums.ALGORITHMS:
+        raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported")
+    same = (source.bucket, source.key) == (req.bucket, req.key)
+    if same and new is None and algorithm is None:
+        raise S3Error(
+            "InvalidRequest",
+            "This copy request is illegal because it is trying to copy an object to itself without "
+            "changing the object's metadata, storage class, website redirect location or encryption attributes.",
+        )
+    if same and new is not None and algorithm is None:
+        meta = await ctx.service.rewrite_meta(source, new)
+    else:
+        meta = await ctx.service.copy(source, req.bucket, req.key, new, algorithm.upper() if algorithm else None)
+    return Response(body=xml.copy_object(meta), content_type=XML)
+
+
+async def delete_object(ctx: Context, req: S3Request) -> Response:
+    _check_version(req)
+    await ctx.service.delete(req.bucket, req.key)
+    return Response(status=204)
+
+
+async def delete_objects(ctx: Context, req: S3Request) -> Response:
+    data = await body.read_small(req, MAX_DELETE_BODY)
+    quiet, targets = xml.parse_delete(data)
+    await ctx.service.bucket(req.bucket)
+    outcomes = []
+    for key, version in targets:
+        try:
+            if version not in (None, "null"):
+                raise S3Error("InvalidArgument", "Invalid version id specified")
+            await ctx.service.delete(req.bucket, key)
+            outcomes.append(xml.DeleteOutcome(key, version))
+        except (TierstoreError, S3Error) as exc:
+            err = to_s3_error(exc)
+            outcomes.append(xml.DeleteOutcome(key, version, err.code, err.message))
+    return Response(body=xml.delete_result(outcomes, quiet), content_type=XML)

@@ -1,0 +1,142 @@
+"""Parsing and writing the HTTP headers S3 attaches meaning to.
+
+Range: the one place HTTP's inclusive ``bytes=first-last`` becomes a
+half-open ``ByteRange``. Dates: RFC 9110 HTTP-date in and out.
+Metadata: x-amz-meta-* and the stored representation headers.
+"""
+
+from __future__ import annotations
+
+import re
+from email.utils import format_datetime, parsedate_to_datetime
+from datetime import datetime, timezone
+
+from gateway.errors import S3Error
+from packer.ranges import ByteRange
+from tiering.conditions import Conditions
+from tiering.errors import InvalidRange
+from tiering.inputs import NewObject
+from tiering.meta import STORED_HEADERS, ObjectMeta
+
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
+MAX_USER_METADATA = 2048  # bytes of x-amz-meta-* names and values, as S3
+
+
+def parse_range(header: str | None, size: int) -> ByteRange | None:
+    """The range a GET asks for, or None for the whole object.
+
+    A header that is not a single byte range is ignored (RFC 9110 lets a
+    server ignore Range), as S3 does; a syntactically valid range that
+    starts at or past the end is 416 InvalidRange."""
+    if header is None:
+        return None
+    match = _RANGE.match(header)
+    if match is None or (not match.group(1) and not match.group(2)):
+        return None
+    first, last = match.group(1), match.group(2)
+    if not first:  # suffix: the last N bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            raise _unsatisfiable(header, size)
+        return ByteRange(max(0, size - n), size)
+    start = int(first)
+    end = size if not last else int(last) + 1
+    if last and int(last) < start:
+        return None  # invalid, so ignored
+    if start >= size:
+        raise _unsatisfiable(header, size)
+    return ByteRange(start, min(end, size))
+
+
+def _unsatisfiable(header: str, size: int) -> InvalidRange:
+    return InvalidRange(
+        "The requested range is not satisfiable", RangeRequested=header.strip(), ActualObjectSize=size
+    )
+
+
+def http_date(epoch_seconds: int) -> str:
+    return format_datetime(datetime.fromtimestamp(epoch_seconds, timezone.utc), usegmt=True)
+
+
+def parse_http_date(value: str | None) -> int | None:
+    """Epoch seconds, or None when absent or unparseable (RFC 9110 says an
+    invalid date in a conditional header is ignored)."""
+    if not value:
+        return None
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return int(parsed.timestamp())
+
+
+def conditions(headers: dict[str, str], prefix: str = "if-") -> Conditions:
+    """If-* headers (prefix "if-") or x-amz-copy-source-if-* headers."""
+    return Conditions(
+        if_match=headers.get(f"{prefix}match"),
+        if_none_match=headers.get(f"{prefix}none-match"),
+        if_modified_since=parse_http_date(headers.get(f"{prefix}modified-since")),
+        if_unmodified_since=parse_http_date(headers.get(f"{prefix}unmodified-since")),
+    )
+
+
+def new_object(headers: dict[str, str]) -> NewObject:
+    """Content-Type, the stored headers and x-amz-meta-* of a write."""
+    stored = {}
+    for name in STORED_HEADERS:
+        value = headers.get(name)
+        if value is None:
+            continue
+        if name == "content-encoding":
+            # aws-chunked is transfer framing, not part of the object.
+            value = ",".join(v.strip() for v in value.split(",") if v.strip() and v.strip() != "aws-chunked")
+            if not value:
+                continue
+        stored[name] = value
+    user = {name[len("x-amz-meta-"):]: value for name, value in headers.items() if name.startswith("x-amz-meta-")}
+    if sum(len(k) + len(v) for k, v in user.items()) > MAX_USER_METADATA:
+        raise S3Error("MetadataTooLarge", "Your metadata headers exceed the maximum allowed metadata size.")
+    return NewObject(
+        content_type=headers.get("content-type") or "binary/octet-stream",
+        headers=stored,
+        user_meta=user,
+    )
+
+
+# response-* query parameters override these response headers on GET.
+RESPONSE_OVERRIDES = {
+    "response-content-type": "content-type",
+    "response-content-language": "content-language",
+    "response-expires": "expires",
+    "response-cache-control": "cache-control",
+    "response-content-disposition": "content-disposition",
+    "response-content-encoding": "content-encoding",
+}
+
+
+def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """The representation headers of GET/HEAD for ``meta``."""
+    values = {"content-type": meta.content_type, **meta.headers}
+    for param, header in RESPONSE_OVERRIDES.items():
+        if query and param in query:
+            values[header] = query[param]
+    out = [
+        ("etag", meta.quoted_etag),
+        ("last-modified", http_date(meta.last_modified_s)),
+        ("accept-ranges", "bytes"),
+    ]
+    out += [(name, _latin1(value)) for name, value in values.items()]
+    out += [(f"x-amz-meta-{name}", _latin1(value)) for name, value in meta.user_meta.items()]
+    return out
+
+
+def _latin1(value: str) -> str:
+    """Header values must be latin-1 on the wire; S3 returns non-ASCII
+    metadata RFC 2047-encoded, but keeping the bytes is what clients expect."""
+    try:
+        value.encode("latin-1")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8").decode("latin-1")

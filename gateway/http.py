@@ -1,0 +1,117 @@
+"""Minimal HTTP request and response types for the raw-ASGI data plane.
+
+No framework objects per request: the S3 hot path builds one small
+``S3Request`` from the ASGI scope and answers with one ``Response``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+from gateway.errors import S3Error
+
+Scope = dict[str, Any]
+
+
+class ClientDisconnected(Exception):
+    """The client went away mid-request; nothing is acknowledged."""
+
+
+@dataclass(slots=True)
+class S3Request:
+    method: str
+    raw_path: str  # as on the wire, percent-encoding kept
+    path: str  # percent-decoded UTF-8
+    raw_query: str
+    query: dict[str, str]
+    headers: dict[str, str]  # lower-case names; repeats joined with ","
+    receive: Any
+    request_id: str
+    bucket: str = ""
+    key: str = ""
+    auth: Any = None  # gateway.sigv4.AuthContext once authenticated
+    body_consumed: bool = False
+
+    @classmethod
+    def from_scope(cls, scope: Scope, receive: Any, request_id: str) -> S3Request:
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        raw_path_s = raw_path.decode("latin-1")
+        try:
+            path = unquote(raw_path_s, encoding="utf-8", errors="strict")
+        except UnicodeDecodeError as exc:
+            raise S3Error("InvalidURI", "Couldn't parse the specified URI.") from exc
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            n = name.decode("latin-1").lower()
+            v = value.decode("latin-1")
+            headers[n] = f"{headers[n]},{v}" if n in headers else v
+        return cls(
+            method=scope["method"],
+            raw_path=raw_path_s,
+            path=path,
+            raw_query=raw_query,
+            query=_parse_query(raw_query),
+            headers=headers,
+            receive=receive,
+            request_id=request_id,
+        )
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The raw body as it arrives (uvicorn answers Expect: 100-continue
+        when this first asks for data)."""
+        self.body_consumed = True
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnected()
+            chunk = message.get("body", b"")
+            if chunk:
+                yield chunk
+            if not message.get("more_body", False):
+                return
+
+    async def read(self, limit: int) -> bytes:
+        """The whole body, refused past ``limit`` bytes (XML request bodies)."""
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in self.stream():
+            size += len(chunk)
+            if size > limit:
+                raise S3Error("MaxMessageLengthExceeded", "Your request was too big.")
+            parts.append(chunk)
+        return b"".join(parts)
+
+
+def _parse_query(raw: str) -> dict[str, str]:
+    try:
+        pairs = parse_qsl(raw, keep_blank_values=True, encoding="utf-8", errors="strict")
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise S3Error("InvalidURI", "Couldn't parse the specified URI.") from exc
+    return dict(pairs)
+
+
+@dataclass(slots=True)
+class Response:
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | AsyncIterator[bytes] = b""
+    content_type: str | None = None
+
+    async def send(self, send: Any, head_only: bool = False) -> None:
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
+        if self.content_type is not None:
+            headers.append((b"content-type", self.content_type.encode("latin-1")))
+        if isinstance(self.body, bytes):
+            if not any(k == b"content-length" for k, _ in headers):
+                headers.append((b"content-length", str(len(self.body)).encode()))
+            await send({"type": "http.response.start", "status": self.status, "headers": headers})
+            await send({"type": "http.response.body", "body": b"" if head_only else self.body})
+            return
+        await send({"type": "http.response.start", "status": self.status, "headers": headers})
+        async for chunk in self.body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,297 @@
+"""Process start-up: one event loop serving the S3 port and the admin port.
+
+:func:`serve` runs two ``uvicorn.Server`` instances side by side. Order, and why:
+
+1. Bind both listening sockets first, so a busy port fails before the data
+   directory is opened, with a one-line :class:`StartupError`.
+2. Start the admin server, then ``S3App.startup()``: while the data plane opens
+   (crash recovery may take a while) ``GET /health`` answers 503, so a probe can
+   tell "starting" from "dead".
+3. Start the S3 server; once both listen, print the banner and call
+   ``on_ready(s3_port, admin_port)`` with the real ports (port 0 picks one).
+4. On SIGINT/SIGTERM, or when ``stop`` is set, unwind in reverse: stop the S3
+   server (drain in-flight requests), ``S3App.shutdown()``, stop the admin
+   server. A second SIGINT stops waiting for open connections.
+
+uvicorn's own lifespan handling is off for both servers and its signal capture
+is bypassed: with two servers in one process, each would install its own
+handlers and only the last one would hear the signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import uvicorn
+
+from gateway.admin import build_admin_app
+from gateway.config import VERSION, Config, stored_secrets
+
+# Idle keep-alive connections are kept longer than the clients keep theirs, so
+# a pooled connection is closed by the client, not under a request it is
+# sending (the same 75 s nginx uses; uvicorn's 5 s default causes resets).
+KEEP_ALIVE_SECONDS = 75
+# On shutdown, in-flight requests (a large GET, say) get this long to finish.
+GRACEFUL_SHUTDOWN_SECONDS = 30
+# Bound on one request head with the h11 parser: S3 heads are small (user
+# metadata is capped at 2 KiB) but presigned URLs and many x-amz-* headers add
+# up; h11's 16 KiB default is too tight for some clients.
+MAX_REQUEST_HEAD = 64 * 1024
+BACKLOG = 2048
+
+
+class S3Service(Protocol):
+    """The S3 data plane as serve() drives it (``gateway.app.S3App``)."""
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None: ...
+    async def startup(self) -> None: ...
+    async def shutdown(self) -> None: ...
+    @property
+    def started(self) -> bool: ...
+
+
+class StartupError(Exception):
+    """The gateway could not start serving (e.g. a port is in use)."""
+
+
+def _default_s3_app(config: Config) -> S3Service:
+    # Imported late so this module (and the admin API) can be tested with a
+    # fake data plane, and so `tierstore --version` stays fast.
+    from gateway.app import S3App
+
+    return S3App(config)
+
+
+async def serve(
+    config: Config,
+    *,
+    on_ready: Callable[[int, int], None] | None = None,
+    stop: asyncio.Event | None = None,
+    s3_factory: Callable[[Config], S3Service] = _default_s3_app,
+) -> None:
+    """Serve S3 and the admin API until a signal arrives or ``stop`` is set."""
+    stop = stop if stop is not None else asyncio.Event()
+    s3_sock = _listen(config.host, config.port, "S3")
+    with contextlib.closing(s3_sock):
+        admin_sock = _listen(config.admin_host, config.admin_port, "admin API")
+        with contextlib.closing(admin_sock):
+            s3 = s3_factory(config)
+            s3_server = _Server(_uvicorn_config(s3, config))
+            admin_app = build_admin_app(config, s3)
+            admin_server = _Server(_uvicorn_config(admin_app, config))
+            with _signals(stop, [s3_server, admin_server]):
+                await _serve(
+                    config, s3, (s3_server, s3_sock), (admin_server, admin_sock), stop, on_ready
+                )
+
+
+async def _serve(
+    config: Config,
+    s3: S3Service,
+    s3_listener: tuple[_Server, socket.socket],
+    admin_listener: tuple[_Server, socket.socket],
+    stop: asyncio.Event,
+    on_ready: Callable[[int, int], None] | None,
+) -> None:
+    # The exit stack unwinds in reverse: S3 server, S3App.shutdown(), admin.
+    async with contextlib.AsyncExitStack() as stack:
+        admin_task = await stack.enter_async_context(_running(*admin_listener, "admin API"))
+        await s3.startup()
+        stack.push_async_callback(s3.shutdown)
+        if stop.is_set():  # a signal arrived during a long start-up
+            return
+        s3_task = await stack.enter_async_context(_running(*s3_listener, "S3"))
+        s3_port, admin_port = s3_listener[0].port, admin_listener[0].port
+        print(banner(config, s3_port, admin_port), flush=True)
+        if on_ready is not None:
+            on_ready(s3_port, admin_port)
+        # A server that ends by itself (it crashed) takes the process down too.
+        await _first_of(stop.wait(), admin_task, s3_task)
+
+
+def run(config: Config) -> None:
+    """Run :func:`serve` on a fresh event loop (uvloop when installed)."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve(config))
+
+
+# --------------------------------------------------------------------------
+# uvicorn plumbing
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to serve() and says when it listens."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = asyncio.Event()
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # serve() handles signals for both servers
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self.listening.set()
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (differs from the configured one for port 0)."""
+        sockets = self.servers[0].sockets
+        return int(sockets[0].getsockname()[1])
+
+
+def _uvicorn_config(app: Any, config: Config) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        lifespan="off",  # serve() calls S3App.startup()/shutdown() itself
+        interface="asgi3",
+        loop="none",  # the loop is ours (run() or the caller's)
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        ws="none",
+        log_level=config.log_level,
+        # Off for both: uvicorn's access logger is one process-wide logger, so
+        # it cannot be on for admin and off for S3; a structured access log
+        # of our own replaces it.
+        access_log=False,
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        h11_max_incomplete_event_size=MAX_REQUEST_HEAD,
+        backlog=BACKLOG,
+        # The app names itself; uvicorn's header would be a second Server line.
+        server_header=False,
+        # botocore corrects its clock skew from the Date of responses.
+        date_header=True,
+    )
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
+def _listen(host: str, port: int, label: str) -> socket.socket:
+    """Bind and listen; a failure becomes one readable line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    dualstack = family == socket.AF_INET6 and host == "::" and socket.has_dualstack_ipv6()
+    try:
+        return socket.create_server(
+            (host, port), family=family, backlog=BACKLOG, dualstack_ipv6=dualstack
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise StartupError(
+            f"cannot listen for {label} on {authority(host, port)}: {reason}"
+        ) from exc
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    server: _Server, sock: socket.socket, label: str
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run ``server`` on ``sock`` as a task while the block runs; stop it after."""
+    task = asyncio.create_task(server.serve(sockets=[sock]), name=f"tierstore {label} server")
+    try:
+        await _first_of(server.listening.wait(), task)
+        if not server.listening.is_set():
+            task.result()  # raises what stopped it, if anything
+            raise StartupError(f"the {label} server stopped during start-up")
+        yield task
+    finally:
+        server.should_exit = True
+        await task  # uvicorn drains connections, then returns (or raises)
+
+
+async def _first_of(*waitables: Awaitable[Any]) -> None:
+    """Wait until the first of ``waitables`` finishes; cancel the coroutines."""
+    tasks = [asyncio.ensure_future(w) for w in waitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task, waitable in zip(tasks, waitables, strict=True):
+            if task is not waitable:  # ours to cancel; passed-in tasks are not
+                task.cancel()
+
+
+@contextlib.contextmanager
+def _signals(stop: asyncio.Event, servers: Sequence[uvicorn.Server]) -> Iterator[None]:
+    """SIGINT/SIGTERM set ``stop``; a second SIGINT also drops open connections."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set() and sig == signal.SIGINT:
+            for server in servers:
+                server.force_exit = True
+        stop.set()
+
+    installed: list[tuple[signal.Signals, Any]] = []
+    # Signal handlers can only be installed from the main thread.
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+            except (NotImplementedError, RuntimeError):  # e.g. Windows event loops
+                continue
+            installed.append((sig, previous))
+    try:
+        yield
+    finally:
+        for sig, previous in installed:
+            loop.remove_signal_handler(sig)
+            if previous is not None:  # None: installed from C, cannot restore
+                signal.signal(sig, previous)
+
+
+# --------------------------------------------------------------------------
+# Banner
+
+
+def authority(host: str, port: int) -> str:
+    """``host:port``, with IPv6 literals in brackets (RFC 3986)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def banner(config: Config, s3_port: int, admin_port: int) -> str:
+    """What a newcomer needs to point a client at this gateway.
+
+    Secrets are shown only when the gateway generated them (the user has no
+    other way to learn them); configured ones stay out of logs.
+    """
+    try:
+        generated = stored_secrets(config.data_dir)
+    except ValueError:
+        generated = {}
+    keys = f"  access key: {'(none configured)'}"
+    if config.credentials:
+        access_key, secret_key = next(iter(config.credentials.items()))
+        is_generated = (generated.get("access_key"), generated.get("secret_key")) == (
+            access_key,
+            secret_key,
+        )
+        shown = secret_key if is_generated else "(as configured)"
+        more = len(config.credentials) - 1
+        keys = f"  access key: {access_key}   secret key: {shown}"
+        keys += f"   (+{more} more key pairs)" if more else ""
+    token = config.admin_token
+    shown_token = token if token and generated.get("admin_token") == token else "(as configured)"
+    return "\n".join(
+        [
+            f"tierstore {VERSION} serving S3 at http://{authority(config.host, s3_port)}"
+            f"  (region {config.region})",
+            keys,
+            f"  admin API: http://{authority(config.admin_host, admin_port)}"
+            f"  (token: {shown_token})",
+            f"  data: {config.data_dir}  capacity: {config.capacity_url}",
+        ]
+    )

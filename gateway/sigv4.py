@@ -1,0 +1,385 @@
+"""AWS Signature Version 4 verification for S3 requests (sans-I/O).
+
+:func:`authenticate` checks the ``Authorization: AWS4-HMAC-SHA256`` header or a
+presigned URL's ``X-Amz-*`` query (S3 API reference, "Authenticating
+Requests") and returns an :class:`AuthContext`, or raises :class:`S3Error`.
+The body is not read: the declared payload hash is returned and the gateway
+checks it, or the aws-chunked chunk signatures, while it streams the body.
+
+Inputs are as on the wire: ``raw_path`` and ``raw_query`` with their
+percent-encoding; header values decoded from bytes as latin-1 (what botocore's
+HTTP stack writes for the str values it signs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
+from functools import lru_cache
+from urllib.parse import quote, unquote_to_bytes
+
+from gateway.errors import S3Error
+
+__all__ = ["AuthContext", "authenticate"]
+
+ALGORITHM = "AWS4-HMAC-SHA256"
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+_PAYLOAD_MODES = frozenset({
+    UNSIGNED_PAYLOAD, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+})
+_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+_SERVICE = "s3"
+_TERMINATOR = "aws4_request"
+_AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
+# S3 refuses a request whose time is more than 15 minutes from its clock.
+MAX_SKEW = timedelta(minutes=15)
+# A presigned URL lives at most 7 days (X-Amz-Expires, query-auth reference).
+MAX_EXPIRES = 604800
+_AMZ_DATE = re.compile(r"[0-9]{8}T[0-9]{6}Z")
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_SCOPE_DATE = re.compile(r"[0-9]{8}")
+# Presigned-URL parameters every V4 query signature must carry.
+_QUERY_AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature",
+                      "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Expires")
+_NOT_V4 = ("The authorization mechanism you have provided is not supported. "
+           "Please use AWS4-HMAC-SHA256.")
+_BAD_DATE = "AWS authentication requires a valid Date or x-amz-date header"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthContext:
+    """What a verified request proves, and the key to check its aws-chunked body.
+
+    ``payload_hash`` is the declared x-amz-content-sha256: a hex digest (lower
+    case), ``UNSIGNED-PAYLOAD`` (always so for presigned URLs unless the client
+    signed one) or a ``STREAMING-*`` mode.
+    """
+
+    access_key: str
+    payload_hash: str
+    signing_key: bytes = field(repr=False)
+    amz_date: str
+    scope: str
+    seed_signature: str
+
+    def chunk_signature(self, previous_signature: str, chunk_sha256_hex: str) -> str:
+        """One aws-chunked chunk's signature, chained on the previous one (the
+        seed is the request's; the empty-string hash stands for no headers)."""
+        return _hmac_hex(self.signing_key, "\n".join((
+            "AWS4-HMAC-SHA256-PAYLOAD", self.amz_date, self.scope,
+            previous_signature, _EMPTY_SHA256, chunk_sha256_hex,
+        )))
+
+    def trailer_signature(self, previous_signature: str, trailer_bytes: bytes) -> str:
+        """The trailing headers' signature, chained on the last (empty) chunk's.
+
+        ``trailer_bytes`` is each trailer as ``name:value\n`` (LF, not the wire's
+        CRLF), as in AWS's "Signature calculations for trailing headers" example.
+        """
+        return _hmac_hex(self.signing_key, "\n".join((
+            "AWS4-HMAC-SHA256-TRAILER", self.amz_date, self.scope,
+            previous_signature, hashlib.sha256(trailer_bytes).hexdigest(),
+        )))
+
+
+@dataclass(frozen=True, slots=True)
+class _Claim:
+    """What the client says it signed, from the header or the query."""
+    access_key: str
+    date: str
+    region: str
+    amz_date: str
+    signed_headers: tuple[str, ...]
+    signature: str
+    payload_hash: str
+    presigned: bool
+
+
+def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[str, str],
+                 secret_for: Callable[[str], str | None], now: datetime) -> AuthContext:
+    """Verify a request's SigV4 signature; raise :class:`S3Error` if it fails.
+
+    ``headers`` has lower-cased names; ``secret_for`` maps an access key to
+    its secret (None if unknown); ``now`` is an aware UTC datetime.
+    """
+    params = _split_query(raw_query)
+    query = {n.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+             for n, v in reversed(params)}  # the first of repeated names wins
+    if "authorization" in headers:
+        if "X-Amz-Algorithm" in query:
+            raise S3Error("InvalidArgument", "Only one auth mechanism allowed; only the "
+                          "X-Amz-Algorithm query parameter, Signature query string parameter "
+                          "or the Authorization header should be specified")
+        claim = _claim_from_header(headers, now)
+    elif "X-Amz-Algorithm" in query:
+        claim = _claim_from_query(query, headers, now)
+    elif "Signature" in query and "AWSAccessKeyId" in query:
+        raise S3Error("InvalidRequest", _NOT_V4)  # a SigV2 presigned URL
+    else:
+        raise S3Error("AccessDenied", "Anonymous access is not allowed; sign the request "
+                      "with AWS4-HMAC-SHA256")
+    _check_signed_headers(claim.signed_headers, headers)
+    secret = secret_for(claim.access_key)
+    if secret is None:
+        raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=claim.access_key)
+    return _verify(method, raw_path, params, headers, claim, secret)
+
+
+def _verify(method: str, raw_path: str, params: list[tuple[bytes, bytes]],
+            headers: Mapping[str, str], claim: _Claim, secret: str) -> AuthContext:
+    key = _signing_key(secret, claim.date, claim.region)
+    scope = f"{claim.date}/{claim.region}/{_SERVICE}/{_TERMINATOR}"
+    if claim.presigned:  # the signature cannot sign itself (query-auth reference)
+        params = [(n, v) for n, v in params if n != b"X-Amz-Signature"]
+    rest = "\n".join((_canonical_query(params), _canonical_headers(claim.signed_headers, headers),
+                      ";".join(claim.signed_headers), claim.payload_hash))
+    tried: list[tuple[str, str]] = []
+    for uri in _candidate_uris(raw_path):
+        canonical_request = f"{method}\n{uri}\n{rest}"
+        string_to_sign = "\n".join((ALGORITHM, claim.amz_date, scope,
+                                    hashlib.sha256(_utf8(canonical_request)).hexdigest()))
+        if hmac.compare_digest(_utf8(_hmac_hex(key, string_to_sign)), _utf8(claim.signature)):
+            payload = claim.payload_hash
+            return AuthContext(claim.access_key,
+                               payload.lower() if _HEX64.fullmatch(payload) else payload,
+                               key, claim.amz_date, scope, claim.signature)
+        tried.append((canonical_request, string_to_sign))
+    # S3 echoes what it signed so a client can diff it against its own.
+    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=claim.access_key,
+                  StringToSign=tried[0][1], SignatureProvided=claim.signature,
+                  CanonicalRequest=tried[0][0])
+
+
+def _claim_from_header(headers: Mapping[str, str], now: datetime) -> _Claim:
+    algorithm, _, rest = headers["authorization"].strip().partition(" ")
+    if algorithm != ALGORITHM:  # e.g. SigV2 "AWS AK:sig", or SigV4a
+        raise S3Error("InvalidRequest", _NOT_V4)
+    parts: dict[str, str] = {}
+    for item in rest.split(","):
+        name, sep, value = item.strip().partition("=")
+        if sep:
+            parts[name.strip()] = value.strip()
+    if not all(parts.get(k) for k in ("Credential", "SignedHeaders", "Signature")):
+        raise _header_malformed("the authorization header requires three components: "
+                                "Credential, SignedHeaders, and Signature.")
+    access_key, date, region = _parse_credential(parts["Credential"], _header_malformed)
+    amz_date, when = _header_time(headers)
+    if abs(now - when) > MAX_SKEW:
+        raise S3Error("RequestTimeTooSkewed", "The difference between the request time and "
+                      "the current time is too large.", RequestTime=amz_date,
+                      ServerTime=_iso(now), MaxAllowedSkewMilliseconds=900000)
+    if date != amz_date[:8]:
+        raise _header_malformed("Invalid credential date. Date is not the same as X-Amz-Date.")
+    return _Claim(access_key, date, region, amz_date,
+                  _signed_headers(parts["SignedHeaders"], _header_malformed),
+                  parts["Signature"], _payload_hash(headers.get("x-amz-content-sha256")),
+                  presigned=False)
+
+
+def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
+                      now: datetime) -> _Claim:
+    if any(not query.get(name) for name in _QUERY_AUTH_PARAMS):
+        raise _query_error("Query-string authentication version 4 requires the "
+                           + ", ".join(_QUERY_AUTH_PARAMS[:-1]) + ", and X-Amz-Expires parameters.")
+    if query["X-Amz-Algorithm"] != ALGORITHM:
+        raise _query_error('X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"')
+    access_key, date, region = _parse_credential(query["X-Amz-Credential"], _credential_error)
+    amz_date = query["X-Amz-Date"]
+    when = _parse_amz_date(amz_date)
+    if when is None:
+        raise _query_error("X-Amz-Date must be in the ISO8601 Long Format "
+                           "\"yyyyMMdd'T'HHmmss'Z'\"")
+    expires = _expires(query["X-Amz-Expires"])
+    if date != amz_date[:8]:
+        raise _query_error("Invalid credential date. Date is not the same as X-Amz-Date.")
+    if when - now > MAX_SKEW:
+        raise S3Error("AccessDenied", "Request is not valid yet", ServerTime=_iso(now))
+    if now > when + timedelta(seconds=expires):
+        raise S3Error("AccessDenied", "Request has expired", **{"X-Amz-Expires": expires},
+                      Expires=_iso(when + timedelta(seconds=expires)), ServerTime=_iso(now))
+    # Presigned URLs carry no payload hash unless the client chose to sign one
+    # (as a header, as botocore does, or as a query parameter).
+    declared = headers.get("x-amz-content-sha256")
+    if declared is None:
+        declared = next((v for k, v in query.items() if k.lower() == "x-amz-content-sha256"),
+                        UNSIGNED_PAYLOAD)
+    signed_headers = _signed_headers(query["X-Amz-SignedHeaders"], _query_error)
+    return _Claim(access_key, date, region, amz_date, signed_headers, query["X-Amz-Signature"],
+                  _payload_hash(declared), presigned=True)
+
+
+def _parse_credential(value: str, error: Callable[[str], S3Error]) -> tuple[str, str, str]:
+    """Split ``AK/YYYYMMDD/region/s3/aws4_request``; any region is accepted."""
+    parts = value.rsplit("/", 4)
+    if len(parts) != 5 or not all(parts[:3]) or not _SCOPE_DATE.fullmatch(parts[1]):
+        raise error('the Credential is mal-formed; expecting '
+                    '"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request".')
+    access_key, date, region, service, terminator = parts
+    if service != _SERVICE:
+        raise error(f'incorrect service "{service}". This endpoint belongs to "{_SERVICE}".')
+    if terminator != _TERMINATOR:
+        raise error(f'incorrect terminal "{terminator}". This endpoint uses "{_TERMINATOR}".')
+    return access_key, date, region
+
+
+def _signed_headers(value: str, error: Callable[[str], S3Error]) -> tuple[str, ...]:
+    names = tuple(name.strip().lower() for name in value.split(";"))
+    if not all(names):
+        raise error(f"SignedHeaders is malformed: {value!r}")
+    return names
+
+
+def _check_signed_headers(signed: tuple[str, ...], headers: Mapping[str, str]) -> None:
+    """Every signed header must be present; host and x-amz-* ones must be signed.
+
+    S3 refuses unsigned x-amz-* headers (HeadersNotSigned) so that nobody can
+    add, say, x-amz-copy-source to a presigned URL; x-amz-content-sha256 is
+    exempt, as on S3, because it is bound by the canonical request anyway.
+    """
+    missing = [name for name in signed if name not in headers]
+    if missing:
+        raise S3Error("SignatureDoesNotMatch", "Signed header(s) missing from the request: "
+                      + ", ".join(missing))
+    present = set(signed)
+    unsigned = ["host"] if "host" not in present else []
+    unsigned += sorted(name for name in headers if name.startswith("x-amz-")
+                       and name != "x-amz-content-sha256" and name not in present)
+    if unsigned:
+        raise S3Error("AccessDenied", "There were headers present in the request which were "
+                      "not signed", HeadersNotSigned=", ".join(unsigned))
+
+
+def _payload_hash(value: str | None) -> str:
+    """Validate x-amz-content-sha256 (S3 requires it with header auth)."""
+    if value is None:
+        raise S3Error("InvalidRequest",
+                      "Missing required header for this request: x-amz-content-sha256")
+    if value in _PAYLOAD_MODES or _HEX64.fullmatch(value):
+        return value
+    if value.startswith("STREAMING-AWS4-ECDSA-P256-SHA256"):
+        raise S3Error("NotImplemented", "SigV4a (ECDSA) payload signing is not implemented; "
+                      "use AWS4-HMAC-SHA256")
+    raise S3Error("InvalidArgument", "x-amz-content-sha256 must be UNSIGNED-PAYLOAD, "
+                  "STREAMING-UNSIGNED-PAYLOAD-TRAILER, STREAMING-AWS4-HMAC-SHA256-PAYLOAD, "
+                  "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER or a valid sha256 value.",
+                  ArgumentName="x-amz-content-sha256", ArgumentValue=value)
+
+
+def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
+    """The request time: x-amz-date, else an RFC 7231 Date header (SigV4 allows either)."""
+    if "x-amz-date" in headers:
+        when = _parse_amz_date(headers["x-amz-date"])
+        if when is None:
+            raise S3Error("AccessDenied", _BAD_DATE)
+        return headers["x-amz-date"], when
+    try:
+        when = parsedate_to_datetime(headers["date"])
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise S3Error("AccessDenied", _BAD_DATE) from None
+    if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
+        when = when.replace(tzinfo=timezone.utc)
+    when = when.astimezone(timezone.utc)
+    return when.strftime(_AMZ_DATE_FORMAT), when
+
+
+def _parse_amz_date(value: str) -> datetime | None:
+    if not _AMZ_DATE.fullmatch(value):  # strptime alone would accept unpadded fields
+        return None
+    try:
+        return datetime.strptime(value, _AMZ_DATE_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:  # e.g. month 13
+        return None
+
+
+def _expires(value: str) -> int:
+    if not value.isascii() or not value.isdigit():
+        raise _query_error("X-Amz-Expires should be a number")
+    seconds = int(value)
+    if seconds > MAX_EXPIRES:
+        raise _query_error("X-Amz-Expires must be less than a week (in seconds) that is; 604800")
+    if seconds < 1:
+        raise _query_error("X-Amz-Expires must be at least 1 second")
+    return seconds
+
+
+def _split_query(raw_query: str) -> list[tuple[bytes, bytes]]:
+    """Decoded (name, value) pairs; a parameter without '=' has an empty value.
+
+    A raw '+' is a space, as in form encoding (botocore's AWSRequest sends
+    spaces so and signs them as %20); a literal plus arrives as %2B. The
+    router must read the query the same way (``urllib.parse.parse_qsl`` does).
+    """
+    pairs = []
+    for item in raw_query.split("&"):
+        if item:
+            name, _, value = item.replace("+", " ").partition("=")
+            pairs.append((unquote_to_bytes(_utf8(name)), unquote_to_bytes(_utf8(value))))
+    return pairs
+
+
+def _canonical_query(params: list[tuple[bytes, bytes]]) -> str:
+    """Names and values re-encoded strictly (RFC 3986 unreserved kept, space as
+    %20), then sorted by name, then value (SigV4 "CanonicalQueryString")."""
+    encoded = sorted((quote(name, safe=""), quote(value, safe="")) for name, value in params)
+    return "&".join(f"{name}={value}" for name, value in encoded)
+
+
+def _canonical_headers(signed: tuple[str, ...], headers: Mapping[str, str]) -> str:
+    """``name:value\\n`` per signed header, values trimmed and inner whitespace
+    runs collapsed to one space (SigV4 "Trimall")."""
+    return "".join(f"{name}:{' '.join(headers[name].split())}\n" for name in signed)
+
+
+def _candidate_uris(raw_path: str) -> list[str]:
+    """The path as sent, then re-encoded once, for clients that sign one but send the other.
+
+    S3 neither normalizes the path (no '//' or '.' removal) nor double-encodes
+    it: the canonical URI is the key URI-encoded once. Most clients send exactly
+    what they signed; some send characters such as '+' or '=' raw but sign them
+    encoded, which only the re-encoded form matches.
+    """
+    as_sent = raw_path or "/"
+    reencoded = quote(unquote_to_bytes(_utf8(as_sent)), safe="/")
+    return [as_sent] if reencoded == as_sent else [as_sent, reencoded]
+
+
+@lru_cache(maxsize=64)
+def _signing_key(secret: str, date: str, region: str) -> bytes:
+    """kSigning = HMAC chain over date, region, service and terminator. Cached
+    because every request of a day in a region derives the same key."""
+    key = hmac.new(_utf8("AWS4" + secret), _utf8(date), hashlib.sha256).digest()
+    for part in (region, _SERVICE, _TERMINATOR):
+        key = hmac.new(key, _utf8(part), hashlib.sha256).digest()
+    return key
+
+
+def _hmac_hex(key: bytes, message: str) -> str:
+    return hmac.new(key, _utf8(message), hashlib.sha256).hexdigest()
+
+
+def _utf8(text: str) -> bytes:
+    # surrogateescape: bytes a caller decoded that way go back out unchanged.
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _header_malformed(detail: str) -> S3Error:
+    return S3Error("AuthorizationHeaderMalformed",
+                   "The authorization header is malformed; " + detail)
+
+
+def _query_error(message: str) -> S3Error:
+    return S3Error("AuthorizationQueryParametersError", message)
+
+
+def _credential_error(detail: str) -> S3Error:
+    return _query_error("Error parsing the X-Amz-Credential parameter; " + detail)

@@ -1,0 +1,408 @@
+"""All S3 XML: one builder per response type, one parser per request body.
+
+Builders write strings directly (listing pages of 1000 keys are the hot
+path, and string joins are several times faster than an element tree).
+Parsers use the standard library's expat-based ElementTree on bodies whose
+size the caller has already capped; expat refuses entity-expansion bombs.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from gateway.errors import S3Error
+from tiering.index import ListEntry, ListPage
+from tiering.meta import BucketInfo, Checksum, ObjectMeta, Part, Upload
+from tiering.multipart import ChosenPart
+
+NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+_HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
+
+# XML 1.0 cannot carry most C0 controls even as references; S3 writes them
+# as numeric references anyway, and so do we, so a key round-trips for
+# clients that ask for encoding-type=url or parse leniently.
+_NEEDS_ESCAPE = re.compile(r'[&<>"\'\x00-\x08\x0b\x0c\x0d\x0e-\x1f]')
+_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&apos;"}
+
+
+def esc(text: object) -> str:
+    s = str(text)
+    if not _NEEDS_ESCAPE.search(s):
+        return s
+    return _NEEDS_ESCAPE.sub(lambda m: _ENTITIES.get(m.group(), f"&#x{ord(m.group()):x};"), s)
+
+
+def iso8601(ms: int) -> str:
+    """2026-12-02T21:49:25.123Z, the timestamp form of S3 listings."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
+def _el(name: str, value: object) -> str:
+    return f"<{name}>{esc(value)}</{name}>"
+
+
+def _doc(root: str, body: str) -> bytes:
+    return f'{_HEAD}<{root} xmlns="{NS}">{body}</{root}>'.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    id: str
+    display_name: str
+
+    def xml(self, tag: str = "Owner") -> str:
+        return f"<{tag}>{_el('ID', self.id)}{_el('DisplayName', self.display_name)}</{tag}>"
+
+
+def _key_encoder(encoding_type: str | None):
+    if encoding_type == "url":
+        return lambda k: quote(k, safe="/")
+    return lambda k: k
+
+
+# -- errors ------------------------------------------------------------------
+
+
+def error(err: S3Error, resource: str, request_id: str) -> bytes:
+    extra = "".join(_el(k, v) for k, v in err.fields.items())
+    return (
+        f"{_HEAD}<Error>{_el('Code', err.code)}{_el('Message', err.message)}{extra}"
+        f"{_el('Resource', resource)}{_el('RequestId', request_id)}</Error>"
+    ).encode()
+
+
+# -- buckets -----------------------------------------------------------------
+
+
+def list_buckets(buckets: Iterable[BucketInfo], owner: Owner) -> bytes:
+    items = "".join(
+        f"<Bucket>{_el('Name', b.name)}{_el('CreationDate', iso8601(b.created_ms))}"
+        f"{_el('BucketRegion', b.region)}</Bucket>"
+        for b in buckets
+    )
+    return _doc("ListAllMyBucketsResult", f"{owner.xml()}<Buckets>{items}</Buckets>")
+
+
+def location(region: str) -> bytes:
+    # us-east-1 is reported as an empty LocationConstraint, as S3 does.
+    value = "" if region == "us-east-1" else esc(region)
+    return _doc("LocationConstraint", value)
+
+
+def versioning() -> bytes:
+    return _doc("VersioningConfiguration", "")
+
+
+def acl(owner: Owner) -> bytes:
+    grant = (
+        '<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser">'
+        f"{_el('ID', owner.id)}{_el('DisplayName', owner.display_name)}</Grantee>"
+        "<Permission>FULL_CONTROL</Permission></Grant>"
+    )
+    return _doc("AccessControlPolicy", f"{owner.xml()}<AccessControlList>{grant}</AccessControlList>")
+
+
+# -- listings ----------------------------------------------------------------
+
+
+def _contents(entry: ListEntry, enc, owner: Owner | None, tag: str = "Contents", extra: str = "") -> str:
+    checksum = _el("ChecksumAlgorithm", entry.checksum_algorithm) if entry.checksum_algorithm else ""
+    return (
+        f"<{tag}>{_el('Key', enc(entry.key))}{extra}{_el('LastModified', iso8601(entry.last_modified_ms))}"
+        f"<ETag>&quot;{entry.etag}&quot;</ETag>{checksum}{_el('Size', entry.size)}"
+        f"{owner.xml() if owner else ''}<StorageClass>STANDARD</StorageClass></{tag}>"
+    )
+
+
+def _prefixes(page: ListPage, enc) -> str:
+    return "".join(f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in page.prefixes)
+
+
+def _common(bucket: str, prefix: str, delimiter: str, max_keys: int, encoding_type: str | None, enc) -> str:
+    return (
+        f"{_el('Name', bucket)}{_el('Prefix', enc(prefix))}"
+        + (_el("Delimiter", enc(delimiter)) if delimiter else "")
+        + _el("MaxKeys", max_keys)
+        + (_el("EncodingType", encoding_type) if encoding_type else "")
+    )
+
+
+def list_objects_v2(
+    bucket: str,
+    page: ListPage,
+    *,
+    prefix: str,
+    delimiter: str,
+    max_keys: int,
+    encoding_type: str | None,
+    start_after: str | None,
+    continuation_token: str | None,
+    next_token: str | None,
+    owner: Owner | None,
+) -> bytes:
+    enc = _key_encoder(encoding_type)
+    body = [
+        _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
+        _el("KeyCount", len(page.contents) + len(page.prefixes)),
+        _el("IsTruncated", "true" if page.truncated else "false"),
+    ]
+    if continuation_token is not None:
+        body.append(_el("ContinuationToken", continuation_token))
+    if next_token is not None:
+        body.append(_el("NextContinuationToken", next_token))
+    if start_after:
+        body.append(_el("StartAfter", enc(start_after)))
+    body.extend(_contents(e, enc, owner) for e in page.contents)
+    body.append(_prefixes(page, enc))
+    return _doc("ListBucketResult", "".join(body))
+
+
+def list_objects_v1(
+    bucket: str,
+    page: ListPage,
+    *,
+    prefix: str,
+    delimiter: str,
+    max_keys: int,
+    encoding_type: str | None,
+    marker: str,
+    owner: Owner,
+) -> bytes:
+    enc = _key_encoder(encoding_type)
+    body = [
+        _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
+        _el("Marker", enc(marker)),
+        _el("IsTruncated", "true" if page.truncated else "false"),
+    ]
+    # S3 returns NextMarker only when a delimiter was given; clients fall
+    # back to the last key otherwise.
+    if page.truncated and delimiter and page.last is not None:
+        body.append(_el("NextMarker", enc(page.last)))
+    body.extend(_contents(e, enc, owner) for e in page.contents)
+    body.append(_prefixes(page, enc))
+    return _doc("ListBucketResult", "".join(body))
+
+
+def list_versions(
+    bucket: str,
+    page: ListPage,
+    *,
+    prefix: str,
+    delimiter: str,
+    max_keys: int,
+    encoding_type: str | None,
+    key_marker: str,
+    owner: Owner,
+) -> bytes:
+    """Versioning is never enabled, so each object is its one "null" version."""
+    enc = _key_encoder(encoding_type)
+    body = [
+        _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
+        _el("KeyMarker", enc(key_marker)),
+        "<VersionIdMarker></VersionIdMarker>",
+        _el("IsTruncated", "true" if page.truncated else "false"),
+    ]
+    if page.truncated and page.last is not None:
+        body.append(_el("NextKeyMarker", enc(page.last)))
+        body.append("<NextVersionIdMarker>null</NextVersionIdMarker>")
+    extra = "<VersionId>null</VersionId><IsLatest>true</IsLatest>"
+    body.extend(_contents(e, enc, owner, "Version", extra) for e in page.contents)
+    body.append(_prefixes(page, enc))
+    return _doc("ListVersionsResult", "".join(body))
+
+
+# -- objects -----------------------------------------------------------------
+
+
+def _checksum(checksum: Checksum | None) -> str:
+    if checksum is None:
+        return ""
+    return _el(f"Checksum{checksum.algorithm}", checksum.value) + _el("ChecksumType", checksum.type)
+
+
+def copy_object(meta: ObjectMeta) -> bytes:
+    return _doc(
+        "CopyObjectResult",
+        f"{_el('LastModified', iso8601(meta.last_modified_ms))}<ETag>&quot;{meta.etag}&quot;</ETag>"
+        + _checksum(meta.checksum),
+    )
+
+
+def copy_part(part: Part) -> bytes:
+    checksum = _el(f"Checksum{part.checksum.algorithm}", part.checksum.value) if part.checksum else ""
+    return _doc(
+        "CopyPartResult",
+        f"{_el('LastModified', iso8601(part.last_modified_ms))}<ETag>&quot;{part.etag}&quot;</ETag>{checksum}",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOutcome:
+    key: str
+    version_id: str | None = None
+    code: str | None = None  # set for a failed key
+    message: str | None = None
+
+
+def delete_result(outcomes: Iterable[DeleteOutcome], quiet: bool) -> bytes:
+    body = []
+    for o in outcomes:
+        version = _el("VersionId", o.version_id) if o.version_id else ""
+        if o.code is not None:
+            body.append(f"<Error>{_el('Key', o.key)}{version}{_el('Code', o.code)}{_el('Message', o.message)}</Error>")
+        elif not quiet:
+            body.append(f"<Deleted>{_el('Key', o.key)}{version}</Deleted>")
+    return _doc("DeleteResult", "".join(body))
+
+
+# -- multipart ---------------------------------------------------------------
+
+
+def initiate_upload(upload: Upload) -> bytes:
+    return _doc(
+        "InitiateMultipartUploadResult",
+        f"{_el('Bucket', upload.bucket)}{_el('Key', upload.key)}{_el('UploadId', upload.upload_id)}",
+    )
+
+
+def complete_upload(location: str, meta: ObjectMeta) -> bytes:
+    return _doc(
+        "CompleteMultipartUploadResult",
+        f"{_el('Location', location)}{_el('Bucket', meta.bucket)}{_el('Key', meta.key)}"
+        f"<ETag>&quot;{meta.etag}&quot;</ETag>" + _checksum(meta.checksum),
+    )
+
+
+def list_parts(
+    upload: Upload, parts: list[Part], *, marker: int, max_parts: int, truncated: bool, owner: Owner
+) -> bytes:
+    items = "".join(
+        f"<Part>{_el('PartNumber', p.part_number)}{_el('LastModified', iso8601(p.last_modified_ms))}"
+        f"<ETag>&quot;{p.etag}&quot;</ETag>{_el('Size', p.size)}"
+        + (_el(f"Checksum{p.checksum.algorithm}", p.checksum.value) if p.checksum else "")
+        + "</Part>"
+        for p in parts
+    )
+    next_marker = parts[-1].part_number if parts else marker
+    checksum = ""
+    if upload.checksum_algorithm:
+        checksum = _el("ChecksumAlgorithm", upload.checksum_algorithm) + _el("ChecksumType", upload.checksum_type)
+    return _doc(
+        "ListPartsResult",
+        f"{_el('Bucket', upload.bucket)}{_el('Key', upload.key)}{_el('UploadId', upload.upload_id)}"
+        f"{owner.xml('Initiator')}{owner.xml()}<StorageClass>STANDARD</StorageClass>"
+        f"{_el('PartNumberMarker', marker)}{_el('NextPartNumberMarker', next_marker)}"
+        f"{_el('MaxParts', max_parts)}{_el('IsTruncated', 'true' if truncated else 'false')}{checksum}{items}",
+    )
+
+
+def list_uploads(
+    bucket: str,
+    uploads: list[Upload],
+    *,
+    prefix: str,
+    key_marker: str,
+    upload_id_marker: str,
+    max_uploads: int,
+    truncated: bool,
+    encoding_type: str | None,
+    owner: Owner,
+) -> bytes:
+    enc = _key_encoder(encoding_type)
+    body = [
+        _el("Bucket", bucket),
+        _el("KeyMarker", enc(key_marker)),
+        _el("UploadIdMarker", upload_id_marker),
+    ]
+    if truncated and uploads:
+        body.append(_el("NextKeyMarker", enc(uploads[-1].key)))
+        body.append(_el("NextUploadIdMarker", uploads[-1].upload_id))
+    body += [
+        _el("Prefix", enc(prefix)),
+        _el("MaxUploads", max_uploads),
+        _el("IsTruncated", "true" if truncated else "false"),
+    ]
+    if encoding_type:
+        body.append(_el("EncodingType", encoding_type))
+    for u in uploads:
+        body.append(
+            f"<Upload>{_el('Key', enc(u.key))}{_el('UploadId', u.upload_id)}{owner.xml('Initiator')}"
+            f"{owner.xml()}<StorageClass>STANDARD</StorageClass>{_el('Initiated', iso8601(u.initiated_ms))}"
+            + (_el("ChecksumAlgorithm", u.checksum_algorithm) if u.checksum_algorithm else "")
+            + "</Upload>"
+        )
+    return _doc("ListMultipartUploadsResult", "".join(body))
+
+
+# -- request bodies ----------------------------------------------------------
+
+
+def _parse(body: bytes) -> ET.Element:
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise S3Error("MalformedXML") from exc
+    return root
+
+
+def _local(tag: str) -> str:
+    return tag.rsplit("}", 1)[-1]
+
+
+def _children(el: ET.Element, name: str) -> list[ET.Element]:
+    return [c for c in el if _local(c.tag) == name]
+
+
+def _text(el: ET.Element, name: str) -> str | None:
+    found = _children(el, name)
+    return (found[0].text or "") if found else None
+
+
+def parse_delete(body: bytes) -> tuple[bool, list[tuple[str, str | None]]]:
+    """<Delete><Quiet/>?<Object><Key/><VersionId/>?</Object>*</Delete>"""
+    root = _parse(body)
+    if _local(root.tag) != "Delete":
+        raise S3Error("MalformedXML")
+    quiet = (_text(root, "Quiet") or "").strip().lower() == "true"
+    objects = []
+    for obj in _children(root, "Object"):
+        key = _text(obj, "Key")
+        if key is None:
+            raise S3Error("MalformedXML")
+        objects.append((key, _text(obj, "VersionId")))
+    if not objects or len(objects) > 1000:
+        raise S3Error("MalformedXML")
+    return quiet, objects
+
+
+def parse_complete(body: bytes) -> list[ChosenPart]:
+    root = _parse(body)
+    if _local(root.tag) != "CompleteMultipartUpload":
+        raise S3Error("MalformedXML")
+    parts = []
+    for part in _children(root, "Part"):
+        number, etag = _text(part, "PartNumber"), _text(part, "ETag")
+        if number is None or etag is None or not number.strip().isdigit():
+            raise S3Error("MalformedXML")
+        checksum = None
+        for child in part:
+            name = _local(child.tag)
+            if name.startswith("Checksum") and name != "ChecksumType":
+                checksum = (child.text or "").strip()
+        parts.append(ChosenPart(int(number), etag.strip().strip('"'), checksum))
+    if not parts:
+        raise S3Error("MalformedXML")
+    return parts
+
+
+def parse_location_constraint(body: bytes) -> str | None:
+    if not body.strip():
+        return None
+    root = _parse(body)
+    value = _text(root, "LocationConstraint")
+    return value.strip() if value else None

@@ -1,0 +1,334 @@
+"""Configuration: precedence, parsing, validation, generated secrets, redaction."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from gateway.config import (
+    REDACTED,
+    Config,
+    GiB,
+    credentials_path,
+    load_config,
+    parse_size,
+    redacted,
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own TIERSTORE_* variables must not leak into tests."""
+    for name in list(os.environ):
+        if name.startswith("TIERSTORE_"):
+            monkeypatch.delenv(name)
+
+
+def _toml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tierstore.toml"
+    path.write_text(text)
+    return path
+
+
+def _load(tmp_path: Path, cli: dict[str, object | None] | None = None, **kw: object) -> Config:
+    """load_config with the data dir (and its generated secrets) under tmp."""
+    flags: dict[str, object | None] = {"data_dir": tmp_path / "data"}
+    flags.update(cli or {})
+    kw.setdefault("env", {})
+    return load_config(flags, **kw)  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------
+# Defaults and precedence
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = _load(tmp_path)
+    assert (config.host, config.port) == ("127.0.0.1", 9100)
+    assert (config.admin_host, config.admin_port) == ("127.0.0.1", 9101)
+    assert config.hot_size == 64 * GiB
+    assert config.region == "us-east-1"
+    assert config.domain is None
+    assert config.log_level == "info"
+    assert config.capacity == ""
+    assert config.capacity_url == (tmp_path / "data" / "capacity").resolve().as_uri()
+
+
+def test_default_data_dir_is_relative() -> None:
+    assert Config().data_dir == Path("tierstore-data")
+    assert Config().capacity_url.startswith("file:///")  # absolute, never file://tierstore-data
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "file", "expected"),
+    [
+        (1111, "2222", 3333, 1111),
+        (None, "2222", 3333, 2222),
+        (None, None, 3333, 3333),
+        (None, None, None, 9100),
+    ],
+)
+def test_precedence_flag_env_file_default(
+    tmp_path: Path, flag: int | None, env: str | None, file: int | None, expected: int
+) -> None:
+    path = _toml(tmp_path, f"port = {file}\n" if file is not None else "")
+    environ = {"TIERSTORE_PORT": env} if env is not None else {}
+    config = _load(tmp_path, {"port": flag}, env=environ, config_file=path)
+    assert config.port == expected
+
+
+def test_precedence_per_setting(tmp_path: Path) -> None:
+    """Each setting is resolved on its own: sources mix."""
+    path = _toml(tmp_path, 'hot_size = "1G"\nregion = "file-region"\ndomain = "s3.file"\n')
+    env = {"TIERSTORE_HOT_SIZE": "2G", "TIERSTORE_REGION": "env-region"}
+    config = _load(tmp_path, {"hot_size": "3G"}, env=env, config_file=path)
+    assert config.hot_size == 3 * GiB  # flag
+    assert config.region == "env-region"  # env over file
+    assert config.domain == "s3.file"  # file over default
+
+
+def test_empty_env_counts_as_unset(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'region = "file-region"\n')
+    config = _load(tmp_path, env={"TIERSTORE_REGION": ""}, config_file=path)
+    assert config.region == "file-region"
+
+
+def test_env_names_config_file(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "admin_port = 7000\n")
+    config = _load(tmp_path, env={"TIERSTORE_CONFIG": str(path)})
+    assert config.admin_port == 7000
+
+
+def test_env_data_dir(tmp_path: Path) -> None:
+    config = load_config({}, env={"TIERSTORE_DATA_DIR": str(tmp_path / "d")})
+    assert config.data_dir == tmp_path / "d"
+    assert credentials_path(tmp_path / "d").exists()
+
+
+def test_capacity_urls(tmp_path: Path) -> None:
+    env = {"TIERSTORE_CAPACITY": "s3://training/datasets"}
+    assert _load(tmp_path, env=env).capacity_url == "s3://training/datasets"
+    assert _load(tmp_path, {"capacity": "file:///srv/cap"}).capacity_url == "file:///srv/cap"
+
+
+# --------------------------------------------------------------------------
+# Sizes
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0", 0),
+        ("4096", 4096),
+        ("1K", 1024),
+        ("512M", 512 * 1024**2),
+        ("512m", 512 * 1024**2),
+        ("64G", 64 * GiB),
+        ("64GiB", 64 * GiB),
+        ("64GB", 64 * GiB),
+        ("2T", 2 * 1024**4),
+        ("1.5G", 3 * GiB // 2),
+        (" 100B ", 100),
+    ],
+)
+def test_parse_size(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "G", "12Q", "-1G", "1.2.3M", "0.1K", "1e9", "64 G B"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="invalid size"):
+        parse_size(text)
+
+
+def test_hot_size_zero_names_setting_and_source(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"hot_size.*TIERSTORE_HOT_SIZE"):
+        _load(tmp_path, env={"TIERSTORE_HOT_SIZE": "0"})
+
+
+def test_hot_size_bad_suffix_from_flag(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"invalid hot_size '12Q' \(from --hot-size\)"):
+        _load(tmp_path, {"hot_size": "12Q"})
+
+
+def test_hot_size_integer_in_file(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "hot_size = 1048576\n")
+    assert _load(tmp_path, config_file=path).hot_size == 1024**2
+
+
+# --------------------------------------------------------------------------
+# Validation
+
+
+@pytest.mark.parametrize("port", ["65536", "-1", "http", "80.5"])
+def test_bad_port_from_env(tmp_path: Path, port: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid port .*from TIERSTORE_PORT"):
+        _load(tmp_path, env={"TIERSTORE_PORT": port})
+
+
+def test_port_zero_allowed(tmp_path: Path) -> None:
+    config = _load(tmp_path, {"port": 0, "admin_port": 0})
+    assert (config.port, config.admin_port) == (0, 0)
+
+
+def test_bool_is_not_a_port(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "admin_port = true\n")
+    with pytest.raises(ValueError, match=r"admin_port.*config file .*'admin_port'"):
+        _load(tmp_path, config_file=path)
+
+
+def test_same_port_twice(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="port and admin_port are both 9100"):
+        _load(tmp_path, {"admin_port": 9100})
+
+
+@pytest.mark.parametrize(
+    "url", ["http://bucket", "s3://", "file://relative/dir", "/plain/path", "s3://b?x=1"]
+)
+def test_bad_capacity(tmp_path: Path, url: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid capacity .*from --capacity"):
+        _load(tmp_path, {"capacity": url})
+
+
+def test_bad_endpoint(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="capacity_endpoint"):
+        _load(tmp_path, {"capacity_endpoint": "minio:9000"})
+    with pytest.raises(ValueError, match="user:pass"):
+        _load(tmp_path, {"capacity_endpoint": "http://k:s@minio:9000"})
+
+
+def test_bad_log_level(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="log_level"):
+        _load(tmp_path, {"log_level": "loud"})
+    assert _load(tmp_path, {"log_level": "DEBUG"}).log_level == "debug"
+
+
+def test_capacity_keys_come_in_pairs(tmp_path: Path) -> None:
+    env = {"TIERSTORE_CAPACITY_ACCESS_KEY": "AK"}
+    with pytest.raises(ValueError, match=r"capacity_access_key is set .* capacity_secret_key"):
+        _load(tmp_path, env=env)
+
+
+def test_unknown_toml_key(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'hot-size = "1G"\n')
+    with pytest.raises(ValueError, match=r"unknown key 'hot-size'.*did you mean 'hot_size'"):
+        _load(tmp_path, config_file=path)
+
+
+def test_toml_access_key_hints_at_credentials_table(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'access_key = "AK"\n')
+    with pytest.raises(ValueError, match=r"unknown key 'access_key'.*\[credentials\]"):
+        _load(tmp_path, config_file=path)
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "port = \n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        _load(tmp_path, config_file=path)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        _load(tmp_path, config_file=tmp_path / "nope.toml")
+
+
+def test_unknown_cli_setting(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown setting 'colour'"):
+        _load(tmp_path, {"colour": "blue"})
+
+
+# --------------------------------------------------------------------------
+# Credentials and the admin token
+
+
+def test_secrets_generated_once_and_reused(tmp_path: Path) -> None:
+    first = _load(tmp_path)
+    ((access_key, secret_key),) = first.credentials.items()
+    assert len(access_key) == 20 and access_key.isupper()
+    assert len(secret_key) == 40
+    assert len(first.admin_token) >= 32
+
+    path = credentials_path(tmp_path / "data")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = _load(tmp_path)
+    assert again.credentials == first.credentials
+    assert again.admin_token == first.admin_token
+
+
+def test_configured_pair_is_not_replaced(tmp_path: Path) -> None:
+    env = {"TIERSTORE_ACCESS_KEY": "AKID", "TIERSTORE_SECRET_KEY": "s3cret"}
+    config = _load(tmp_path, env=env)
+    assert config.credentials == {"AKID": "s3cret"}
+    # The token was still needed: it is generated, and only it is persisted.
+    text = credentials_path(tmp_path / "data").read_text()
+    assert config.admin_token in text
+    assert "access_key" not in text
+
+
+def test_env_token_wins_over_generated(tmp_path: Path) -> None:
+    generated = _load(tmp_path).admin_token
+    config = _load(tmp_path, env={"TIERSTORE_ADMIN_TOKEN": "tok"})
+    assert config.admin_token == "tok" != generated
+
+
+def test_file_table_and_env_pair_merge(tmp_path: Path) -> None:
+    path = _toml(tmp_path, '[credentials]\nAK1 = "one"\nAK2 = "two"\n')
+    env = {"TIERSTORE_ACCESS_KEY": "AK2", "TIERSTORE_SECRET_KEY": "env"}
+    config = _load(tmp_path, env=env, config_file=path)
+    assert config.credentials == {"AK1": "one", "AK2": "env"}
+
+
+def test_half_an_env_pair(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="TIERSTORE_ACCESS_KEY is set but TIERSTORE_SECRET_KEY"):
+        _load(tmp_path, env={"TIERSTORE_ACCESS_KEY": "AK"})
+
+
+def test_bad_credentials_table(tmp_path: Path) -> None:
+    path = _toml(tmp_path, "[credentials]\nAK1 = 5\n")
+    with pytest.raises(ValueError, match=r"\[credentials\]"):
+        _load(tmp_path, config_file=path)
+
+
+def test_unwritable_data_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"cannot (read|write) generated credentials .*directory"):
+        load_config({"data_dir": blocker / "data"}, env={})
+
+
+# --------------------------------------------------------------------------
+# Redaction
+
+
+def test_redacted_hides_every_secret(tmp_path: Path) -> None:
+    env = {
+        "TIERSTORE_ACCESS_KEY": "AKID",
+        "TIERSTORE_SECRET_KEY": "gateway-secret",
+        "TIERSTORE_ADMIN_TOKEN": "admin-token",
+        "TIERSTORE_CAPACITY_ACCESS_KEY": "CAPAK",
+        "TIERSTORE_CAPACITY_SECRET_KEY": "capacity-secret",
+    }
+    config = _load(tmp_path, env=env)
+    view = redacted(config)
+    text = json.dumps(view)  # JSON-able as is
+    for secret in ("gateway-secret", "admin-token", "capacity-secret"):
+        assert secret not in text
+        assert secret not in repr(config)
+    assert view["credentials"] == {"AKID": REDACTED}
+    assert view["admin_token"] == REDACTED
+    assert view["capacity_secret_key"] == REDACTED
+    assert view["capacity_access_key"] == "CAPAK"
+    assert view["data_dir"] == str(tmp_path / "data")
+    assert view["capacity_url"] == config.capacity_url
+
+
+def test_errors_do_not_echo_secrets(tmp_path: Path) -> None:
+    path = _toml(tmp_path, 'capacity_access_key = "AK"\ncapacity_secret_key = ["leak"]\n')
+    with pytest.raises(ValueError) as info:
+        _load(tmp_path, config_file=path)
+    assert "capacity_secret_key" in str(info.value)
+    assert "leak" not in str(info.value)

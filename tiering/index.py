@@ -1,0 +1,366 @@
+"""The metadata index: the node's source of truth, in rocksdict.
+
+Key layout (raw bytes; bucket names never contain NUL, so NUL separates):
+
+    B<bucket>                          -> BucketInfo
+    O<bucket>\\0<key>                   -> ObjectMeta
+    U<bucket>\\0<key>\\0<upload id>      -> Upload
+    P<upload id>\\0<part number, 4 BE>  -> Part
+    Sseq                               -> last sequence number (8 BE)
+
+Keys under ``O`` sort by the object key's UTF-8 bytes, which is the order S3
+lists in, so a listing page is one seek plus a short scan, and each common
+prefix costs one more seek to jump past its members.
+
+All methods are blocking; callers on the event loop use ``tiering._pool``.
+Mutations that read before they write hold one lock, so every swap is atomic;
+reads take no lock. Every write batch is synced to the WAL before returning:
+an acknowledged write survives a crash of the process or the machine.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import msgpack
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from tiering.errors import BucketNotEmpty, NoSuchBucket, PreconditionFailed
+from tiering.meta import BucketInfo, ObjectMeta, Part, Upload
+
+_SEP = b"\x00"
+
+
+def _bkey(bucket: str) -> bytes:
+    return b"B" + bucket.encode()
+
+
+def _okey(bucket: str, key: str = "") -> bytes:
+    return b"O" + bucket.encode() + _SEP + key.encode()
+
+
+def _ukey(bucket: str, key: str = "", upload_id: str | None = None) -> bytes:
+    base = b"U" + bucket.encode() + _SEP + key.encode()
+    return base if upload_id is None else base + _SEP + upload_id.encode()
+
+
+def _pkey(upload_id: str, part_number: int | None = None) -> bytes:
+    base = b"P" + upload_id.encode() + _SEP
+    return base if part_number is None else base + part_number.to_bytes(4, "big")
+
+
+_SEQ_KEY = b"Sseq"
+
+
+def successor(prefix: str) -> str:
+    """The smallest string greater than every string starting with ``prefix``.
+
+    Used to jump past a whole common prefix with one seek. UTF-8 order equals
+    code point order, so incrementing the last code point is enough.
+    """
+    while prefix:
+        last = ord(prefix[-1])
+        if last < 0x10FFFF:
+            return prefix[:-1] + chr(last + 1 if last + 1 != 0xD800 else 0xE000)
+        prefix = prefix[:-1]
+    return "\U0010ffff" * 2  # nothing is greater; callers stop there
+
+
+@dataclass(frozen=True, slots=True)
+class ListEntry:
+    """What a listing needs of an object, decoded without building ObjectMeta."""
+
+    key: str
+    size: int
+    etag: str
+    last_modified_ms: int
+    checksum_algorithm: str | None
+
+
+@dataclass(slots=True)
+class ListPage:
+    contents: list[ListEntry] = field(default_factory=list)
+    prefixes: list[str] = field(default_factory=list)
+    truncated: bool = False
+    last: str | None = None  # last key or common prefix returned (the next marker)
+
+
+class Index:
+    """rocksdict-backed namespace: buckets, objects, uploads and parts."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        self._db = Rdict(str(path), options)
+        self._sync = WriteOptions()
+        self._sync.sync = True
+        self._lock = threading.Lock()
+        raw = self._db.get(_SEQ_KEY)
+        self._seq = int.from_bytes(raw, "big") if raw else 0
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- helpers -----------------------------------------------------------
+
+    def _write(self, batch: WriteBatch) -> None:
+        self._db.write(batch, self._sync)
+
+    def _batch(self) -> WriteBatch:
+        return WriteBatch(raw_mode=True)
+
+    def _next_seq(self, batch: WriteBatch) -> int:
+        self._seq += 1
+        batch.put(_SEQ_KEY, self._seq.to_bytes(8, "big"))
+        return self._seq
+
+    def _scan(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        it = self._db.iter()
+        it.seek(start)
+        while it.valid():
+            k = it.key()
+            if not k.startswith(prefix):
+                return
+            yield k, it.value()
+            it.next()
+
+    def _any_with_prefix(self, prefix: bytes) -> bool:
+        return next(self._scan(prefix, prefix), None) is not None
+
+    # -- buckets -----------------------------------------------------------
+
+    def get_bucket(self, name: str) -> BucketInfo | None:
+        raw = self._db.get(_bkey(name))
+        return BucketInfo.from_bytes(raw) if raw is not None else None
+
+    def create_bucket(self, info: BucketInfo) -> bool:
+        """Create the bucket; False if it already exists."""
+        with self._lock:
+            if self._db.get(_bkey(info.name)) is not None:
+                return False
+            batch = self._batch()
+            batch.put(_bkey(info.name), info.to_bytes())
+            self._write(batch)
+            return True
+
+    def delete_bucket(self, name: str) -> None:
+        with self._lock:
+            if self._db.get(_bkey(name)) is None:
+                raise NoSuchBucket(BucketName=name)
+            if self._any_with_prefix(_okey(name)) or self._any_with_prefix(_ukey(name)):
+                raise BucketNotEmpty(BucketName=name)
+            batch = self._batch()
+            batch.delete(_bkey(name))
+            self._write(batch)
+
+    def list_buckets(self) -> list[BucketInfo]:
+        return [BucketInfo.from_bytes(v) for _, v in self._scan(b"B", b"B")]
+
+    # -- objects -----------------------------------------------------------
+
+    def get_object(self, bucket: str, key: str) -> ObjectMeta | None:
+        raw = self._db.get(_okey(bucket, key))
+        return ObjectMeta.from_bytes(raw) if raw is not None else None
+
+    def put_object(
+        self,
+        meta: ObjectMeta,
+        *,
+        if_none_match: bool = False,
+        if_match: str | None = None,
+        drop_upload: Upload | None = None,
+        drop_parts: list[int] = (),  # type: ignore[assignment]
+    ) -> tuple[ObjectMeta, ObjectMeta | None]:
+        """Commit ``meta`` (its seq assigned here) and return it with the
+        version it replaced. Conditions are checked under the lock, so a
+        conditional write is atomic against concurrent writers. With
+        ``drop_upload`` the same batch removes a completed multipart upload
+        and its part records."""
+        with self._lock:
+            if self._db.get(_bkey(meta.bucket)) is None:
+                raise NoSuchBucket(BucketName=meta.bucket)
+            raw = self._db.get(_okey(meta.bucket, meta.key))
+            old = ObjectMeta.from_bytes(raw) if raw is not None else None
+            if if_none_match and old is not None:
+                raise PreconditionFailed(Condition="If-None-Match")
+            if if_match is not None and (old is None or if_match not in ("*", old.etag)):
+                raise PreconditionFailed(Condition="If-Match")
+            batch = self._batch()
+            seq = self._next_seq(batch)
+            meta = replace(meta, seq=seq)
+            batch.put(_okey(meta.bucket, meta.key), meta.to_bytes())
+            if drop_upload is not None:
+                batch.delete(_ukey(drop_upload.bucket, drop_upload.key, drop_upload.upload_id))
+                for number in drop_parts:
+                    batch.delete(_pkey(drop_upload.upload_id, number))
+            self._write(batch)
+            return meta, old
+
+    def delete_object(self, bucket: str, key: str) -> ObjectMeta | None:
+        """Remove the key; return what was there (None if nothing)."""
+        with self._lock:
+            raw = self._db.get(_okey(bucket, key))
+            if raw is None:
+                return None
+            batch = self._batch()
+            batch.delete(_okey(bucket, key))
+            self._write(batch)
+            return ObjectMeta.from_bytes(raw)
+
+    def has_objects(self, bucket: str) -> bool:
+        return self._any_with_prefix(_okey(bucket))
+
+    def iter_objects(self, bucket: str | None = None) -> Iterator[ObjectMeta]:
+        prefix = _okey(bucket) if bucket is not None else b"O"
+        for _, value in self._scan(prefix, prefix):
+            yield ObjectMeta.from_bytes(value)
+
+    def list_objects(
+        self,
+        bucket: str,
+        prefix: str = "",
+        delimiter: str = "",
+        marker: str = "",
+        max_keys: int = 1000,
+    ) -> ListPage:
+        """One page of keys after ``marker`` under ``prefix``, rolling keys
+        that contain ``delimiter`` after the prefix into common prefixes.
+
+        ``marker`` is exclusive and may be a key or a common prefix returned
+        by an earlier page (V1 NextMarker, V2 continuation token)."""
+        page = ListPage()
+        base = _okey(bucket)
+        scope = base + prefix.encode()
+        start = max(prefix, marker)
+        it = self._db.iter()
+        it.seek(base + start.encode())
+        plen = len(prefix)
+        count = 0
+        while it.valid():
+            raw_key = it.key()
+            if not raw_key.startswith(scope):
+                break
+            key = raw_key[len(base):].decode()
+            if key <= marker:
+                it.next()
+                continue
+            if delimiter:
+                cut = key.find(delimiter, plen)
+                if cut >= 0:
+                    common = key[: cut + len(delimiter)]
+                    if common > marker:
+                        if count == max_keys:
+                            page.truncated = True
+                            break
+                        page.prefixes.append(common)
+                        page.last = common
+                        count += 1
+                    it.seek(base + successor(common).encode())
+                    continue
+            if count == max_keys:
+                page.truncated = True
+                break
+            page.contents.append(_entry(key, it.value()))
+            page.last = key
+            count += 1
+            it.next()
+        return page
+
+    # -- multipart uploads -------------------------------------------------
+
+    def create_upload(self, upload: Upload) -> None:
+        with self._lock:
+            if self._db.get(_bkey(upload.bucket)) is None:
+                raise NoSuchBucket(BucketName=upload.bucket)
+            batch = self._batch()
+            batch.put(_ukey(upload.bucket, upload.key, upload.upload_id), upload.to_bytes())
+            self._write(batch)
+
+    def get_upload(self, bucket: str, key: str, upload_id: str) -> Upload | None:
+        raw = self._db.get(_ukey(bucket, key, upload_id))
+        return Upload.from_bytes(raw) if raw is not None else None
+
+    def put_part(self, upload: Upload, part: Part) -> Part | None | bool:
+        """Record a part; return the part it replaced, or False if the upload
+        is gone (completed or aborted meanwhile)."""
+        with self._lock:
+            if self._db.get(_ukey(upload.bucket, upload.key, upload.upload_id)) is None:
+                return False
+            raw = self._db.get(_pkey(upload.upload_id, part.part_number))
+            batch = self._batch()
+            batch.put(_pkey(upload.upload_id, part.part_number), part.to_bytes())
+            self._write(batch)
+            return Part.from_bytes(raw) if raw is not None else None
+
+    def list_parts(self, upload_id: str, after: int = 0, limit: int = 10_000) -> list[Part]:
+        prefix = _pkey(upload_id)
+        parts = []
+        for _, value in self._scan(_pkey(upload_id, after + 1), prefix):
+            if len(parts) == limit:
+                break
+            parts.append(Part.from_bytes(value))
+        return parts
+
+    def delete_upload(self, upload: Upload) -> list[Part] | None:
+        """Remove an upload and its parts; return the parts (None if gone)."""
+        with self._lock:
+            if self._db.get(_ukey(upload.bucket, upload.key, upload.upload_id)) is None:
+                return None
+            parts = self.list_parts(upload.upload_id)
+            batch = self._batch()
+            batch.delete(_ukey(upload.bucket, upload.key, upload.upload_id))
+            for part in parts:
+                batch.delete(_pkey(upload.upload_id, part.part_number))
+            self._write(batch)
+            return parts
+
+    def list_uploads(
+        self,
+        bucket: str,
+        prefix: str = "",
+        key_marker: str = "",
+        upload_id_marker: str = "",
+        limit: int = 1000,
+    ) -> tuple[list[Upload], bool]:
+        """Uploads ordered by key then upload id (ids sort by creation time)."""
+        base = _ukey(bucket)
+        scope = base + prefix.encode()
+        start = base + max(prefix, key_marker).encode()
+        uploads: list[Upload] = []
+        for _, value in self._scan(start, scope):
+            upload = Upload.from_bytes(value)
+            if key_marker and (
+                upload.key < key_marker
+                or (upload.key == key_marker and (not upload_id_marker or upload.upload_id <= upload_id_marker))
+            ):
+                continue
+            if len(uploads) == limit:
+                return uploads, True
+            uploads.append(upload)
+        return uploads, False
+
+    def iter_uploads(self) -> Iterator[Upload]:
+        for _, value in self._scan(b"U", b"U"):
+            yield Upload.from_bytes(value)
+
+    def iter_parts(self) -> Iterator[Part]:
+        for _, value in self._scan(b"P", b"P"):
+            yield Part.from_bytes(value)
+
+
+def _entry(key: str, raw: bytes) -> ListEntry:
+    plain = msgpack.unpackb(raw, raw=False)
+    checksum = plain.get("checksum")
+    return ListEntry(
+        key=key,
+        size=plain["size"],
+        etag=plain["etag"],
+        last_modified_ms=plain["last_modified_ms"],
+        checksum_algorithm=checksum["algorithm"] if checksum else None,
+    )
+
+

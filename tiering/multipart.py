@@ -1,0 +1,258 @@
+"""Multipart uploads: create, upload parts, complete, abort, list.
+
+Each part is its own hot-tier file. Completing an upload writes no bytes:
+the object's chunks are the chosen parts' files, committed together with
+the removal of the upload's records in one index batch. Parts uploaded but
+not chosen are deleted after that commit.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from packer.ranges import ByteRange
+from tiering import _pool, checksums
+from tiering.errors import (
+    EntityTooSmall,
+    InvalidArgument,
+    InvalidPart,
+    InvalidPartOrder,
+    InvalidRequest,
+    NoSuchUpload,
+)
+from tiering.inputs import Integrity, NewObject
+from tiering.meta import Checksum, Chunk, ObjectMeta, Part, Upload, now_ms
+from tiering.names import check_key
+
+if TYPE_CHECKING:
+    from tiering.objects import ObjectService
+
+MIN_PART_SIZE = 5 * 1024**2  # every part but the last, as S3 requires
+MAX_PART_NUMBER = 10_000
+MAX_PART_SIZE = 5 * 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenPart:
+    """One <Part> of a CompleteMultipartUpload request."""
+
+    part_number: int
+    etag: str  # without quotes
+    checksum: str | None = None  # base64 value of the upload's algorithm, if sent
+
+
+class Multipart:
+    def __init__(self, service: ObjectService) -> None:
+        self._service = service
+        self._index = service.index
+
+    async def create(
+        self,
+        bucket: str,
+        key: str,
+        new: NewObject,
+        checksum_algorithm: str | None = None,
+        checksum_type: str | None = None,
+    ) -> Upload:
+        check_key(key)
+        await self._service.bucket(bucket)
+        if checksum_type is not None:
+            if checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
+                raise InvalidRequest(f"Value for x-amz-checksum-type header is invalid: {checksum_type}")
+            if checksum_algorithm is None:
+                raise InvalidRequest(
+                    "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
+                )
+        if checksum_algorithm is not None and checksum_type is None:
+            # S3's defaults: CRC64NVME only exists as a full-object checksum;
+            # the others default to composite (checksum of part checksums).
+            checksum_type = "FULL_OBJECT" if checksum_algorithm == "CRC64NVME" else "COMPOSITE"
+        if checksum_type == "FULL_OBJECT" and checksum_algorithm not in checksums.FULL_OBJECT_CAPABLE:
+            raise InvalidRequest(f"The FULL_OBJECT checksum type cannot be used with the {checksum_algorithm} checksum algorithm.")
+        if checksum_type == "COMPOSITE" and checksum_algorithm == "CRC64NVME":
+            raise InvalidRequest("The COMPOSITE checksum type cannot be used with the CRC64NVME checksum algorithm.")
+        upload = Upload(
+            # Time first, so an upload's id sorts by initiation within a key.
+            upload_id=f"{now_ms():012x}{secrets.token_hex(12)}",
+            bucket=bucket,
+            key=key,
+            initiated_ms=now_ms(),
+            content_type=new.content_type,
+            headers=new.headers,
+            user_meta=new.user_meta,
+            checksum_algorithm=checksum_algorithm,
+            checksum_type=checksum_type,
+        )
+        await _pool.run(self._index.create_upload, upload)
+        return upload
+
+    async def get(self, bucket: str, key: str, upload_id: str) -> Upload:
+        upload = await _pool.run(self._index.get_upload, bucket, key, upload_id)
+        if upload is None:
+            await self._service.bucket(bucket)
+            raise NoSuchUpload(UploadId=upload_id)
+        return upload
+
+    async def upload_part(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        part_number: int,
+        body: AsyncIterator[bytes],
+        integrity: Integrity,
+    ) -> Part:
+        _check_part_number(part_number)
+        upload = await self.get(bucket, key, upload_id)
+        if integrity.expected_size is not None and integrity.expected_size > MAX_PART_SIZE:
+            raise InvalidArgument("Part size exceeds 5 GiB", ArgumentName="Content-Length")
+        if integrity.checksum_algorithm is None:
+            integrity.checksum_algorithm = upload.checksum_algorithm
+        elif upload.checksum_algorithm not in (None, integrity.checksum_algorithm):
+            raise InvalidRequest(
+                f"Checksum Type mismatch occurred, expected checksum Type: "
+                f"{upload.checksum_algorithm.lower()}, actual checksum Type: {integrity.checksum_algorithm.lower()}"
+            )
+        staged = await self._service.stage(body, integrity)
+        return await self._record(upload, part_number, staged.chunk, staged.md5_hex, staged.checksum, now_ms())
+
+    async def upload_part_copy(
+        self, bucket: str, key: str, upload_id: str, part_number: int, source: ObjectMeta, wanted: ByteRange
+    ) -> Part:
+        _check_part_number(part_number)
+        upload = await self.get(bucket, key, upload_id)
+        staged = await self._service.stage(
+            self._service.read(source, wanted),
+            Integrity(checksum_algorithm=upload.checksum_algorithm, expected_size=wanted.length),
+        )
+        return await self._record(upload, part_number, staged.chunk, staged.md5_hex, staged.checksum, now_ms())
+
+    async def _record(
+        self, upload: Upload, number: int, chunk: Chunk, md5_hex: str, checksum: Checksum | None, when: int
+    ) -> Part:
+        part = Part(number, chunk.size, md5_hex, when, chunk, checksum)
+        try:
+            previous = await _pool.run(self._index.put_part, upload, part)
+        except BaseException:
+            await _pool.run(self._service.hot.remove, [chunk])
+            raise
+        if previous is False:  # completed or aborted while this part streamed
+            await _pool.run(self._service.hot.remove, [chunk])
+            raise NoSuchUpload(UploadId=upload.upload_id)
+        if previous is not None:
+            await _pool.run(self._service.hot.remove, [previous.chunk])
+        return part
+
+    async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
+        upload = await self.get(bucket, key, upload_id)
+        if not chosen:
+            raise InvalidRequest("You must specify at least one part")
+        stored = {p.part_number: p for p in await _pool.run(self._index.list_parts, upload_id)}
+        parts: list[Part] = []
+        previous = 0
+        for i, want in enumerate(chosen):
+            if want.part_number <= previous:
+                raise InvalidPartOrder(
+                    "The list of parts was not in ascending order. Parts must be ordered by part number.",
+                    UploadId=upload_id,
+                )
+            previous = want.part_number
+            part = stored.get(want.part_number)
+            if part is None or part.etag != want.etag:
+                raise InvalidPart(
+                    "One or more of the specified parts could not be found. The part may not have been "
+                    "uploaded, or the specified entity tag may not match the part's entity tag.",
+                    UploadId=upload_id,
+                    PartNumber=want.part_number,
+                    ETag=want.etag,
+                )
+            if want.checksum is not None and (part.checksum is None or part.checksum.value != want.checksum):
+                raise InvalidPart(
+                    f"The checksum of part {want.part_number} does not match the checksum sent in the request.",
+                    UploadId=upload_id,
+                    PartNumber=want.part_number,
+                )
+            if i < len(chosen) - 1 and part.size < MIN_PART_SIZE:
+                raise EntityTooSmall(
+                    "Your proposed upload is smaller than the minimum allowed object size.",
+                    ProposedSize=part.size,
+                    MinSizeAllowed=MIN_PART_SIZE,
+                    PartNumber=want.part_number,
+                    ETag=want.etag,
+                )
+            parts.append(part)
+        meta = ObjectMeta(
+            bucket=bucket,
+            key=key,
+            size=sum(p.size for p in parts),
+            etag=md5_of_parts([p.etag for p in parts]),
+            last_modified_ms=now_ms(),
+            seq=0,
+            content_type=upload.content_type,
+            headers=upload.headers,
+            user_meta=upload.user_meta,
+            checksum=_object_checksum(upload, parts),
+            chunks=tuple(p.chunk for p in parts),
+            part_sizes=tuple(p.size for p in parts),
+        )
+        meta, old = await _pool.run(
+            self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored)
+        )
+        used = {p.chunk.file_id for p in parts}
+        unused = [p.chunk for p in stored.values() if p.chunk.file_id not in used]
+        await _pool.run(self._service.hot.remove, unused)
+        if old is not None:
+            await self._service._drop(old, keep=meta.chunks)
+        return meta
+
+    async def abort(self, bucket: str, key: str, upload_id: str) -> None:
+        upload = await self.get(bucket, key, upload_id)
+        parts = await _pool.run(self._index.delete_upload, upload)
+        if parts is None:
+            raise NoSuchUpload(UploadId=upload_id)
+        await _pool.run(self._service.hot.remove, [p.chunk for p in parts])
+
+    async def list_parts(self, bucket: str, key: str, upload_id: str, after: int, limit: int) -> tuple[Upload, list[Part], bool]:
+        upload = await self.get(bucket, key, upload_id)
+        parts = await _pool.run(self._index.list_parts, upload_id, after, limit + 1)
+        return upload, parts[:limit], len(parts) > limit
+
+    async def list_uploads(
+        self, bucket: str, prefix: str, key_marker: str, upload_id_marker: str, limit: int
+    ) -> tuple[list[Upload], bool]:
+        await self._service.bucket(bucket)
+        return await _pool.run(self._index.list_uploads, bucket, prefix, key_marker, upload_id_marker, limit)
+
+
+def _check_part_number(number: int) -> None:
+    if not 1 <= number <= MAX_PART_NUMBER:
+        raise InvalidArgument(
+            "Part number must be an integer between 1 and 10000, inclusive",
+            ArgumentName="partNumber",
+            ArgumentValue=number,
+        )
+
+
+def _object_checksum(upload: Upload, parts: list[Part]) -> Checksum | None:
+    """The object's checksum as S3 defines it for the upload's type:
+    FULL_OBJECT is the CRC of the whole object (combined from the parts'
+    CRCs, no re-read), COMPOSITE the checksum of the parts' checksums."""
+    algorithm = upload.checksum_algorithm
+    if algorithm is None or any(p.checksum is None or p.checksum.algorithm != algorithm for p in parts):
+        return None
+    digests = [checksums.decode_digest(algorithm, p.checksum.value) for p in parts]  # type: ignore[union-attr]
+    if upload.checksum_type == "FULL_OBJECT":
+        combined = checksums.combine_full_object(algorithm, [(d, p.size) for d, p in zip(digests, parts)])
+        return Checksum(algorithm, base64.b64encode(combined).decode(), "FULL_OBJECT")
+    return Checksum(algorithm, checksums.composite(algorithm, digests), "COMPOSITE")
+
+
+def md5_of_parts(part_etags: list[str]) -> str:
+    """S3's multipart ETag: MD5 of the parts' binary MD5s, then -N."""
+    digest = hashlib.md5(b"".join(bytes.fromhex(e) for e in part_etags)).hexdigest()
+    return f"{digest}-{len(part_etags)}"
