@@ -1,0 +1,74 @@
+"""Fixtures shared by the integration and contract tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.config import Config as BotoConfig
+
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One gateway process for the session; tests use their own buckets."""
+    gw = Gateway(tmp_path_factory.mktemp("gw") / "data").start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture
+def fresh_gateway(tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway of the test's own, for restarts and crash tests."""
+    gw = Gateway(tmp_path / "data").start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def make_client(endpoint: str, **config: object):
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name="us-east-1",
+        config=BotoConfig(retries={"max_attempts": 1}, **config),  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="session")
+def s3(gateway: Gateway):
+    return make_client(gateway.endpoint)
+
+
+_counter = iter(range(1_000_000))
+
+
+@pytest.fixture
+def bucket(s3, request: pytest.FixtureRequest) -> str:
+    """A new, empty bucket named after the test."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"t{next(_counter)}-{base}".strip("-")[:63].rstrip("-")
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """A real moto S3 server on a free loopback port."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()

@@ -1,0 +1,104 @@
+"""Real servers for tests: the gateway as a subprocess, moto in a thread.
+
+Both bind 127.0.0.1 on free ports, are polled until ready, and are stopped
+(by PID, for the gateway) by the fixture that started them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ACCESS_KEY = "tierstore-test-key"
+SECRET_KEY = "tierstore-test-secret"
+ADMIN_TOKEN = "tierstore-test-admin-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before {url} answered")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+@dataclass
+class Gateway:
+    """A `tierstore serve` subprocess and how to reach it."""
+
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    port: int = 0
+    admin_port: int = 0
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            TIERSTORE_ACCESS_KEY=ACCESS_KEY,
+            TIERSTORE_SECRET_KEY=SECRET_KEY,
+            TIERSTORE_ADMIN_TOKEN=ADMIN_TOKEN,
+        )
+        return env
+
+    def start(self) -> Gateway:
+        self.port, self.admin_port = free_port(), free_port()
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-gateway.log"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--port", str(self.port),
+             "--admin-port", str(self.admin_port), "--data-dir", str(self.data_dir),
+             *self.extra_args],
+            env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+        )
+        log.close()
+        wait_http(f"{self.admin_url}/health", proc=self.proc)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> Gateway:
+        self.stop()
+        return self.start()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
