@@ -1,0 +1,163 @@
+"""The index's listing against a brute-force model of S3's listing rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tiering.errors import BucketNotEmpty, NoSuchBucket, PreconditionFailed
+from tiering.index import Index, successor
+from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, Upload
+
+
+def meta(key: str, bucket: str = "bkt", size: int = 1) -> ObjectMeta:
+    return ObjectMeta(bucket, key, size, "e" * 32, 1_700_000_000_000, 0, chunks=(Chunk("f" + key, size),))
+
+
+@pytest.fixture
+def index(tmp_path: Path):
+    idx = Index(tmp_path / "index")
+    idx.create_bucket(BucketInfo("bkt", 1))
+    yield idx
+    idx.close()
+
+
+def model_page(keys, prefix, delimiter, marker, max_keys):
+    """S3's rules, computed over the whole sorted key list."""
+    entries = []  # (sort key, kind, value)
+    seen = set()
+    for key in sorted(keys):
+        if not key.startswith(prefix):
+            continue
+        cut = key.find(delimiter, len(prefix)) if delimiter else -1
+        if cut >= 0:
+            common = key[: cut + len(delimiter)]
+            if common not in seen:
+                seen.add(common)
+                entries.append((common, "p"))
+        else:
+            entries.append((key, "k"))
+    entries = [e for e in entries if e[0] > marker]
+    page = entries[:max_keys]
+    return (
+        [v for v, kind in page if kind == "k"],
+        [v for v, kind in page if kind == "p"],
+        len(entries) > max_keys,
+    )
+
+
+def walk(index, prefix, delimiter, max_keys):
+    """All pages, following ``last`` as the marker, as clients do."""
+    keys, prefixes, marker = [], [], ""
+    for _ in range(10_000):
+        page = index.list_objects("bkt", prefix, delimiter, marker, max_keys)
+        keys += [e.key for e in page.contents]
+        prefixes += page.prefixes
+        if not page.truncated:
+            return keys, prefixes
+        marker = page.last
+    raise AssertionError("listing did not terminate")
+
+
+KEYS = st.lists(st.text(alphabet="ab/._é\U0001f600", min_size=1, max_size=8), max_size=40, unique=True)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@given(keys=KEYS, prefix=st.sampled_from(["", "a", "a/", "b/"]), delimiter=st.sampled_from(["", "/", "//", "a/"]),
+       marker=st.text(alphabet="ab/", max_size=3), max_keys=st.integers(0, 5))
+def test_page_matches_model(tmp_path_factory, keys, prefix, delimiter, marker, max_keys) -> None:
+    index = Index(tmp_path_factory.mktemp("idx") / "index")
+    try:
+        index.create_bucket(BucketInfo("bkt", 1))
+        for key in keys:
+            index.put_object(meta(key))
+        page = index.list_objects("bkt", prefix, delimiter, marker, max_keys)
+        want_keys, want_prefixes, truncated = model_page(keys, prefix, delimiter, marker, max_keys)
+        assert [e.key for e in page.contents] == want_keys
+        assert page.prefixes == want_prefixes
+        assert page.truncated == truncated
+        if max_keys:
+            got = walk(index, prefix, delimiter, max_keys)
+            full = model_page(keys, prefix, delimiter, "", 10**9)
+            assert got == (full[0], full[1])
+    finally:
+        index.close()
+
+
+def test_other_buckets_are_invisible(index: Index) -> None:
+    index.create_bucket(BucketInfo("bkt2", 1))
+    index.put_object(meta("x", "bkt2"))
+    index.put_object(meta("y"))
+    assert [e.key for e in index.list_objects("bkt").contents] == ["y"]
+    assert [e.key for e in index.list_objects("bkt2").contents] == ["x"]
+
+
+def test_put_returns_replaced_version_and_assigns_seq(index: Index) -> None:
+    first, old = index.put_object(meta("k", size=1))
+    assert old is None and first.seq > 0
+    second, old = index.put_object(meta("k", size=2))
+    assert old == first and second.seq > first.seq
+
+
+def test_conditional_put(index: Index) -> None:
+    index.put_object(meta("k"))
+    with pytest.raises(PreconditionFailed):
+        index.put_object(meta("k"), if_none_match=True)
+    with pytest.raises(PreconditionFailed):
+        index.put_object(meta("k"), if_match="nope")
+    index.put_object(meta("k"), if_match="e" * 32)
+
+
+def test_bucket_lifecycle(index: Index) -> None:
+    assert not index.create_bucket(BucketInfo("bkt", 2))
+    index.put_object(meta("k"))
+    with pytest.raises(BucketNotEmpty):
+        index.delete_bucket("bkt")
+    index.delete_object("bkt", "k")
+    index.delete_bucket("bkt")
+    with pytest.raises(NoSuchBucket):
+        index.delete_bucket("bkt")
+
+
+def test_open_upload_keeps_bucket_non_empty(index: Index) -> None:
+    upload = Upload("u1", "bkt", "k", 1)
+    index.create_upload(upload)
+    with pytest.raises(BucketNotEmpty):
+        index.delete_bucket("bkt")
+    assert index.delete_upload(upload) == []
+    index.delete_bucket("bkt")
+
+
+def test_parts_replace_and_list_in_order(index: Index) -> None:
+    upload = Upload("u1", "bkt", "k", 1)
+    index.create_upload(upload)
+    for n in (3, 1, 2):
+        assert index.put_part(upload, Part(n, 5, "a" * 32, 1, Chunk(f"c{n}", 5))) is None
+    replaced = index.put_part(upload, Part(2, 6, "b" * 32, 2, Chunk("c2b", 6)))
+    assert isinstance(replaced, Part) and replaced.chunk.file_id == "c2"
+    assert [p.part_number for p in index.list_parts("u1")] == [1, 2, 3]
+    assert [p.part_number for p in index.list_parts("u1", after=1, limit=1)] == [2]
+    index.delete_upload(upload)
+    assert index.put_part(upload, Part(4, 5, "a" * 32, 1, Chunk("c4", 5))) is False
+
+
+def test_state_survives_reopen(tmp_path: Path) -> None:
+    index = Index(tmp_path / "i")
+    index.create_bucket(BucketInfo("bkt", 1))
+    written, _ = index.put_object(meta("k"))
+    index.close()
+    index = Index(tmp_path / "i")
+    assert index.get_object("bkt", "k") == written
+    again, _ = index.put_object(meta("k2"))
+    assert again.seq > written.seq
+    index.close()
+
+
+@pytest.mark.parametrize("prefix", ["a/", "z", "é/", "a\U0010ffff"])
+def test_successor_bounds_the_prefix(prefix: str) -> None:
+    after = successor(prefix)
+    assert after > prefix
+    assert after > prefix + "\U0010ffff" * 3 or prefix.endswith("\U0010ffff")
