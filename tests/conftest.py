@@ -9,6 +9,7 @@ import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 
+from tiering import fsck
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
 
 
@@ -20,6 +21,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield gw
     finally:
         gw.stop()
+    assert_consistent(gw)
 
 
 @pytest.fixture
@@ -30,6 +32,13 @@ def fresh_gateway(tmp_path: Path) -> Iterator[Gateway]:
         yield gw
     finally:
         gw.stop()
+    assert_consistent(gw)
+
+
+def assert_consistent(gw: Gateway) -> None:
+    """Every test ends with the data directory checked: index and files agree."""
+    problems = fsck.check(gw.data_dir)
+    assert not problems, "data directory inconsistent after the gateway stopped:\n" + "\n".join(problems)
 
 
 def make_client(endpoint: str, **config: object):

@@ -1,0 +1,189 @@
+"""The object service without HTTP: durability order, cleanup, verification."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from packer.ranges import ByteRange
+from tiering import fsck
+from tiering.errors import BadDigest, IncompleteBody, NoSuchKey, PreconditionFailed, SlowDown
+from tiering.inputs import Integrity, NewObject
+from tiering.multipart import ChosenPart, MIN_PART_SIZE
+from tiering.objects import ObjectService, PayloadHashMismatch
+
+
+async def body(*pieces: bytes) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        yield piece
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    run(svc.start())
+    run(svc.create_bucket("bkt"))
+    yield svc
+    svc.close()
+    assert fsck.check(tmp_path) == []
+
+
+def hot_files(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "hot").rglob("*") if p.is_file())
+
+
+async def put(svc: ObjectService, key: str, data: bytes, **integrity) -> object:
+    return await svc.put("bkt", key, body(data), NewObject(), Integrity(expected_size=len(data), **integrity))
+
+
+def test_put_read_range_and_overwrite_drops_old_file(service: ObjectService, tmp_path: Path) -> None:
+    async def go():
+        first = await put(service, "k", b"0123456789")
+        assert first.etag == hashlib.md5(b"0123456789").hexdigest()
+        assert await service.read_all(first, ByteRange(2, 5)) == b"234"
+        files_before = hot_files(tmp_path)
+        second = await put(service, "k", b"abc")
+        assert await service.read_all(await service.head("bkt", "k")) == b"abc"
+        assert second.seq > first.seq
+        assert len(hot_files(tmp_path)) == len(files_before) == 1
+        assert hot_files(tmp_path) != files_before
+
+    run(go())
+
+
+def test_large_body_in_many_pieces(service: ObjectService) -> None:
+    data = os.urandom(3 * 1024 * 1024 + 17)
+    pieces = [data[i : i + 65536] for i in range(0, len(data), 65536)]
+
+    async def go():
+        meta = await service.put("bkt", "big", body(*pieces), NewObject(), Integrity(expected_size=len(data)))
+        assert await service.read_all(meta) == data
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    "integrity, error",
+    [
+        (dict(content_md5=base64.b64encode(b"x" * 16).decode()), BadDigest),
+        (dict(checksum_algorithm="CRC32", checksum_value="AAAAAA=="), BadDigest),
+        (dict(payload_sha256="0" * 64), PayloadHashMismatch),
+    ],
+)
+def test_failed_verification_leaves_nothing(service: ObjectService, tmp_path: Path, integrity, error) -> None:
+    async def go():
+        await put(service, "k", b"old")
+        with pytest.raises(error):
+            await put(service, "k", b"new", **integrity)
+        assert await service.read_all(await service.head("bkt", "k")) == b"old"
+
+    run(go())
+    assert len(hot_files(tmp_path)) == 1
+
+
+def test_short_body_is_incomplete(service: ObjectService, tmp_path: Path) -> None:
+    async def go():
+        with pytest.raises(IncompleteBody):
+            await service.put("bkt", "k", body(b"abc"), NewObject(), Integrity(expected_size=10))
+        with pytest.raises(NoSuchKey):
+            await service.head("bkt", "k")
+
+    run(go())
+    assert hot_files(tmp_path) == []
+
+
+def test_body_error_midway_leaves_nothing(service: ObjectService, tmp_path: Path) -> None:
+    async def failing() -> AsyncIterator[bytes]:
+        yield b"x" * 2_000_000
+        raise ConnectionResetError("client went away")
+
+    async def go():
+        with pytest.raises(ConnectionResetError):
+            await service.put("bkt", "k", failing(), NewObject(), Integrity())
+
+    run(go())
+    assert hot_files(tmp_path) == []
+
+
+def test_budget_refuses_with_slowdown(tmp_path: Path) -> None:
+    svc = ObjectService(tmp_path, hot_budget=100)
+    try:
+        async def go():
+            await svc.start()
+            await svc.create_bucket("bkt")
+            with pytest.raises(SlowDown):
+                await svc.put("bkt", "k", body(b"x" * 200), NewObject(), Integrity(expected_size=200))
+
+        run(go())
+    finally:
+        svc.close()
+
+
+def test_if_none_match_star(service: ObjectService) -> None:
+    async def go():
+        await service.put("bkt", "k", body(b"a"), NewObject(), Integrity(), if_none_match=True)
+        with pytest.raises(PreconditionFailed):
+            await service.put("bkt", "k", body(b"b"), NewObject(), Integrity(), if_none_match=True)
+
+    run(go())
+
+
+def test_sweep_removes_orphans_after_crash(tmp_path: Path) -> None:
+    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    run(svc.start())
+    run(svc.create_bucket("bkt"))
+    run(put(svc, "k", b"kept"))
+    # A write that crashed before its index commit leaves a file behind.
+    orphan = svc.hot.path_of("0000000000000000deadbeef")
+    orphan.write_bytes(b"junk")
+    svc.close()
+    assert any("referenced by nothing" in p for p in fsck.check(tmp_path))
+    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    run(svc.start())
+    assert not orphan.exists()
+    assert svc.hot.used == 4
+    assert run(svc.read_all(run(svc.head("bkt", "k")))) == b"kept"
+    svc.close()
+    assert fsck.check(tmp_path) == []
+
+
+def test_fsck_reports_missing_and_resized_files(service: ObjectService, tmp_path: Path) -> None:
+    meta = run(put(service, "k", b"abc"))
+    path = service.hot.path_of(meta.chunks[0].file_id)
+    path.write_bytes(b"abcd")
+    service.close()
+    assert any("has 4 bytes" in p for p in fsck.check(tmp_path))
+    path.unlink()
+    assert any("is missing" in p for p in fsck.check(tmp_path))
+    path.write_bytes(b"abc")  # restore, so the fixture's final check passes
+    service.index = type(service.index)(tmp_path / "index")
+
+
+def test_multipart_complete_uses_part_files_and_drops_unused(service: ObjectService, tmp_path: Path) -> None:
+    part1 = os.urandom(MIN_PART_SIZE)
+
+    async def go():
+        upload = await service.multipart.create("bkt", "mp", NewObject())
+        p1 = await service.multipart.upload_part("bkt", "mp", upload.upload_id, 1, body(part1), Integrity())
+        p2 = await service.multipart.upload_part("bkt", "mp", upload.upload_id, 2, body(b"tail"), Integrity())
+        await service.multipart.upload_part("bkt", "mp", upload.upload_id, 3, body(b"unused"), Integrity())
+        meta = await service.multipart.complete(
+            "bkt", "mp", upload.upload_id, [ChosenPart(1, p1.etag), ChosenPart(2, p2.etag)]
+        )
+        want = hashlib.md5(bytes.fromhex(p1.etag) + bytes.fromhex(p2.etag)).hexdigest() + "-2"
+        assert meta.etag == want
+        assert await service.read_all(meta) == part1 + b"tail"
+        assert await service.read_all(meta, ByteRange(MIN_PART_SIZE - 2, MIN_PART_SIZE + 2)) == part1[-2:] + b"ta"
+
+    run(go())
+    assert len(hot_files(tmp_path)) == 2
