@@ -138,6 +138,28 @@ def serve(
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
+@app.command()
+def check(data_dir: DataDir = None) -> None:
+    """Check a stopped gateway's data dir: index and hot-tier files agree.
+
+    Exits 0 when consistent, 1 with one line per problem otherwise.
+    """
+    from tiering import fsck
+
+    path = data_dir or Path("tierstore-data")
+    if not (path / "index").exists():
+        _fail(f"{path} holds no tierstore index", EXIT_CONFIG)
+    try:
+        problems = fsck.check(path)
+    except Exception as exc:  # e.g. the index is locked by a running gateway
+        _fail(f"cannot check {path}: {exc}", 1)
+    for problem in problems:
+        typer.echo(problem)
+    if problems:
+        raise typer.Exit(1)
+    typer.echo(f"{path}: consistent")
+
+
 def _configure_logging(level: str) -> None:
     # "trace" is uvicorn's level below DEBUG; for our own loggers it is DEBUG.
     numeric = logging.DEBUG if level == "trace" else getattr(logging, level.upper())
