@@ -50,6 +50,22 @@ class Staged:
     md5_hex: str
     checksum: Checksum | None
 
+    def as_object(self, bucket: str, key: str, new: NewObject) -> ObjectMeta:
+        """The single-chunk object these bytes become (seq set at commit)."""
+        return ObjectMeta(
+            bucket=bucket,
+            key=key,
+            size=self.chunk.size,
+            etag=self.md5_hex,
+            last_modified_ms=now_ms(),
+            seq=0,
+            content_type=new.content_type,
+            headers=new.headers,
+            user_meta=new.user_meta,
+            checksum=self.checksum,
+            chunks=(self.chunk,),
+        )
+
 
 class ObjectService:
     """Buckets and objects; owns the index and the hot tier of one node."""
@@ -122,19 +138,7 @@ class ObjectService:
             # Checked again atomically at commit; failing early saves the upload.
             check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
         staged = await self.stage(body, integrity)
-        meta = ObjectMeta(
-            bucket=bucket,
-            key=key,
-            size=staged.chunk.size,
-            etag=staged.md5_hex,
-            last_modified_ms=now_ms(),
-            seq=0,
-            content_type=new.content_type,
-            headers=new.headers,
-            user_meta=new.user_meta,
-            checksum=staged.checksum,
-            chunks=(staged.chunk,),
-        )
+        meta = staged.as_object(bucket, key, new)
         return await self.commit(meta, if_none_match=if_none_match, if_match=if_match)
 
     async def commit(self, meta: ObjectMeta, **conditions: object) -> ObjectMeta:
@@ -211,20 +215,7 @@ class ObjectService:
             self.read(source, ByteRange(0, source.size)),
             Integrity(checksum_algorithm=algorithm, expected_size=source.size),
         )
-        meta = ObjectMeta(
-            bucket=bucket,
-            key=key,
-            size=source.size,
-            etag=staged.md5_hex,
-            last_modified_ms=now_ms(),
-            seq=0,
-            content_type=new.content_type,
-            headers=new.headers,
-            user_meta=new.user_meta,
-            checksum=staged.checksum,
-            chunks=(staged.chunk,),
-        )
-        return await self.commit(meta)
+        return await self.commit(staged.as_object(bucket, key, new))
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
