@@ -24,6 +24,13 @@ from tiering.objects import ObjectService
 log = logging.getLogger("tierstore.s3")
 
 
+def _has_body(scope: dict[str, Any]) -> bool:
+    for name, value in scope["headers"]:
+        if name.lower() == b"transfer-encoding" or (name.lower() == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
 class S3App:
     """ASGI 3 app serving the S3 API from an ObjectService it owns."""
 
@@ -74,8 +81,17 @@ class S3App:
         request_id = secrets.token_hex(8).upper()
         method = scope["method"]
         resource = scope.get("path", "/")
+        body_done = not _has_body(scope)
+
+        async def tracked_receive() -> Any:
+            nonlocal body_done
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                body_done = True
+            return message
+
         try:
-            response = await self._handle(scope, receive, request_id)
+            response = await self._handle(scope, tracked_receive, request_id)
         except ClientDisconnected:
             return
         except asyncio.CancelledError:
@@ -83,6 +99,11 @@ class S3App:
         except Exception as exc:
             response = self._error(exc, resource, request_id, method)
         response.headers += [("x-amz-request-id", request_id), ("x-amz-id-2", request_id), ("server", "tierstore")]
+        if not body_done:
+            # Answered before the body was read (an early error, often under
+            # Expect: 100-continue, when the client never sends it): the
+            # connection's next bytes are unknowable, so it must not be reused.
+            response.headers.append(("connection", "close"))
         await response.send(send, head_only=method == "HEAD")
 
     async def _handle(self, scope: dict[str, Any], receive: Any, request_id: str) -> Response:
@@ -101,8 +122,9 @@ class S3App:
         err = to_s3_error(exc)
         if err.code == "InternalError":
             log.error("request %s failed", request_id, exc_info=exc)
-        if err.status == 304:
-            return Response(status=304)
+        if err.status == 304:  # no body; the validators travel as headers
+            return Response(status=304, headers=[(k.lower(), v) for k, v in err.fields.items()
+                                                 if k.lower() in ("etag", "last-modified", "cache-control", "expires")])
         headers: list[tuple[str, str]] = []
         if err.code == "SlowDown":
             headers.append(("retry-after", "1"))

@@ -6,6 +6,7 @@ No framework objects per request: the S3 hot path builds one small
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from urllib.parse import parse_qsl, unquote
 from gateway.errors import S3Error
 
 Scope = dict[str, Any]
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 class ClientDisconnected(Exception):
@@ -39,6 +41,8 @@ class S3Request:
     def from_scope(cls, scope: Scope, receive: Any, request_id: str) -> S3Request:
         raw_path = scope.get("raw_path") or scope["path"].encode()
         raw_path_s = raw_path.decode("latin-1")
+        if _BAD_ESCAPE.search(raw_path_s):  # "%zz", a trailing "%": S3 answers 400
+            raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
         try:
             path = unquote(raw_path_s, encoding="utf-8", errors="strict")
         except UnicodeDecodeError as exc:

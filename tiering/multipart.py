@@ -152,16 +152,17 @@ class Multipart:
         upload = await self.get(bucket, key, upload_id)
         if not chosen:
             raise InvalidRequest("You must specify at least one part")
+        # The order is a property of the request, checked before any part
+        # (else two small parts sent in reverse would be EntityTooSmall).
+        numbers = [want.part_number for want in chosen]
+        if any(b <= a for a, b in zip(numbers, numbers[1:])):
+            raise InvalidPartOrder(
+                "The list of parts was not in ascending order. Parts must be ordered by part number.",
+                UploadId=upload_id,
+            )
         stored = {p.part_number: p for p in await _pool.run(self._index.list_parts, upload_id)}
         parts: list[Part] = []
-        previous = 0
         for i, want in enumerate(chosen):
-            if want.part_number <= previous:
-                raise InvalidPartOrder(
-                    "The list of parts was not in ascending order. Parts must be ordered by part number.",
-                    UploadId=upload_id,
-                )
-            previous = want.part_number
             part = stored.get(want.part_number)
             if part is None or part.etag != want.etag:
                 raise InvalidPart(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 from gateway import xml
 from gateway.context import Context, owner_of
@@ -12,6 +13,7 @@ from gateway.http import Response, S3Request
 
 XML = "application/xml"
 MAX_KEYS = 1000
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
 
 def max_keys(req: S3Request, name: str = "max-keys") -> int:
@@ -44,8 +46,15 @@ def _token(last: str) -> str:
 
 
 def _untoken(token: str) -> str:
+    # Strict: b64decode drops characters outside the alphabet, so "!!!!"
+    # would decode to "" and restart the listing; keys never hold NUL.
     try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
+        if not _TOKEN.fullmatch(token):
+            raise ValueError(token)
+        last = base64.urlsafe_b64decode(token.encode()).decode()
+        if not last or "\x00" in last:
+            raise ValueError(token)
+        return last
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
                       ArgumentName="continuation-token") from exc

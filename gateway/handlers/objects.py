@@ -11,13 +11,14 @@ from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
 from tiering import checksums
 from tiering.conditions import check
-from tiering.errors import TierstoreError
+from tiering.errors import NotModified, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.objects import resolve_part
 
 XML = "application/xml"
 MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them
 _SMALL_READ = 1024 * 1024  # answer in one piece up to this size
+NOT_MODIFIED_HEADERS = ("etag", "last-modified", "cache-control", "expires")
 
 
 def _check_version(req: S3Request) -> None:
@@ -41,7 +42,14 @@ async def _target(ctx: Context, req: S3Request) -> tuple[ObjectMeta, list[tuple[
     """What GET and HEAD answer with: object, headers, range, status."""
     _check_version(req)
     meta = await ctx.service.head(req.bucket, req.key)
-    check(meta, headers.conditions(req.headers))
+    try:
+        check(meta, headers.conditions(req.headers))
+    except NotModified as exc:
+        # A 304 still carries the validators and caching headers a 200 would
+        # (RFC 9110 15.4.5); S3 sends ETag and Last-Modified.
+        exc.detail.update((name.title(), value) for name, value in headers.object_headers(meta)
+                          if name in NOT_MODIFIED_HEADERS)
+        raise
     out = headers.object_headers(meta, req.query)
     wanted: ByteRange | None = None
     if "partNumber" in req.query:
