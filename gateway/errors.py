@@ -9,7 +9,6 @@ XML, headers) are raised directly as :class:`S3Error` with a code from
 from __future__ import annotations
 
 from tiering import errors as t
-from tiering.objects import PayloadHashMismatch
 
 # S3 error code -> HTTP status. Codes and statuses follow the S3 API
 # reference's list of error responses.
@@ -75,7 +74,7 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     t.ConditionalConflict: "ConditionalRequestConflict",
     # A BadDigest with its own S3 code (the MRO walk finds it first): the
     # body does not hash to the signed x-amz-content-sha256.
-    PayloadHashMismatch: "XAmzContentSHA256Mismatch",
+    t.PayloadHashMismatch: "XAmzContentSHA256Mismatch",
     t.BadDigest: "BadDigest",
     t.InvalidDigest: "InvalidDigest",
     t.IncompleteBody: "IncompleteBody",

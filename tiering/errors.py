@@ -73,6 +73,10 @@ class BadDigest(TierstoreError):
     """Content-MD5 or an x-amz-checksum-* value did not match the body."""
 
 
+class PayloadHashMismatch(BadDigest):
+    """The body's SHA-256 differs from the signed x-amz-content-sha256."""
+
+
 class InvalidDigest(TierstoreError):
     """A digest header is not valid base64 of the right length."""
 

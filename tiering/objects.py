@@ -24,6 +24,7 @@ from tiering.errors import (
     InvalidRange,
     NoSuchBucket,
     NoSuchKey,
+    PayloadHashMismatch,
     SlowDown,
 )
 from tiering.hot import ChunkWriter, HotTier
@@ -36,10 +37,6 @@ from tiering.names import check_bucket_name, check_key
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call
 _READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming a GET
-
-
-class PayloadHashMismatch(BadDigest):
-    """The body's SHA-256 differs from the signed x-amz-content-sha256."""
 
 
 @dataclass(slots=True)

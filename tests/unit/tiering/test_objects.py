@@ -13,10 +13,10 @@ import pytest
 
 from packer.ranges import ByteRange
 from tiering import fsck
-from tiering.errors import BadDigest, IncompleteBody, NoSuchKey, PreconditionFailed, SlowDown
+from tiering.errors import BadDigest, IncompleteBody, NoSuchKey, PayloadHashMismatch, PreconditionFailed, SlowDown
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import ChosenPart, MIN_PART_SIZE
-from tiering.objects import ObjectService, PayloadHashMismatch
+from tiering.objects import ObjectService
 
 
 async def body(*pieces: bytes) -> AsyncIterator[bytes]:
