@@ -1,0 +1,85 @@
+"""Fixtures for the client-compatibility tests: s3fs and the AWS CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway
+
+AWS_BIN = Path(sys.executable).with_name("aws")
+
+
+@pytest.fixture
+def fs(gateway: Gateway):
+    """An s3fs filesystem on the session gateway, without listing cache."""
+    import s3fs
+
+    return s3fs.S3FileSystem(
+        key=ACCESS_KEY,
+        secret=SECRET_KEY,
+        endpoint_url=gateway.endpoint,
+        use_listings_cache=False,
+        skip_instance_cache=True,
+        client_kwargs={"region_name": "us-east-1"},
+    )
+
+
+def _aws_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ACCESS_KEY_ID=ACCESS_KEY,
+        AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+        AWS_EC2_METADATA_DISABLED="true",
+        HOME=str(home),
+    )
+    return env
+
+
+class AwsRunner:
+    """Runs ``aws <args> --endpoint-url <gateway>`` with a clean environment."""
+
+    def __init__(self, endpoint: str, env: dict[str, str]) -> None:
+        self.endpoint = endpoint
+        self.env = env
+
+    def _start(self, args: tuple[str, ...]) -> subprocess.Popen:
+        cmd = [str(AWS_BIN), *args, "--endpoint-url", self.endpoint]
+        return subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def _finish(args: tuple[str, ...], proc: subprocess.Popen, check: bool, timeout: float) -> subprocess.CompletedProcess:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"aws {' '.join(args)} timed out\nstdout:\n{out}\nstderr:\n{err}") from None
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"aws {' '.join(args)} exited {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+            )
+        return done
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+        """One command; fails the test on a non-zero exit unless check=False."""
+        return self._finish(args, self._start(args), check, timeout)
+
+    def parallel(self, *commands: tuple[str, ...], timeout: float = 120) -> list[subprocess.CompletedProcess]:
+        """Independent commands at once (each CLI start costs ~1 s of CPU)."""
+        procs = [(args, self._start(args)) for args in commands]
+        return [self._finish(args, proc, True, timeout) for args, proc in procs]
+
+
+@pytest.fixture
+def aws(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> AwsRunner:
+    assert AWS_BIN.exists(), f"AWS CLI not found at {AWS_BIN}"
+    return AwsRunner(gateway.endpoint, _aws_env(tmp_path_factory.mktemp("aws-home")))
