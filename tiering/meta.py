@@ -111,6 +111,7 @@ class ObjectMeta(_Record):
     checksum: Checksum | None = None
     chunks: tuple[Chunk, ...] = ()
     part_sizes: tuple[int, ...] = ()  # multipart: size of each part, for partNumber reads
+    upload_id: str | None = None  # multipart: the upload it completed, for retried Completes
 
     _nested: ClassVar[dict[str, type[_Record]]] = {"checksum": Checksum, "chunks": Chunk}
 

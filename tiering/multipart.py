@@ -149,7 +149,13 @@ class Multipart:
         return part
 
     async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
-        upload = await self.get(bucket, key, upload_id)
+        try:
+            upload = await self.get(bucket, key, upload_id)
+        except NoSuchUpload:
+            done = await self._already_completed(bucket, key, upload_id, chosen)
+            if done is None:
+                raise
+            return done
         if not chosen:
             raise InvalidRequest("You must specify at least one part")
         # The order is a property of the request, checked before any part
@@ -200,6 +206,7 @@ class Multipart:
             checksum=_object_checksum(upload, parts),
             chunks=tuple(p.chunk for p in parts),
             part_sizes=tuple(p.size for p in parts),
+            upload_id=upload_id,
         )
         meta, old = await _pool.run(
             self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored)
@@ -209,6 +216,18 @@ class Multipart:
         await _pool.run(self._service.hot.remove, unused)
         if old is not None:
             await self._service._drop(old, keep=meta.chunks)
+        return meta
+
+    async def _already_completed(
+        self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]
+    ) -> ObjectMeta | None:
+        """A retried Complete (the client lost the first answer) gets the same
+        result again, as S3 does, while the object is still that upload's."""
+        meta = await _pool.run(self._index.get_object, bucket, key)
+        if meta is None or meta.upload_id != upload_id:
+            return None
+        if md5_of_parts([c.etag for c in chosen]) != meta.etag:
+            return None
         return meta
 
     async def abort(self, bucket: str, key: str, upload_id: str) -> None:

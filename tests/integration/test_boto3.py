@@ -195,10 +195,6 @@ def test_multipart_complete_errors(s3, bucket: str) -> None:
     assert s3.get_object(Bucket=bucket, Key="m")["Body"].read() == b"plain"
 
 
-@pytest.mark.xfail(strict=True, raises=ClientError, reason="a retried CompleteMultipartUpload (same upload id and parts) after a "
-                   "success answers NoSuchUpload; S3 answers the completed result again, which matters when a "
-                   "client retries after a lost response. Needs the completing upload id remembered with the "
-                   "object (a new ObjectMeta field): design decision left to the lead")
 def test_multipart_complete_is_idempotent(s3, bucket: str) -> None:
     upload_id = s3.create_multipart_upload(Bucket=bucket, Key="twice")["UploadId"]
     etag = s3.upload_part(Bucket=bucket, Key="twice", UploadId=upload_id, PartNumber=1, Body=b"once")["ETag"]
