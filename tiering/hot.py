@@ -23,6 +23,7 @@ from tiering.checksums import Hasher, new_hasher
 from tiering.meta import Chunk
 
 _FANOUT = 256  # subdirectories, so no directory holds millions of entries
+_CLEAN = "clean-shutdown"  # marker file: written at close, removed at start
 
 
 def new_file_id() -> str:
@@ -126,6 +127,33 @@ class HotTier:
             except FileNotFoundError:
                 continue
             self.account(-size)
+
+    def mark_clean(self) -> None:
+        """Record a clean shutdown: no write in flight, and the bytes in use.
+
+        Called after the index is closed; ``resume_clean`` consumes it."""
+        tmp = self.root / (_CLEAN + ".tmp")
+        tmp.write_text(str(self._used))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / _CLEAN)
+        self.sync_dir(self.root)
+
+    def resume_clean(self) -> bool:
+        """True if the last run shut down cleanly (no sweep needed). The
+        marker is removed, durably, before serving: a crash from here on
+        must lead to a sweep at the next start."""
+        marker = self.root / _CLEAN
+        try:
+            used = int(marker.read_text())
+        except (FileNotFoundError, ValueError):
+            marker.unlink(missing_ok=True)
+            return False
+        marker.unlink()
+        self.sync_dir(self.root)
+        with self._lock:
+            self._used = used
+        return True
 
     @staticmethod
     def sync_dir(path: Path) -> None:

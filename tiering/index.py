@@ -356,6 +356,18 @@ class Index:
             uploads.append(upload)
         return uploads, False
 
+    def referenced_files(self) -> set[str]:
+        """Every hot-tier file id an object or a part refers to.
+
+        Reads raw msgpack maps instead of building records: this runs over
+        the whole index when a start-up follows a crash."""
+        ids: set[str] = set()
+        for _, value in self._scan(b"O", b"O"):
+            ids.update(chunk["file_id"] for chunk in msgpack.unpackb(value, raw=False)["chunks"])
+        for _, value in self._scan(b"P", b"P"):
+            ids.add(msgpack.unpackb(value, raw=False)["chunk"]["file_id"])
+        return ids
+
     def iter_uploads(self) -> Iterator[Upload]:
         for _, value in self._scan(b"U", b"U"):
             yield Upload.from_bytes(value)

@@ -146,7 +146,7 @@ def test_sweep_removes_orphans_after_crash(tmp_path: Path) -> None:
     # A write that crashed before its index commit leaves a file behind.
     orphan = svc.hot.path_of("0000000000000000deadbeef")
     orphan.write_bytes(b"junk")
-    svc.close()
+    svc.index.close()  # a crash: the clean-shutdown marker is never written
     assert any("referenced by nothing" in p for p in fsck.check(tmp_path))
     svc = ObjectService(tmp_path, hot_budget=1 << 30)
     run(svc.start())
@@ -187,3 +187,23 @@ def test_multipart_complete_uses_part_files_and_drops_unused(service: ObjectServ
 
     run(go())
     assert len(hot_files(tmp_path)) == 2
+
+
+def test_clean_restart_skips_the_sweep_and_keeps_the_byte_count(tmp_path: Path, monkeypatch) -> None:
+    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    run(svc.start())
+    run(svc.create_bucket("bkt"))
+    run(put(svc, "k", b"12345"))
+    svc.close()
+    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    monkeypatch.setattr(svc.hot, "sweep", lambda referenced: pytest.fail("swept after a clean shutdown"))
+    run(svc.start())
+    assert svc.hot.used == 5
+    # The marker is consumed: a crash now must lead to a sweep next time.
+    svc.index.close()
+    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    swept = []
+    monkeypatch.setattr(svc.hot, "sweep", lambda referenced: swept.append(referenced))
+    run(svc.start())
+    assert len(swept) == 1 and len(swept[0]) == 1
+    svc.close()
