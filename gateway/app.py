@@ -110,10 +110,11 @@ class S3App:
         if self._context is None:
             raise S3Error("ServiceUnavailable", "The gateway is starting or stopping; retry shortly.")
         req = S3Request.from_scope(scope, receive, request_id)
-        routes.address(req, self.config.domain)
+        virtual_host = routes.address(req, self.config.domain)
         req.auth = sigv4.authenticate(
             req.method, req.raw_path, req.raw_query, req.headers,
             self.config.credentials.get, datetime.now(timezone.utc),
+            host_bucket=req.bucket if virtual_host else "",
         )
         handler = routes.resolve(req)
         return await handler(self._context, req)

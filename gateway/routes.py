@@ -58,8 +58,9 @@ TABLE: dict[tuple[str, str, str | None], Handler] = {
 _KNOWN_METHODS = {"GET", "HEAD", "PUT", "POST", "DELETE"}
 
 
-def address(req: S3Request, domain: str | None) -> None:
-    """Fill ``req.bucket`` and ``req.key`` from the Host and the path."""
+def address(req: S3Request, domain: str | None) -> bool:
+    """Fill ``req.bucket`` and ``req.key`` from the Host and the path; True if
+    the Host named the bucket (virtual-hosted style)."""
     host = req.headers.get("host", "")
     if host.startswith("["):  # IPv6 literal, never a virtual host
         host = ""
@@ -67,9 +68,10 @@ def address(req: S3Request, domain: str | None) -> None:
     if domain and host.endswith("." + domain):
         req.bucket = host[: -len(domain) - 1]
         req.key = req.path[1:]
-        return
+        return True
     bucket, _, key = req.path[1:].partition("/")
     req.bucket, req.key = bucket, key
+    return False
 
 
 def resolve(req: S3Request) -> Handler:

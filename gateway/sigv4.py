@@ -3,6 +3,8 @@
 :func:`authenticate` checks the ``Authorization: AWS4-HMAC-SHA256`` header or a
 presigned URL's ``X-Amz-*`` query (S3 API reference, "Authenticating
 Requests") and returns an :class:`AuthContext`, or raises :class:`S3Error`.
+SigV2 requests (``Authorization: AWS ...`` or an ``AWSAccessKeyId`` and
+``Signature`` query) go to :mod:`gateway.sigv2` from the same entry point.
 The body is not read: the declared payload hash is returned and the gateway
 checks it, or the aws-chunked chunk signatures, while it streams the body.
 
@@ -102,25 +104,35 @@ class _Claim:
 
 
 def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[str, str],
-                 secret_for: Callable[[str], str | None], now: datetime) -> AuthContext:
-    """Verify a request's SigV4 signature; raise :class:`S3Error` if it fails.
+                 secret_for: Callable[[str], str | None], now: datetime,
+                 host_bucket: str = "") -> AuthContext:
+    """Verify a request's SigV4 (or SigV2) signature; raise :class:`S3Error` if it fails.
 
     ``headers`` has lower-cased names; ``secret_for`` maps an access key to
-    its secret (None if unknown); ``now`` is an aware UTC datetime.
+    its secret (None if unknown); ``now`` is an aware UTC datetime;
+    ``host_bucket`` is the bucket the Host named (virtual-hosted style), which
+    SigV2 signs as part of the resource.
     """
+    from gateway import sigv2  # here, not at the top: sigv2 imports AuthContext from us
+
     params = _split_query(raw_query)
     query = {n.decode("utf-8", "replace"): v.decode("utf-8", "replace")
              for n, v in reversed(params)}  # the first of repeated names wins
+    v2_query = "Signature" in query and "AWSAccessKeyId" in query
     if "authorization" in headers:
-        if "X-Amz-Algorithm" in query:
+        if "X-Amz-Algorithm" in query or v2_query:
             raise S3Error("InvalidArgument", "Only one auth mechanism allowed; only the "
                           "X-Amz-Algorithm query parameter, Signature query string parameter "
                           "or the Authorization header should be specified")
+        if headers["authorization"].startswith("AWS "):  # SigV2: "AWS AccessKeyId:Signature"
+            return sigv2.authenticate(method, raw_path, raw_query, headers, secret_for, now,
+                                      host_bucket)
         claim = _claim_from_header(headers, now)
     elif "X-Amz-Algorithm" in query:
         claim = _claim_from_query(query, headers, now)
-    elif "Signature" in query and "AWSAccessKeyId" in query:
-        raise S3Error("InvalidRequest", _NOT_V4)  # a SigV2 presigned URL
+    elif v2_query:  # a SigV2 presigned URL (boto3's default for a custom us-east-1 endpoint)
+        return sigv2.authenticate(method, raw_path, raw_query, headers, secret_for, now,
+                                  host_bucket)
     else:
         raise S3Error("AccessDenied", "Anonymous access is not allowed; sign the request "
                       "with AWS4-HMAC-SHA256")
@@ -158,7 +170,7 @@ def _verify(method: str, raw_path: str, params: list[tuple[bytes, bytes]],
 
 def _claim_from_header(headers: Mapping[str, str], now: datetime) -> _Claim:
     algorithm, _, rest = headers["authorization"].strip().partition(" ")
-    if algorithm != ALGORITHM:  # e.g. SigV2 "AWS AK:sig", or SigV4a
+    if algorithm != ALGORITHM:  # e.g. SigV4a
         raise S3Error("InvalidRequest", _NOT_V4)
     parts: dict[str, str] = {}
     for item in rest.split(","):

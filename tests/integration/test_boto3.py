@@ -748,9 +748,6 @@ def test_presigned_url_expired(gateway, bucket: str, monkeypatch: pytest.MonkeyP
     assert "expired" in response.text
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="boto3's default presigned URL for a custom us-east-1 endpoint is "
-                   "SigV2 query auth (AWSAccessKeyId/Signature/Expires), which the gateway refuses by design "
-                   "(docs/s3-compatibility.md); users must set signature_version='s3v4'")
 def test_presigned_get_default_client_config(s3, bucket: str) -> None:
     s3.put_object(Bucket=bucket, Key="v2", Body=b"default presign")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "v2"}, ExpiresIn=60)

@@ -277,10 +277,14 @@ def test_presigned_rejects_added_amz_header() -> None:
     assert error.fields["HeadersNotSigned"] == "x-amz-acl"
 
 
-def test_sigv2_presigned_url_is_refused() -> None:
-    query = "AWSAccessKeyId=AK&Signature=abc%3D&Expires=1796252349"
-    assert "AWS4-HMAC-SHA256" in refused(("GET", "/b/k", query, {"host": "h"}),
-                                         "InvalidRequest").message
+def test_sigv2_presigned_url_goes_to_sigv2() -> None:
+    # Verified by gateway.sigv2 (tests/unit/gateway/test_sigv2.py), not refused.
+    query = "AWSAccessKeyId=AK&Signature=abc%3D&Expires=4102444800"  # in 2100
+    error = refused(("GET", "/b/k", query, {"host": "h"}), "InvalidAccessKeyId")
+    assert error.fields["AWSAccessKeyId"] == "AK"
+    expired = "AWSAccessKeyId=AK&Signature=abc%3D&Expires=1"
+    assert refused(("GET", "/b/k", expired, {"host": "h"}),
+                   "AccessDenied").message == "Request has expired"
 
 
 def test_both_mechanisms_is_refused() -> None:
@@ -398,10 +402,17 @@ def test_authorization_missing_component() -> None:
     refused(_with_authorization(wire, value), "AuthorizationHeaderMalformed")
 
 
-@pytest.mark.parametrize("value", ["AWS AKID:c2lnbmF0dXJl", "Bearer token", ""])
+@pytest.mark.parametrize("value", ["Bearer token", "", "AWS4-ECDSA-P256-SHA256 Credential=x"])
 def test_other_algorithms(value: str) -> None:
     error = refused(_with_authorization(signed(), value), "InvalidRequest")
     assert "Please use AWS4-HMAC-SHA256" in error.message
+
+
+def test_sigv2_authorization_goes_to_sigv2() -> None:
+    # "AWS AK:signature" is verified by gateway.sigv2, not refused.
+    error = refused(_with_authorization(signed(), "AWS AKID:c2lnbmF0dXJl"), "InvalidAccessKeyId")
+    assert error.fields["AWSAccessKeyId"] == "AKID"
+    refused(_with_authorization(signed(), f"AWS {AK}:c2lnbmF0dXJl"), "SignatureDoesNotMatch")
 
 
 def test_invalid_x_amz_date() -> None:
