@@ -701,7 +701,7 @@ def test_objects_survive_restart(fresh_gateway) -> None:
 
 def _presigner(gateway):
     """boto3 presigns with SigV2 for a custom us-east-1 endpoint unless told
-    otherwise; the gateway only takes SigV4 (docs/s3-compatibility.md)."""
+    otherwise; these tests exercise the SigV4 form (SigV2 has test_sigv2.py)."""
     return make_client(gateway.endpoint, signature_version="s3v4")
 
 
