@@ -216,6 +216,21 @@ class Index:
             self._write(batch)
             return ObjectMeta.from_bytes(raw)
 
+    def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectMeta]:
+        """Remove many keys in one synced batch (DeleteObjects); return the
+        versions that were there."""
+        with self._lock:
+            batch = self._batch()
+            removed = []
+            for key in dict.fromkeys(keys):
+                raw = self._db.get(_okey(bucket, key))
+                if raw is not None:
+                    batch.delete(_okey(bucket, key))
+                    removed.append(ObjectMeta.from_bytes(raw))
+            if removed:
+                self._write(batch)
+            return removed
+
     def has_objects(self, bucket: str) -> bool:
         return self._any_with_prefix(_okey(bucket))
 

@@ -198,6 +198,14 @@ class ObjectService:
         if old is not None:
             await self._drop(old)
 
+    async def delete_many(self, bucket: str, keys: list[str]) -> None:
+        """DeleteObjects: one index commit for all keys, then the files."""
+        await self.bucket(bucket)
+        for key in keys:
+            check_key(key)
+        for old in await _pool.run(self.index.delete_objects, bucket, keys):
+            await self._drop(old)
+
     async def copy(
         self,
         source: ObjectMeta,

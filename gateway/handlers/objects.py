@@ -13,6 +13,7 @@ from tiering import checksums
 from tiering.conditions import check
 from tiering.errors import NotModified, TierstoreError
 from tiering.meta import ObjectMeta
+from tiering.names import check_key
 from tiering.objects import resolve_part
 
 XML = "application/xml"
@@ -163,14 +164,18 @@ async def delete_objects(ctx: Context, req: S3Request) -> Response:
     data = await body.read_small(req, MAX_DELETE_BODY)
     quiet, targets = xml.parse_delete(data)
     await ctx.service.bucket(req.bucket)
-    outcomes = []
+    outcomes: list[xml.DeleteOutcome] = []
+    deletable: list[str] = []
     for key, version in targets:
         try:
             if version not in (None, "null"):
                 raise S3Error("InvalidArgument", "Invalid version id specified")
-            await ctx.service.delete(req.bucket, key)
+            check_key(key)
+            deletable.append(key)
             outcomes.append(xml.DeleteOutcome(key, version))
         except (TierstoreError, S3Error) as exc:
             err = to_s3_error(exc)
             outcomes.append(xml.DeleteOutcome(key, version, err.code, err.message))
+    # One synced index batch for the whole request instead of one per key.
+    await ctx.service.delete_many(req.bucket, deletable)
     return Response(body=xml.delete_result(outcomes, quiet), content_type=XML)
