@@ -113,11 +113,19 @@ class HotTier:
         return ChunkWriter(self, checksum_algorithm, sha256)
 
     def read(self, file_id: str, offset: int, length: int) -> bytes:
-        fd = os.open(self.path_of(file_id), os.O_RDONLY)
+        fd = self.open(file_id)
         try:
             return _pread_all(fd, length, offset)
         finally:
             os.close(fd)
+
+    def open(self, file_id: str) -> int:
+        """A read-only descriptor; the caller closes it."""
+        return os.open(self.path_of(file_id), os.O_RDONLY)
+
+    @staticmethod
+    def pread(fd: int, offset: int, length: int) -> bytes:
+        return _pread_all(fd, length, offset)
 
     def remove(self, chunks: Iterable[Chunk]) -> None:
         for chunk in chunks:

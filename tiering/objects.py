@@ -9,6 +9,7 @@ point leaves either the old or the new version, never a mix.
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -120,6 +121,26 @@ class ObjectService:
             raise NoSuchKey(Key=key)
         return meta
 
+    async def fetch(self, bucket: str, key: str, small: int) -> tuple[ObjectMeta, bytes | None]:
+        """The object's record and, when it is at most ``small`` bytes, its
+        whole body, in one pool call: a small GET costs one hand-off."""
+        meta, data = await _pool.run(self._fetch, bucket, key, small)
+        if meta is None:
+            await self.bucket(bucket)
+            raise NoSuchKey(Key=key)
+        return meta, data
+
+    def _fetch(self, bucket: str, key: str, small: int) -> tuple[ObjectMeta | None, bytes | None]:
+        meta = self.index.get_object(bucket, key)
+        if meta is None or meta.size > small:
+            return meta, None
+        try:
+            return meta, b"".join(self.hot.read(c.file_id, 0, c.size) for c in meta.chunks)
+        except FileNotFoundError:
+            # Replaced or deleted between the lookup and the read: answer
+            # from whatever version is current now.
+            return self._fetch(bucket, key, small)
+
     async def put(
         self,
         bucket: str,
@@ -180,12 +201,17 @@ class ObjectService:
         """Yield the bytes of ``wanted`` in order, in blocks of about 1 MiB."""
         sizes = [c.size for c in meta.chunks]
         for index, piece in split_over(sizes, wanted):
-            file_id = meta.chunks[index].file_id
-            offset = piece.start
-            while offset < piece.end:
-                length = min(_READ_BLOCK, piece.end - offset)
-                yield await _pool.run(self.hot.read, file_id, offset, length)
-                offset += length
+            # One open descriptor per chunk: a delete or overwrite that
+            # unlinks the file mid-stream does not cut the response short.
+            fd = await _pool.run(self.hot.open, meta.chunks[index].file_id)
+            try:
+                offset = piece.start
+                while offset < piece.end:
+                    length = min(_READ_BLOCK, piece.end - offset)
+                    yield await _pool.run(self.hot.pread, fd, offset, length)
+                    offset += length
+            finally:
+                os.close(fd)
 
     async def read_all(self, meta: ObjectMeta, wanted: ByteRange | None = None) -> bytes:
         wanted = wanted or ByteRange(0, meta.size)

@@ -39,10 +39,13 @@ def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
     ]
 
 
-async def _target(ctx: Context, req: S3Request) -> tuple[ObjectMeta, list[tuple[str, str]], ByteRange | None, int]:
-    """What GET and HEAD answer with: object, headers, range, status."""
+async def _target(
+    ctx: Context, req: S3Request, small: int = 0
+) -> tuple[ObjectMeta, bytes | None, list[tuple[str, str]], ByteRange | None, int]:
+    """What GET and HEAD answer with: object, its body if at most ``small``
+    bytes, headers, range, status."""
     _check_version(req)
-    meta = await ctx.service.head(req.bucket, req.key)
+    meta, data = await ctx.service.fetch(req.bucket, req.key, small)
     try:
         check(meta, headers.conditions(req.headers))
     except NotModified as exc:
@@ -67,22 +70,24 @@ async def _target(ctx: Context, req: S3Request) -> tuple[ObjectMeta, list[tuple[
         out += _checksum_headers(meta)
     if wanted is None:
         out.append(("content-length", str(meta.size)))
-        return meta, out, None, 200
+        return meta, data, out, None, 200
     out.append(("content-range", f"bytes {wanted.start}-{wanted.end - 1}/{meta.size}"))
     out.append(("content-length", str(wanted.length)))
-    return meta, out, wanted, 206
+    return meta, data, out, wanted, 206
 
 
 async def get_object(ctx: Context, req: S3Request) -> Response:
-    meta, out, wanted, status = await _target(ctx, req)
+    meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
     wanted = wanted or ByteRange(0, meta.size)
+    if data is not None:
+        return Response(status=status, headers=out, body=data[wanted.start : wanted.end])
     if wanted.length <= _SMALL_READ:
         return Response(status=status, headers=out, body=await ctx.service.read_all(meta, wanted))
     return Response(status=status, headers=out, body=ctx.service.read(meta, wanted))
 
 
 async def head_object(ctx: Context, req: S3Request) -> Response:
-    _, out, _, status = await _target(ctx, req)
+    _, _, out, _, status = await _target(ctx, req)
     # Content-Length is the length a GET would send, as HEAD requires.
     return Response(status=status, headers=out)
 

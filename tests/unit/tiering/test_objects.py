@@ -207,3 +207,29 @@ def test_clean_restart_skips_the_sweep_and_keeps_the_byte_count(tmp_path: Path, 
     run(svc.start())
     assert len(swept) == 1 and len(swept[0]) == 1
     svc.close()
+
+
+def test_read_in_flight_survives_a_delete(service: ObjectService) -> None:
+    data = os.urandom(3 * 1024 * 1024)
+
+    async def go():
+        meta = await put(service, "big", data)
+        stream = service.read(meta, ByteRange(0, len(data)))
+        first = await stream.__anext__()
+        await service.delete("bkt", "big")
+        rest = [piece async for piece in stream]
+        assert first + b"".join(rest) == data
+
+    run(go())
+
+
+def test_fetch_returns_small_bodies_inline(service: ObjectService) -> None:
+    async def go():
+        await put(service, "small", b"tiny")
+        await put(service, "large", b"x" * 100)
+        assert (await service.fetch("bkt", "small", 10))[1] == b"tiny"
+        assert (await service.fetch("bkt", "large", 10))[1] is None
+        with pytest.raises(NoSuchKey):
+            await service.fetch("bkt", "missing", 10)
+
+    run(go())
