@@ -134,6 +134,12 @@ def _prefixes(page: ListPage, enc) -> str:
     return "".join(f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in page.prefixes)
 
 
+def _entries(page: ListPage, enc, owner: Owner | None, tag: str = "Contents", extra: str = "") -> str:
+    """A page's objects, then its common prefixes, as every listing ends."""
+    owner_xml = owner.xml() if owner else ""
+    return "".join([_contents(e, enc, owner_xml, tag, extra) for e in page.contents]) + _prefixes(page, enc)
+
+
 def _common(bucket: str, prefix: str, delimiter: str, max_keys: int, encoding_type: str | None, enc) -> str:
     return (
         f"{_el('Name', bucket)}{_el('Prefix', enc(prefix))}"
@@ -168,9 +174,7 @@ def list_objects_v2(
         body.append(_el("NextContinuationToken", next_token))
     if start_after:
         body.append(_el("StartAfter", enc(start_after)))
-    owner_xml = owner.xml() if owner else ""
-    body.extend(_contents(e, enc, owner_xml) for e in page.contents)
-    body.append(_prefixes(page, enc))
+    body.append(_entries(page, enc, owner))
     return _doc("ListBucketResult", "".join(body))
 
 
@@ -195,9 +199,7 @@ def list_objects_v1(
     # back to the last key otherwise.
     if page.truncated and delimiter and page.last is not None:
         body.append(_el("NextMarker", enc(page.last)))
-    owner_xml = owner.xml() if owner else ""
-    body.extend(_contents(e, enc, owner_xml) for e in page.contents)
-    body.append(_prefixes(page, enc))
+    body.append(_entries(page, enc, owner))
     return _doc("ListBucketResult", "".join(body))
 
 
@@ -223,10 +225,7 @@ def list_versions(
     if page.truncated and page.last is not None:
         body.append(_el("NextKeyMarker", enc(page.last)))
         body.append("<NextVersionIdMarker>null</NextVersionIdMarker>")
-    extra = "<VersionId>null</VersionId><IsLatest>true</IsLatest>"
-    owner_xml = owner.xml() if owner else ""
-    body.extend(_contents(e, enc, owner_xml, "Version", extra) for e in page.contents)
-    body.append(_prefixes(page, enc))
+    body.append(_entries(page, enc, owner, "Version", "<VersionId>null</VersionId><IsLatest>true</IsLatest>"))
     return _doc("ListVersionsResult", "".join(body))
 
 
