@@ -24,7 +24,8 @@ def test_check_passes_then_finds_a_lost_file(fresh_gateway: Gateway) -> None:
     ok = run_check(fresh_gateway)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "consistent" in ok.stdout
-    victim = next(p for p in (fresh_gateway.data_dir / "hot").rglob("*") if p.is_file())
+    hot = fresh_gateway.data_dir / "hot"
+    victim = next(p for p in hot.rglob("*") if p.is_file() and p.parent != hot)  # an object's file
     content = victim.read_bytes()
     victim.unlink()
     bad = run_check(fresh_gateway)

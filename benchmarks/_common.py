@@ -1,0 +1,178 @@
+"""Shared pieces of the benchmarks: servers, clients, statistics, tables.
+
+Every server started here binds 127.0.0.1 on a free port and is stopped by
+the handle that started it (its PID for subprocesses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import boto3
+import botocore.session
+from botocore.config import Config as BotoConfig
+from botocore.utils import parse_timestamp
+
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, wait_http
+
+REGION = "us-east-1"
+
+
+def exit_cleanly_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so the context managers below still stop
+    their servers and remove their temp dirs when the benchmark is killed."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
+# -- temp dirs ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def temp_dir(tag: str) -> Iterator[Path]:
+    """A private temp dir, removed afterwards whatever happens."""
+    path = Path(tempfile.mkdtemp(prefix=f"tierstore-bench-{tag}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# -- servers -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def gateway(data_dir: Path, startup_timeout: float = 300.0) -> Iterator[Gateway]:
+    """A `tierstore serve` subprocess on free loopback ports.
+
+    Like tests.servers.Gateway.start(), but waits longer for /health: with a
+    million keys in the index, start-up (the hot-tier sweep reads every
+    object record) takes a while, and that time is reported separately.
+    """
+    gw = Gateway(data_dir)
+    gw.port, gw.admin_port = free_port(), free_port()
+    gw.log_path = data_dir.parent / f"{data_dir.name}-gateway.log"
+    with open(gw.log_path, "ab") as log:
+        gw.proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1",
+             "--port", str(gw.port), "--admin-port", str(gw.admin_port),
+             "--data-dir", str(data_dir)],
+            env=gw.env(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        )
+    try:
+        wait_http(f"{gw.admin_url}/health", timeout=startup_timeout, proc=gw.proc)
+        yield gw
+    finally:
+        gw.stop()  # SIGTERM to its PID, then SIGKILL after 30 s
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[tuple[str, int]]:
+    """(endpoint, pid) of moto's S3 server as its own process (so it does not
+    share the GIL with the benchmark's client threads, as the gateway does not)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{endpoint}/moto-api/", timeout=60, proc=proc)
+        yield endpoint, proc.pid
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def fast_timestamp(value: object) -> datetime:
+    """A botocore timestamp parser: datetime.fromisoformat for the ISO 8601
+    timestamps of XML bodies (LastModified in listings), botocore's own
+    parser (dateutil) for anything else, such as RFC 1123 headers."""
+    try:
+        return datetime.fromisoformat(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return parse_timestamp(value)
+
+
+def client(endpoint: str, max_pool: int = 10, fast_timestamps: bool = False):
+    """A boto3 S3 client of its own session. ``fast_timestamps`` installs
+    :func:`fast_timestamp` in that session's response parsers."""
+    core = botocore.session.get_session()
+    if fast_timestamps:
+        core.get_component("response_parser_factory").set_parser_defaults(
+            timestamp_parser=fast_timestamp
+        )
+    return boto3.session.Session(botocore_session=core).client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region_name=REGION,
+        config=BotoConfig(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1},
+            max_pool_connections=max_pool,
+        ),
+    )
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system, all threads) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- statistics and output ---------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    mem = ""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f", {kib / 1024**2:.0f} GiB RAM"
+    load = ""
+    with contextlib.suppress(OSError):
+        load = ", load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (
+        f"{os.cpu_count()} CPUs ({cpu}){mem}; Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}{load}; "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
+    )
