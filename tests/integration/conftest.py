@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.s3raw import http, s3r  # noqa: F401  (fixtures shared by the test modules)
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway
 
 AWS_BIN = Path(sys.executable).with_name("aws")

@@ -28,15 +28,13 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.conftest import make_client
-from tests.integration.s3raw import (  # noqa: F401  (fixtures)
-    Sender,
+from tests.integration.s3raw import (
     RecordingClient,
+    Sender,
     boto_error,
     check_error,
     check_error_parts,
     chunk_signing_key,
-    http,
-    s3r,
     sign,
 )
 from tests.servers import ACCESS_KEY, SECRET_KEY
