@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from gateway import routes, sigv4, xml
@@ -113,7 +113,7 @@ class S3App:
         virtual_host = routes.address(req, self.config.domain)
         req.auth = sigv4.authenticate(
             req.method, req.raw_path, req.raw_query, req.headers,
-            self.config.credentials.get, datetime.now(timezone.utc),
+            self.config.credentials.get, datetime.now(UTC),
             host_bucket=req.bucket if virtual_host else "",
         )
         handler = routes.resolve(req)

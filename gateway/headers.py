@@ -8,8 +8,8 @@ Metadata: x-amz-meta-* and the stored representation headers.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
-from datetime import datetime, timezone
 
 from gateway.errors import S3Error
 from packer.ranges import ByteRange
@@ -55,7 +55,7 @@ def _unsatisfiable(header: str, size: int) -> InvalidRange:
 
 
 def http_date(epoch_seconds: int) -> str:
-    return format_datetime(datetime.fromtimestamp(epoch_seconds, timezone.utc), usegmt=True)
+    return format_datetime(datetime.fromtimestamp(epoch_seconds, UTC), usegmt=True)
 
 
 def parse_http_date(value: str | None) -> int | None:
@@ -68,7 +68,7 @@ def parse_http_date(value: str | None) -> int | None:
     except (TypeError, ValueError, IndexError):
         return None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return int(parsed.timestamp())
 
 

@@ -22,13 +22,21 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import unquote
 
 from gateway.errors import S3Error
-from gateway.sigv4 import (MAX_SKEW, UNSIGNED_PAYLOAD, AuthContext, _candidate_uris, _iso,
-                           _parse_amz_date, _split_query, _utf8)
+from gateway.sigv4 import (
+    MAX_SKEW,
+    UNSIGNED_PAYLOAD,
+    AuthContext,
+    _candidate_uris,
+    _iso,
+    _parse_amz_date,
+    _split_query,
+    _utf8,
+)
 
 __all__ = ["SUB_RESOURCES", "UNSIGNABLE", "authenticate"]
 
@@ -146,8 +154,8 @@ def _parse_time(value: str) -> datetime | None:
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
-        when = when.replace(tzinfo=timezone.utc)
-    return when.astimezone(timezone.utc)
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
 
 
 def _check_query(query: Mapping[str, str], now: datetime) -> tuple[str, str, str]:
@@ -159,7 +167,7 @@ def _check_query(query: Mapping[str, str], now: datetime) -> tuple[str, str, str
         raise S3Error("AccessDenied", f"Invalid date (should be seconds since epoch): {expires}")
     if int(expires) < now.timestamp():  # compared as numbers: any digit string is valid
         raise S3Error("AccessDenied", "Request has expired",
-                      Expires=_iso(datetime.fromtimestamp(int(expires), timezone.utc)),
+                      Expires=_iso(datetime.fromtimestamp(int(expires), UTC)),
                       ServerTime=_iso(now))
     # Base64 has no spaces: a '+' sent unencoded was read as one.
     return query["AWSAccessKeyId"], query["Signature"].replace(" ", "+"), expires

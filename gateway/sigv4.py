@@ -20,7 +20,7 @@ import hmac
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
@@ -295,8 +295,8 @@ def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
     except (KeyError, TypeError, ValueError, IndexError):
         raise S3Error("AccessDenied", _BAD_DATE) from None
     if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
-        when = when.replace(tzinfo=timezone.utc)
-    when = when.astimezone(timezone.utc)
+        when = when.replace(tzinfo=UTC)
+    when = when.astimezone(UTC)
     return when.strftime(_AMZ_DATE_FORMAT), when
 
 
@@ -304,7 +304,7 @@ def _parse_amz_date(value: str) -> datetime | None:
     if not _AMZ_DATE.fullmatch(value):  # strptime alone would accept unpadded fields
         return None
     try:
-        return datetime.strptime(value, _AMZ_DATE_FORMAT).replace(tzinfo=timezone.utc)
+        return datetime.strptime(value, _AMZ_DATE_FORMAT).replace(tzinfo=UTC)
     except ValueError:  # e.g. month 13
         return None
 
@@ -381,7 +381,7 @@ def _utf8(text: str) -> bytes:
 
 
 def _iso(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _header_malformed(detail: str) -> S3Error:

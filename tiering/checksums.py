@@ -50,7 +50,7 @@ _CRC: Final[dict[str, tuple[Callable[..., int], Callable[[int, int, int], int]]]
     "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme),
 }
 
-_SHA: Final[dict[str, Callable[[], "hashlib._Hash"]]] = {
+_SHA: Final[dict[str, Callable[[], hashlib._Hash]]] = {
     "SHA1": hashlib.sha1,
     "SHA256": hashlib.sha256,
 }
@@ -82,7 +82,7 @@ class Hasher:
     updates but are not meant to be shared).
     """
 
-    __slots__ = ("algorithm", "_crc", "_update", "_sha")
+    __slots__ = ("_crc", "_sha", "_update", "algorithm")
 
     def __init__(self, algorithm: str) -> None:
         self.algorithm = _check(algorithm)

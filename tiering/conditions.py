@@ -36,8 +36,7 @@ def etag_matches(header: str, etag: str) -> bool:
         candidate = candidate.strip()
         if candidate == "*":
             return True
-        if candidate.startswith("W/"):
-            candidate = candidate[2:]
+        candidate = candidate.removeprefix("W/")
         if candidate.strip('"') == etag:
             return True
     return False
