@@ -26,17 +26,17 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import unquote
 
-from gateway.errors import S3Error
-from gateway.sigv4 import (
+from gateway._signing import (
     MAX_SKEW,
     UNSIGNED_PAYLOAD,
     AuthContext,
-    _candidate_uris,
-    _iso,
-    _parse_amz_date,
-    _split_query,
-    _utf8,
+    candidate_uris,
+    iso,
+    parse_amz_date,
+    split_query,
+    utf8,
 )
+from gateway.errors import S3Error
 
 __all__ = ["SUB_RESOURCES", "UNSIGNABLE", "authenticate"]
 
@@ -72,7 +72,7 @@ def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[st
     else query auth. ``host_bucket`` is the bucket the Host named (virtual-hosted
     style), which the CanonicalizedResource starts with."""
     query = {n.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
-             for n, v in reversed(_split_query(raw_query))}  # the first of repeated names wins
+             for n, v in reversed(split_query(raw_query))}  # the first of repeated names wins
     amz = {n: v for n, v in headers.items() if n.startswith("x-amz-")}
     if "authorization" in headers:
         access_key, signature = _parse_header(headers["authorization"])
@@ -99,7 +99,7 @@ def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[st
         for uri in _resource_paths(raw_path, host_bucket):
             resource = uri + sub_resources
             string_to_sign = f"{head}\n{date_line.strip()}\n{amz_lines}{resource}"
-            if hmac.compare_digest(_utf8(_sign(secret, string_to_sign)), _utf8(signature)):
+            if hmac.compare_digest(utf8(_sign(secret, string_to_sign)), utf8(signature)):
                 _refuse_unsigned(query, headers)
                 return AuthContext(access_key=access_key, payload_hash=UNSIGNED_PAYLOAD,
                                    signing_key=b"", amz_date="", scope="", seed_signature="")
@@ -135,7 +135,7 @@ def _check_header_time(headers: Mapping[str, str], now: datetime) -> list[tuple[
     if abs(now - when) > MAX_SKEW:
         raise S3Error("RequestTimeTooSkewed", "The difference between the request time and "
                       "the current time is too large.", RequestTime=stamp,
-                      ServerTime=_iso(now), MaxAllowedSkewMilliseconds=900000)
+                      ServerTime=iso(now), MaxAllowedSkewMilliseconds=900000)
     if "x-amz-date" not in headers:
         return [(headers["date"], False)]
     dates = [("", False), (headers["x-amz-date"], True)]
@@ -146,7 +146,7 @@ def _check_header_time(headers: Mapping[str, str], now: datetime) -> list[tuple[
 
 def _parse_time(value: str) -> datetime | None:
     """An RFC 7231 date, or the ISO 8601 basic form some clients put in x-amz-date."""
-    when = _parse_amz_date(value.strip())
+    when = parse_amz_date(value.strip())
     if when is not None:
         return when
     try:
@@ -167,22 +167,22 @@ def _check_query(query: Mapping[str, str], now: datetime) -> tuple[str, str, str
         raise S3Error("AccessDenied", f"Invalid date (should be seconds since epoch): {expires}")
     if int(expires) < now.timestamp():  # compared as numbers: any digit string is valid
         raise S3Error("AccessDenied", "Request has expired",
-                      Expires=_iso(datetime.fromtimestamp(int(expires), UTC)),
-                      ServerTime=_iso(now))
+                      Expires=iso(datetime.fromtimestamp(int(expires), UTC)),
+                      ServerTime=iso(now))
     # Base64 has no spaces: a '+' sent unencoded was read as one.
     return query["AWSAccessKeyId"], query["Signature"].replace(" ", "+"), expires
 
 
 def _resource_paths(raw_path: str, host_bucket: str) -> list[str]:
     """The CanonicalizedResource's path: the Host's bucket, then the path as
-    sent (or re-encoded, see :func:`gateway.sigv4._candidate_uris`).
+    sent (or re-encoded, see :func:`gateway.sigv4.candidate_uris`).
 
     S3 signs a path-style bucket as ``/bucket/`` (botocore's auth path, "the
     server will accept" only that), though clients send ``/bucket``.
     """
     if host_bucket:
-        return [f"/{host_bucket}{uri}" for uri in _candidate_uris(raw_path)]
-    uris = _candidate_uris(raw_path)
+        return [f"/{host_bucket}{uri}" for uri in candidate_uris(raw_path)]
+    uris = candidate_uris(raw_path)
     if raw_path.count("/") == 1 and len(raw_path) > 1:
         uris.insert(0, raw_path + "/")
     return uris
@@ -228,5 +228,5 @@ def _refuse_unsigned(query: Mapping[str, str], headers: Mapping[str, str]) -> No
 
 
 def _sign(secret: str, string_to_sign: str) -> str:
-    digest = hmac.new(_utf8(secret), _utf8(string_to_sign), hashlib.sha1).digest()
+    digest = hmac.new(utf8(secret), utf8(string_to_sign), hashlib.sha1).digest()
     return base64.b64encode(digest).decode("ascii")

@@ -19,31 +19,38 @@ import hashlib
 import hmac
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
-from urllib.parse import quote, unquote_to_bytes
+from urllib.parse import quote
 
+from gateway import sigv2
+from gateway._signing import (
+    AMZ_DATE_FORMAT,
+    MAX_SKEW,
+    UNSIGNED_PAYLOAD,
+    AuthContext,
+    candidate_uris,
+    hmac_hex,
+    iso,
+    parse_amz_date,
+    split_query,
+    utf8,
+)
 from gateway.errors import S3Error
 
 __all__ = ["AuthContext", "authenticate"]
 
 ALGORITHM = "AWS4-HMAC-SHA256"
-UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 _PAYLOAD_MODES = frozenset({
     UNSIGNED_PAYLOAD, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
     "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
 })
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _SERVICE = "s3"
 _TERMINATOR = "aws4_request"
-_AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
-# S3 refuses a request whose time is more than 15 minutes from its clock.
-MAX_SKEW = timedelta(minutes=15)
 # A presigned URL lives at most 7 days (X-Amz-Expires, query-auth reference).
 MAX_EXPIRES = 604800
-_AMZ_DATE = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _SCOPE_DATE = re.compile(r"[0-9]{8}")
 # Presigned-URL parameters every V4 query signature must carry.
@@ -52,42 +59,6 @@ _QUERY_AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature",
 _NOT_V4 = ("The authorization mechanism you have provided is not supported. "
            "Please use AWS4-HMAC-SHA256.")
 _BAD_DATE = "AWS authentication requires a valid Date or x-amz-date header"
-
-
-@dataclass(frozen=True, slots=True)
-class AuthContext:
-    """What a verified request proves, and the key to check its aws-chunked body.
-
-    ``payload_hash`` is the declared x-amz-content-sha256: a hex digest (lower
-    case), ``UNSIGNED-PAYLOAD`` (always so for presigned URLs unless the client
-    signed one) or a ``STREAMING-*`` mode.
-    """
-
-    access_key: str
-    payload_hash: str
-    signing_key: bytes = field(repr=False)
-    amz_date: str
-    scope: str
-    seed_signature: str
-
-    def chunk_signature(self, previous_signature: str, chunk_sha256_hex: str) -> str:
-        """One aws-chunked chunk's signature, chained on the previous one (the
-        seed is the request's; the empty-string hash stands for no headers)."""
-        return _hmac_hex(self.signing_key, "\n".join((
-            "AWS4-HMAC-SHA256-PAYLOAD", self.amz_date, self.scope,
-            previous_signature, _EMPTY_SHA256, chunk_sha256_hex,
-        )))
-
-    def trailer_signature(self, previous_signature: str, trailer_bytes: bytes) -> str:
-        """The trailing headers' signature, chained on the last (empty) chunk's.
-
-        ``trailer_bytes`` is each trailer as ``name:value\n`` (LF, not the wire's
-        CRLF), as in AWS's "Signature calculations for trailing headers" example.
-        """
-        return _hmac_hex(self.signing_key, "\n".join((
-            "AWS4-HMAC-SHA256-TRAILER", self.amz_date, self.scope,
-            previous_signature, hashlib.sha256(trailer_bytes).hexdigest(),
-        )))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +84,8 @@ def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[st
     ``host_bucket`` is the bucket the Host named (virtual-hosted style), which
     SigV2 signs as part of the resource.
     """
-    from gateway import sigv2  # here, not at the top: sigv2 imports AuthContext from us
 
-    params = _split_query(raw_query)
+    params = split_query(raw_query)
     query = {n.decode("utf-8", "replace"): v.decode("utf-8", "replace")
              for n, v in reversed(params)}  # the first of repeated names wins
     v2_query = "Signature" in query and "AWSAccessKeyId" in query
@@ -152,11 +122,11 @@ def _verify(method: str, raw_path: str, params: list[tuple[bytes, bytes]],
     rest = "\n".join((_canonical_query(params), _canonical_headers(claim.signed_headers, headers),
                       ";".join(claim.signed_headers), claim.payload_hash))
     tried: list[tuple[str, str]] = []
-    for uri in _candidate_uris(raw_path):
+    for uri in candidate_uris(raw_path):
         canonical_request = f"{method}\n{uri}\n{rest}"
         string_to_sign = "\n".join((ALGORITHM, claim.amz_date, scope,
-                                    hashlib.sha256(_utf8(canonical_request)).hexdigest()))
-        if hmac.compare_digest(_utf8(_hmac_hex(key, string_to_sign)), _utf8(claim.signature)):
+                                    hashlib.sha256(utf8(canonical_request)).hexdigest()))
+        if hmac.compare_digest(utf8(hmac_hex(key, string_to_sign)), utf8(claim.signature)):
             payload = claim.payload_hash
             return AuthContext(claim.access_key,
                                payload.lower() if _HEX64.fullmatch(payload) else payload,
@@ -185,7 +155,7 @@ def _claim_from_header(headers: Mapping[str, str], now: datetime) -> _Claim:
     if abs(now - when) > MAX_SKEW:
         raise S3Error("RequestTimeTooSkewed", "The difference between the request time and "
                       "the current time is too large.", RequestTime=amz_date,
-                      ServerTime=_iso(now), MaxAllowedSkewMilliseconds=900000)
+                      ServerTime=iso(now), MaxAllowedSkewMilliseconds=900000)
     if date != amz_date[:8]:
         raise _header_malformed("Invalid credential date. Date is not the same as X-Amz-Date.")
     return _Claim(access_key, date, region, amz_date,
@@ -203,7 +173,7 @@ def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
         raise _query_error('X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"')
     access_key, date, region = _parse_credential(query["X-Amz-Credential"], _credential_error)
     amz_date = query["X-Amz-Date"]
-    when = _parse_amz_date(amz_date)
+    when = parse_amz_date(amz_date)
     if when is None:
         raise _query_error("X-Amz-Date must be in the ISO8601 Long Format "
                            "\"yyyyMMdd'T'HHmmss'Z'\"")
@@ -211,10 +181,10 @@ def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
     if date != amz_date[:8]:
         raise _query_error("Invalid credential date. Date is not the same as X-Amz-Date.")
     if when - now > MAX_SKEW:
-        raise S3Error("AccessDenied", "Request is not valid yet", ServerTime=_iso(now))
+        raise S3Error("AccessDenied", "Request is not valid yet", ServerTime=iso(now))
     if now > when + timedelta(seconds=expires):
         raise S3Error("AccessDenied", "Request has expired", **{"X-Amz-Expires": expires},
-                      Expires=_iso(when + timedelta(seconds=expires)), ServerTime=_iso(now))
+                      Expires=iso(when + timedelta(seconds=expires)), ServerTime=iso(now))
     # Presigned URLs carry no payload hash unless the client chose to sign one
     # (as a header, as botocore does, or as a query parameter).
     declared = headers.get("x-amz-content-sha256")
@@ -286,7 +256,7 @@ def _payload_hash(value: str | None) -> str:
 def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
     """The request time: x-amz-date, else an RFC 7231 Date header (SigV4 allows either)."""
     if "x-amz-date" in headers:
-        when = _parse_amz_date(headers["x-amz-date"])
+        when = parse_amz_date(headers["x-amz-date"])
         if when is None:
             raise S3Error("AccessDenied", _BAD_DATE)
         return headers["x-amz-date"], when
@@ -297,16 +267,7 @@ def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
     if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
         when = when.replace(tzinfo=UTC)
     when = when.astimezone(UTC)
-    return when.strftime(_AMZ_DATE_FORMAT), when
-
-
-def _parse_amz_date(value: str) -> datetime | None:
-    if not _AMZ_DATE.fullmatch(value):  # strptime alone would accept unpadded fields
-        return None
-    try:
-        return datetime.strptime(value, _AMZ_DATE_FORMAT).replace(tzinfo=UTC)
-    except ValueError:  # e.g. month 13
-        return None
+    return when.strftime(AMZ_DATE_FORMAT), when
 
 
 def _expires(value: str) -> int:
@@ -318,21 +279,6 @@ def _expires(value: str) -> int:
     if seconds < 1:
         raise _query_error("X-Amz-Expires must be at least 1 second")
     return seconds
-
-
-def _split_query(raw_query: str) -> list[tuple[bytes, bytes]]:
-    """Decoded (name, value) pairs; a parameter without '=' has an empty value.
-
-    A raw '+' is a space, as in form encoding (botocore's AWSRequest sends
-    spaces so and signs them as %20); a literal plus arrives as %2B. The
-    router must read the query the same way (``urllib.parse.parse_qsl`` does).
-    """
-    pairs = []
-    for item in raw_query.split("&"):
-        if item:
-            name, _, value = item.replace("+", " ").partition("=")
-            pairs.append((unquote_to_bytes(_utf8(name)), unquote_to_bytes(_utf8(value))))
-    return pairs
 
 
 def _canonical_query(params: list[tuple[bytes, bytes]]) -> str:
@@ -348,40 +294,14 @@ def _canonical_headers(signed: tuple[str, ...], headers: Mapping[str, str]) -> s
     return "".join(f"{name}:{' '.join(headers[name].split())}\n" for name in signed)
 
 
-def _candidate_uris(raw_path: str) -> list[str]:
-    """The path as sent, then re-encoded once, for clients that sign one but send the other.
-
-    S3 neither normalizes the path (no '//' or '.' removal) nor double-encodes
-    it: the canonical URI is the key URI-encoded once. Most clients send exactly
-    what they signed; some send characters such as '+' or '=' raw but sign them
-    encoded, which only the re-encoded form matches.
-    """
-    as_sent = raw_path or "/"
-    reencoded = quote(unquote_to_bytes(_utf8(as_sent)), safe="/")
-    return [as_sent] if reencoded == as_sent else [as_sent, reencoded]
-
-
 @lru_cache(maxsize=64)
 def _signing_key(secret: str, date: str, region: str) -> bytes:
     """kSigning = HMAC chain over date, region, service and terminator. Cached
     because every request of a day in a region derives the same key."""
-    key = hmac.new(_utf8("AWS4" + secret), _utf8(date), hashlib.sha256).digest()
+    key = hmac.new(utf8("AWS4" + secret), utf8(date), hashlib.sha256).digest()
     for part in (region, _SERVICE, _TERMINATOR):
-        key = hmac.new(key, _utf8(part), hashlib.sha256).digest()
+        key = hmac.new(key, utf8(part), hashlib.sha256).digest()
     return key
-
-
-def _hmac_hex(key: bytes, message: str) -> str:
-    return hmac.new(key, _utf8(message), hashlib.sha256).hexdigest()
-
-
-def _utf8(text: str) -> bytes:
-    # surrogateescape: bytes a caller decoded that way go back out unchanged.
-    return text.encode("utf-8", "surrogateescape")
-
-
-def _iso(when: datetime) -> str:
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _header_malformed(detail: str) -> S3Error:

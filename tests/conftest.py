@@ -9,8 +9,8 @@ import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 
-from tiering import fsck
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
+from tiering import fsck
 
 
 @pytest.fixture(scope="session")

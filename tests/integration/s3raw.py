@@ -10,10 +10,10 @@ of an S3 error response; ``boto_error`` does the same for a boto3 call.
 from __future__ import annotations
 
 import hashlib
-from http.client import HTTPConnection
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
+from http.client import HTTPConnection
 from typing import Any
 from unittest import mock
 from urllib.parse import urlsplit

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from typing import Any
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 import boto3

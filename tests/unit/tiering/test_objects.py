@@ -13,9 +13,16 @@ import pytest
 
 from packer.ranges import ByteRange
 from tiering import fsck
-from tiering.errors import BadDigest, IncompleteBody, NoSuchKey, PayloadHashMismatch, PreconditionFailed, SlowDown
+from tiering.errors import (
+    BadDigest,
+    IncompleteBody,
+    NoSuchKey,
+    PayloadHashMismatch,
+    PreconditionFailed,
+    SlowDown,
+)
 from tiering.inputs import Integrity, NewObject
-from tiering.multipart import ChosenPart, MIN_PART_SIZE
+from tiering.multipart import MIN_PART_SIZE, ChosenPart
 from tiering.objects import ObjectService
 
 
