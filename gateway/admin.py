@@ -9,6 +9,7 @@ Errors use one JSON shape, ``{"error": {"code": ..., "message": ...}}``.
 from __future__ import annotations
 
 import hmac
+from dataclasses import asdict, replace
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Protocol
 
@@ -16,9 +17,12 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway.config import VERSION, Config, redacted
+from tiering.errors import NoSuchBucket, TierstoreError
+from tiering.objects import ObjectService
 
 
 class S3Status(Protocol):
@@ -26,6 +30,15 @@ class S3Status(Protocol):
 
     @property
     def started(self) -> bool: ...
+
+    @property
+    def service(self) -> ObjectService | None: ...
+
+
+class BucketPolicy(BaseModel):
+    """A bucket's tiering policy (fields left out stay as they are)."""
+
+    write_through: bool | None = None
 
 
 class AdminError(Exception):
@@ -107,6 +120,56 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
     async def get_config() -> dict[str, object]:
         """The running configuration, secrets replaced by ***."""
         return redacted(config)
+
+    def service() -> ObjectService:
+        if s3.service is None:
+            raise AdminError(503, "Unavailable", "the gateway is starting or stopping")
+        return s3.service
+
+    @api.get("/tiers", tags=["tiers"])
+    async def tiers() -> dict[str, object]:
+        """Hot tier (budget, staged, cached, watermarks) and capacity tier
+        (segments, bytes, live bytes, flush queue)."""
+        return asdict(await service().tiers.status())
+
+    @api.post("/flush", tags=["actions"])
+    async def flush() -> dict[str, object]:
+        """Flush every staged write to the capacity store now; answers when done."""
+        try:
+            await service().tiers.flush()
+        except TierstoreError as exc:
+            raise AdminError(503, "CapacityUnavailable", exc.message or str(exc)) from exc
+        return asdict(await service().tiers.status())
+
+    @api.post("/compact", tags=["actions"])
+    async def compact(threshold: float | None = None) -> dict[str, object]:
+        """Rewrite segments whose live fraction is below ``threshold``
+        (default: the configured one) and delete unused ones; answers when done."""
+        if threshold is not None and not 0 <= threshold <= 1:
+            raise AdminError(400, "InvalidRequest", "threshold must be between 0 and 1")
+        try:
+            report = await service().tiers.compact(threshold)
+        except TierstoreError as exc:
+            raise AdminError(503, "CapacityUnavailable", exc.message or str(exc)) from exc
+        return asdict(report)
+
+    @api.get("/buckets/{name}", tags=["buckets"])
+    async def get_bucket(name: str) -> dict[str, object]:
+        """A bucket and its tiering policy."""
+        try:
+            return asdict(await service().bucket(name))
+        except NoSuchBucket:
+            raise AdminError(404, "NoSuchBucket", f"bucket {name!r} does not exist") from None
+
+    @api.patch("/buckets/{name}", tags=["buckets"])
+    async def patch_bucket(name: str, policy: BucketPolicy) -> dict[str, object]:
+        """Change a bucket's policy, e.g. {"write_through": true}."""
+        try:
+            info = await service().bucket(name)
+            changes = {k: v for k, v in policy.model_dump().items() if v is not None}
+            return asdict(await service().set_policy(replace(info, **changes)))
+        except NoSuchBucket:
+            raise AdminError(404, "NoSuchBucket", f"bucket {name!r} does not exist") from None
 
     app.include_router(api)
     return app

@@ -19,7 +19,11 @@ from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
 from gateway.http import ClientDisconnected, Response, S3Request
+from gateway.server import StartupError
+from gateway.storage import object_service
 from tiering.objects import ObjectService
+from tiering.errors import CapacityError
+from tiering.tiers import ForeignSegments
 
 log = logging.getLogger("tierstore.s3")
 
@@ -45,15 +49,20 @@ class S3App:
 
     async def startup(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        service = ObjectService(self.config.data_dir, self.config.hot_size, self.config.region)
-        await service.start()
+        service = object_service(self.config)
+        try:
+            await service.start()
+        except (ForeignSegments, CapacityError) as exc:
+            # Not serving is the safe answer; say why in one line.
+            await service.close()
+            raise StartupError(str(exc)) from exc
         self.service = service
         self._context = Context(self.config, service)
 
     async def shutdown(self) -> None:
         self._context = None
         if self.service is not None:
-            self.service.close()
+            await self.service.close()
             self.service = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:

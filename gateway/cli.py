@@ -95,6 +95,32 @@ Domain = Annotated[
 ConfigFile = Annotated[
     Path | None, typer.Option("--config", help='TOML file of settings, e.g. hot_size = "512G".')
 ]
+SmallObjectSize = Annotated[
+    str | None, typer.Option(help="Objects up to this size are packed into shared segments. (default: 4M)")
+]
+PartSize = Annotated[
+    str | None, typer.Option(help="Larger objects are split into extents of this size, at least 5M. (default: 8M)")
+]
+SegmentSize = Annotated[
+    str | None, typer.Option(help="Target size of a packed segment in the capacity store. (default: 64M)")
+]
+FlushDelay = Annotated[
+    float | None, typer.Option(help="Seconds a write may wait before it is flushed. (default: 2)")
+]
+Compression = Annotated[
+    bool | None, typer.Option("--compression/--no-compression", help="zstd per extent where it saves space. (default: on)")
+]
+WriteThrough = Annotated[
+    bool | None,
+    typer.Option(
+        "--write-through/--write-back",
+        help="Policy of new buckets: acknowledge writes after the capacity store has them, "
+        "or after the local fsync. (default: write-back)",
+    ),
+]
+CompactThreshold = Annotated[
+    float | None, typer.Option(help="Rewrite segments whose live fraction falls below this. (default: 0.5)")
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -117,6 +143,13 @@ def serve(
     domain: Domain = None,
     config_file: ConfigFile = None,
     log_level: LogLevel = None,
+    small_object_size: SmallObjectSize = None,
+    part_size: PartSize = None,
+    segment_size: SegmentSize = None,
+    flush_delay: FlushDelay = None,
+    compression: Compression = None,
+    write_through: WriteThrough = None,
+    compact_threshold: CompactThreshold = None,
 ) -> None:
     """Serve S3 and the admin API (Ctrl-C to stop).
 
@@ -136,6 +169,57 @@ def serve(
         _fail(str(exc), EXIT_STARTUP)
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were in place
         raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@app.command()
+def recover(
+    data_dir: DataDir = None,
+    capacity: Capacity = None,
+    capacity_endpoint: CapacityEndpoint = None,
+    capacity_region: CapacityRegion = None,
+    capacity_access_key: CapacityAccessKey = None,
+    capacity_secret_key: CapacitySecretKey = None,
+    region: Region = None,
+    config_file: ConfigFile = None,
+) -> None:
+    """Rebuild the index of an empty --data-dir from the capacity store.
+
+    Reads every segment footer; the newest version of each key wins, deleted
+    keys stay deleted. Run it with the gateway stopped.
+    """
+    import asyncio
+
+    flags = dict(locals())
+    config_path = flags.pop("config_file")
+    try:
+        config = load_config(flags, config_file=config_path)
+    except ValueError as exc:
+        _fail(str(exc), EXIT_CONFIG)
+    from gateway.recovery import run_recover
+
+    try:
+        report = asyncio.run(run_recover(config, _progress_printer()))
+    except (ValueError, RuntimeError) as exc:
+        _fail(str(exc), 1)
+    typer.echo(
+        f"recovered {report.objects} objects ({report.bytes} bytes) in {report.buckets} buckets "
+        f"from {report.segments} segments; {report.deleted} deleted keys stay deleted"
+        + (f"; {report.incomplete} incomplete manifests skipped" if report.incomplete else "")
+    )
+
+
+def _progress_printer():  # type: ignore[no-untyped-def]
+    last = [0.0]
+
+    def show(done: int, total: int) -> None:
+        import time
+
+        now = time.monotonic()
+        if done == total or now - last[0] > 0.5:
+            last[0] = now
+            typer.echo(f"\rreading footers: {done}/{total}", nl=done == total, err=True)
+
+    return show
 
 
 @app.command()

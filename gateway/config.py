@@ -31,6 +31,9 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from tiering.settings import TierSettings
+
+MiB = 1024**2
 GiB = 1024**3
 ENV_PREFIX = "TIERSTORE_"
 CREDENTIALS_FILE = "credentials.toml"
@@ -75,6 +78,14 @@ class Config:
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     admin_token: str = field(default="", repr=False)
     log_level: str = "info"
+    # Capacity-tier layout and timing (docs/configuration.md explains each).
+    small_object_size: int = 4 * MiB
+    part_size: int = 8 * MiB
+    segment_size: int = 64 * MiB
+    flush_delay: float = 2.0
+    compression: bool = True
+    write_through: bool = False  # the policy new buckets get
+    compact_threshold: float = 0.5
 
     @property
     def capacity_url(self) -> str:
@@ -216,6 +227,46 @@ def _log_level(name: str, raw: object, source: str) -> str:
     return level
 
 
+def _seconds(name: str, raw: object, source: str) -> float:
+    try:
+        value = float(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 3600:
+        raise _invalid(name, raw, source, "expected a number of seconds, more than 0 and at most 3600")
+    return value
+
+
+def _fraction(name: str, raw: object, source: str) -> float:
+    try:
+        value = float(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= 1:
+        raise _invalid(name, raw, source, "expected a fraction between 0 and 1")
+    return value
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _bool(name: str, raw: object, source: str) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.strip().lower() in _TRUE + _FALSE:
+        return raw.strip().lower() in _TRUE
+    raise _invalid(name, raw, source, "expected true or false")
+
+
+def _part_size(name: str, raw: object, source: str) -> int:
+    size = _size(name, raw, source)
+    # S3 multipart parts (segments are streamed as them) are at least 5 MiB.
+    if size < 5 * MiB:
+        raise _invalid(name, raw, source, "expected at least 5M")
+    return size
+
+
 _Coercer = Callable[[str, object, str], object]
 
 # Every setting that flags, environment and file can give, in Config order.
@@ -236,6 +287,13 @@ _COERCE: dict[str, _Coercer] = {
     "domain": _domain,
     "admin_token": _optional_text,
     "log_level": _log_level,
+    "small_object_size": _size,
+    "part_size": _part_size,
+    "segment_size": _part_size,
+    "flush_delay": _seconds,
+    "compression": _bool,
+    "write_through": _bool,
+    "compact_threshold": _fraction,
 }
 
 
@@ -455,7 +513,26 @@ def load_config(
     return _with_secrets(config, env, file)
 
 
+def tier_settings(config: Config) -> TierSettings:
+    """What the tiering layer needs of the configuration."""
+    return TierSettings(
+        hot_size=config.hot_size,
+        small_object_size=config.small_object_size,
+        part_size=config.part_size,
+        segment_size=config.segment_size,
+        flush_delay=config.flush_delay,
+        compression=config.compression,
+        compact_threshold=config.compact_threshold,
+        write_through=config.write_through,
+    )
+
+
 def _check_combinations(config: Config, sources: Mapping[str, str]) -> None:
+    if config.small_object_size > config.segment_size:
+        raise ValueError(
+            f"small_object_size ({config.small_object_size}) is larger than segment_size "
+            f"({config.segment_size}): a packed segment must hold at least one small object"
+        )
     if (config.capacity_access_key is None) != (config.capacity_secret_key is None):
         given, missing = ("capacity_access_key", "capacity_secret_key")
         if config.capacity_access_key is None:

@@ -83,6 +83,10 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     t.InvalidPart: "InvalidPart",
     t.InvalidPartOrder: "InvalidPartOrder",
     t.SlowDown: "SlowDown",
+    # The capacity store failed after retries: the client may retry (503),
+    # the message says which store and why (never its credentials).
+    t.CapacityError: "ServiceUnavailable",
+    t.ServiceUnavailable: "ServiceUnavailable",
     t.TierstoreError: "InternalError",
 }
 
@@ -103,6 +107,7 @@ DEFAULT_MESSAGE: dict[str, str] = {
     "PreconditionFailed": "At least one of the pre-conditions you specified did not hold",
     "SignatureDoesNotMatch": "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
     "SlowDown": "Please reduce your request rate.",
+    "ServiceUnavailable": "Service is unable to handle request.",
 }
 
 

@@ -292,8 +292,7 @@ def banner(config: Config, s3_port: int, admin_port: int) -> str:
             keys,
             f"  admin API: http://{authority(config.admin_host, admin_port)}"
             f"  (token: {shown_token})",
-            # The capacity tier is configured and validated now but only
-            # written to from the next release on; say so rather than imply it.
-            f"  data: {config.data_dir}  capacity: {config.capacity_url} (not yet used: objects stay in the hot tier)",
+            f"  data: {config.data_dir}  capacity: {config.capacity_url}"
+            + (f" at {config.capacity_endpoint}" if config.capacity_endpoint else ""),
         ]
     )

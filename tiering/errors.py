@@ -103,3 +103,15 @@ class InvalidPartOrder(TierstoreError):
 
 class SlowDown(TierstoreError):
     """The hot tier cannot take more data right now; the client should retry."""
+
+
+class CapacityError(TierstoreError):
+    """The capacity store failed and retries ran out (or the failure is permanent)."""
+
+
+class CapacityNotFound(CapacityError):
+    """The named object is not in the capacity store."""
+
+
+class ServiceUnavailable(TierstoreError):
+    """A tier the request needs cannot serve it now (503); retrying may work."""

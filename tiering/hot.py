@@ -1,29 +1,41 @@
-"""The hot tier: object bytes in files on local NVMe.
+"""The hot tier: object bytes in files on local NVMe, under a byte budget.
 
-Files are named by an opaque id, never by the object key, so no key can
-reach outside the data directory. A file is written, fsynced (with its
-directory) and only then referenced from the index; a crash before the index
-commit leaves an unreferenced file that ``sweep`` removes at start-up.
-Deleting follows the same order in reverse: index first, then the file.
+Two kinds of files, in two trees:
 
-Every method here blocks; the object service calls them through the pool.
+- ``<root>/<xx>/<file id>``: staged pieces, the only copy of acknowledged
+  data until the flusher has put them in the capacity tier. Written, fsynced
+  (with their directory) and only then referenced from the index; a crash
+  before the index commit leaves an unreferenced file that ``sweep`` removes.
+  Never evicted.
+- ``<root>/cache/<xx>/<segment>-<offset>``: clean copies of capacity-tier
+  extents (raw bytes), named by the extent so no index record is needed.
+  Evictable, least recently used first, when the tier passes its high
+  watermark. A flushed staged file is renamed into this tree.
+
+Files are named by opaque ids, never by object keys, so no key can reach
+outside the data directory. Every method blocks; the object service calls
+them through the pool. Counters are guarded by one lock.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tiering.checksums import Hasher, new_hasher
+from tiering.digests import Digests
+from tiering.errors import SlowDown
 from tiering.meta import Chunk
 
 _FANOUT = 256  # subdirectories, so no directory holds millions of entries
 _CLEAN = "clean-shutdown"  # marker file: written at close, removed at start
+_BOOT = "boot-id"  # the kernel boot the cache was last written under
+_TMP = ".tmp"
 
 
 def new_file_id() -> str:
@@ -31,86 +43,139 @@ def new_file_id() -> str:
     return f"{time.time_ns():016x}{secrets.token_hex(4)}"
 
 
-class ChunkWriter:
-    """Writes one new hot-tier file while hashing what it writes.
+class StagingWriter:
+    """Writes a body into new staged files of at most ``part_size`` bytes
+    each, hashing what it writes. Not thread-safe: one request drives it,
+    one pool call at a time."""
 
-    Not thread-safe; one request drives it, one pool call at a time.
-    """
-
-    def __init__(self, tier: HotTier, checksum_algorithm: str | None, sha256: bool) -> None:
+    def __init__(self, tier: HotTier, part_size: int, digests: Digests, reserved: int) -> None:
         self._tier = tier
-        self.file_id = new_file_id()
-        self.path = tier.path_of(self.file_id)
-        self.size = 0
-        self.md5 = hashlib.md5()
-        self.checksum: Hasher | None = new_hasher(checksum_algorithm) if checksum_algorithm else None
-        self.sha256 = hashlib.sha256() if sha256 else None
+        self._part_size = part_size
+        self.digests = digests
+        self._reserved = reserved  # bytes reserved up front, released as written
+        self._chunks: list[Chunk] = []
         self._fd: int | None = None
+        self._file_id = ""
+        self._file_size = 0
+
+    @property
+    def size(self) -> int:
+        return self.digests.size
 
     def write(self, data: bytes | memoryview) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        self.md5.update(data)
-        if self.checksum is not None:
-            self.checksum.update(data)
-        if self.sha256 is not None:
-            self.sha256.update(data)
         view = memoryview(data)
+        self.digests.update(view)
         while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        self.size += len(data)
-        self._tier.account(len(data))
+            if self._fd is None or self._file_size == self._part_size:
+                self._next_file()
+            room = self._part_size - self._file_size
+            piece = view[:room]
+            self._tier.grow_staged(len(piece), self._reserved)
+            self._reserved = max(0, self._reserved - len(piece))
+            _write_all(self._fd, piece)  # type: ignore[arg-type]
+            self._file_size += len(piece)
+            view = view[len(piece):]
 
-    def finish(self) -> Chunk:
-        """Make the file durable (data and directory entry) and close it."""
+    def _next_file(self) -> None:
+        self._close_file()
+        self._file_id = new_file_id()
+        self._fd = os.open(self._tier.path_of(self._file_id), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self._file_size = 0
+
+    def _close_file(self) -> None:
         if self._fd is None:
-            self.write(b"")
-        assert self._fd is not None
+            return
         try:
             os.fsync(self._fd)
         finally:
             os.close(self._fd)
             self._fd = None
-        self._tier.sync_dir(self.path.parent)
-        return Chunk(self.file_id, self.size)
+        self._chunks.append(Chunk(self._file_size, self._file_id))
+
+    def finish(self) -> tuple[Chunk, ...]:
+        """Make every file durable (data and directory entries)."""
+        if self._fd is None and not self._chunks:
+            self._next_file()  # an empty body is one empty piece
+        self._close_file()
+        for directory in {self._tier.path_of(c.file_id).parent for c in self._chunks}:  # type: ignore[arg-type]
+            self._tier.sync_dir(directory)
+        self._tier.release(self._reserved)
+        self._reserved = 0
+        return tuple(self._chunks)
 
     def abort(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._tier.remove([Chunk(self.file_id, self.size)])
+            self._chunks.append(Chunk(self._file_size, self._file_id))
+        self._tier.remove(self._chunks)
+        self._tier.release(self._reserved)
+        self._reserved = 0
 
 
 class HotTier:
-    """Object bytes under ``root`` within a byte budget."""
+    """Staged and cached bytes under ``root`` within a byte budget."""
 
-    def __init__(self, root: Path, budget: int) -> None:
+    def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8) -> None:
         self.root = root
+        self.cache_root = root / "cache"
         self.budget = budget
-        self._used = 0
+        self.high = int(budget * high)
+        self.low = int(budget * low)
+        self.staged = 0  # bytes in staged files
+        self.reserved = 0  # bytes promised to writes in progress
+        self.cached = 0  # bytes in cache files
+        self.evicted = 0  # bytes evicted since start
+        self._lru: OrderedDict[str, int] = OrderedDict()  # cache name -> size, oldest first
         self._lock = threading.Lock()
         for i in range(_FANOUT):
             (root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+            (self.cache_root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
 
     @property
     def used(self) -> int:
-        return self._used
+        return self.staged + self.cached
+
+    # -- staged files ------------------------------------------------------
 
     def path_of(self, file_id: str) -> Path:
         # The last two hex digits are random, so files spread evenly.
         return self.root / file_id[-2:] / file_id
 
-    def account(self, delta: int) -> None:
-        with self._lock:
-            self._used += delta
+    def staging_room(self) -> int:
+        """Bytes a new write may still stage (cache can always be evicted)."""
+        return self.budget - self.staged - self.reserved
 
     def reserve(self, size: int) -> bool:
-        """True if ``size`` more bytes fit in the budget right now."""
-        return self._used + size <= self.budget
+        """Promise ``size`` bytes to a write, evicting cache to make room.
+        False when staged data and other writes leave no room."""
+        with self._lock:
+            if self.staged + self.reserved + size > self.budget:
+                return False
+            self.reserved += size
+        self._evict_to(self.budget - self.staged - self.reserved)
+        return True
 
-    def writer(self, checksum_algorithm: str | None = None, sha256: bool = False) -> ChunkWriter:
-        return ChunkWriter(self, checksum_algorithm, sha256)
+    def release(self, size: int) -> None:
+        if size:
+            with self._lock:
+                self.reserved -= size
+
+    def grow_staged(self, size: int, reserved: int) -> None:
+        """Account ``size`` newly written staged bytes; beyond what the write
+        reserved, they must still fit (a body longer than announced)."""
+        from_reserve = min(size, reserved)
+        with self._lock:
+            extra = size - from_reserve
+            if extra and self.staged + self.reserved + extra > self.budget:
+                raise SlowDown("The hot tier is full of data not yet flushed; retry later")
+            self.reserved -= from_reserve
+            self.staged += size
+        if self.used > self.high:
+            self._evict_to(self.low)
+
+    def writer(self, part_size: int, digests: Digests, reserved: int = 0) -> StagingWriter:
+        return StagingWriter(self, part_size, digests, reserved)
 
     def read(self, file_id: str, offset: int, length: int) -> bytes:
         fd = self.open(file_id)
@@ -128,40 +193,214 @@ class HotTier:
         return _pread_all(fd, length, offset)
 
     def remove(self, chunks: Iterable[Chunk]) -> None:
+        """Delete staged files (never cache files: those belong to extents)."""
         for chunk in chunks:
+            if chunk.file_id is None:
+                continue
+            path = self.path_of(chunk.file_id)
             try:
-                size = os.stat(self.path_of(chunk.file_id)).st_size
-                os.unlink(self.path_of(chunk.file_id))
+                size = os.stat(path).st_size
+                os.unlink(path)
             except FileNotFoundError:
                 continue
-            self.account(-size)
+            with self._lock:
+                self.staged -= size
+
+    def adopt(self, file_id: str, cache_name: str) -> None:
+        """A staged file was flushed: it becomes the clean cached copy."""
+        source = self.path_of(file_id)
+        try:
+            size = os.stat(source).st_size
+            os.replace(source, self.cache_path(cache_name))
+        except FileNotFoundError:
+            return  # deleted meanwhile; nothing to adopt
+        with self._lock:
+            self.staged -= size
+            self.cached += size
+            self._lru[cache_name] = size
+
+    # -- cache files -------------------------------------------------------
+
+    def cache_path(self, name: str) -> Path:
+        return self.cache_root / f"{zlib.crc32(name.encode()) & 0xFF:02x}" / name
+
+    def open_cached(self, name: str, size: int) -> int | None:
+        """A descriptor on the cached copy of an extent, or None on a miss.
+        A file of the wrong size (torn by a crash) is dropped."""
+        try:
+            fd = os.open(self.cache_path(name), os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        if os.fstat(fd).st_size != size:
+            os.close(fd)
+            self.drop_cached([name])
+            return None
+        with self._lock:
+            if name in self._lru:
+                self._lru.move_to_end(name)
+        return fd
+
+    def read_cached(self, name: str, size: int) -> bytes | None:
+        fd = self.open_cached(name, size)
+        if fd is None:
+            return None
+        try:
+            return _pread_all(fd, size, 0)
+        finally:
+            os.close(fd)
+
+    def fill(self, name: str, data: bytes) -> bool:
+        """Cache an extent's raw bytes; False when they do not fit beside the
+        staged data. Written under a temp name and renamed, so a reader
+        never sees a partial file. Not fsynced: see ``resume``."""
+        with self._lock:
+            if name in self._lru:
+                return True
+            if self.staged + self.reserved + len(data) > self.high:
+                return False
+        self._evict_to(self.high - len(data))
+        path = self.cache_path(name)
+        tmp = path.with_name(name + _TMP)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            _write_all(fd, memoryview(data))
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        with self._lock:
+            if name not in self._lru:
+                self.cached += len(data)
+            self._lru[name] = len(data)
+        return True
+
+    def drop_cached(self, names: Iterable[str]) -> None:
+        for name in names:
+            with self._lock:
+                size = self._lru.pop(name, None)
+                if size is not None:
+                    self.cached -= size
+            try:
+                os.unlink(self.cache_path(name))
+            except FileNotFoundError:
+                pass
+
+    def rename_cached(self, old: str, new: str) -> None:
+        """Compaction moved an extent: keep its cached copy under the new name."""
+        try:
+            os.replace(self.cache_path(old), self.cache_path(new))
+        except FileNotFoundError:
+            return
+        with self._lock:
+            size = self._lru.pop(old, None)
+            if size is not None:
+                self._lru[new] = size
+
+    def evict(self, target: int | None = None) -> int:
+        """Evict least recently used cache files until the tier holds at
+        most ``target`` bytes (the low watermark by default)."""
+        return self._evict_to(self.low if target is None else target)
+
+    def _evict_to(self, target: int) -> int:
+        freed = 0
+        while True:
+            with self._lock:
+                if self.staged + self.reserved + self.cached <= max(target, 0) or not self._lru:
+                    break
+                name, size = self._lru.popitem(last=False)
+                self.cached -= size
+                self.evicted += size
+            try:
+                os.unlink(self.cache_path(name))
+            except FileNotFoundError:
+                pass
+            freed += size
+        return freed
+
+    # -- start and stop ----------------------------------------------------
 
     def mark_clean(self) -> None:
-        """Record a clean shutdown: no write in flight, and the bytes in use.
+        """Record a clean shutdown: no write in flight, and the staged bytes.
 
-        Called after the index is closed; ``resume_clean`` consumes it."""
-        tmp = self.root / (_CLEAN + ".tmp")
-        tmp.write_text(str(self._used))
+        Called after the index is closed; ``resume`` consumes it."""
+        tmp = self.root / (_CLEAN + _TMP)
+        tmp.write_text(str(self.staged))
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, self.root / _CLEAN)
         self.sync_dir(self.root)
 
-    def resume_clean(self) -> bool:
-        """True if the last run shut down cleanly (no sweep needed). The
-        marker is removed, durably, before serving: a crash from here on
+    def resume(self, referenced: Callable[[], set[str]]) -> tuple[bool, int]:
+        """Prepare the tier for serving; return (was clean, staged files removed).
+
+        After a clean shutdown the staged byte count was saved. Otherwise
+        ``referenced()`` (every staged file id the index knows) is consulted to
+        remove files a crash left behind. Cache files are not fsynced, so
+        after a machine crash (a new kernel boot id) they are all dropped:
+        their contents may be torn. After a process crash they are intact.
+        The marker is removed, durably, before serving: a crash from here on
         must lead to a sweep at the next start."""
         marker = self.root / _CLEAN
+        clean = True
         try:
-            used = int(marker.read_text())
+            staged = int(marker.read_text())
         except (FileNotFoundError, ValueError):
-            marker.unlink(missing_ok=True)
-            return False
-        marker.unlink()
+            clean = False
+            staged = 0
+        marker.unlink(missing_ok=True)
         self.sync_dir(self.root)
+        removed = 0
+        if clean:
+            with self._lock:
+                self.staged = staged
+        else:
+            removed = self.sweep(referenced())
+        self._load_cache(drop=not clean and self._rebooted())
+        return clean, removed
+
+    def _rebooted(self) -> bool:
+        boot = _boot_id()
+        path = self.root / _BOOT
+        try:
+            previous = path.read_text()
+        except FileNotFoundError:
+            previous = None
+        if previous != boot:
+            path.write_text(boot)
+        return previous is not None and previous != boot
+
+    def _load_cache(self, drop: bool) -> None:
+        """Rebuild the LRU order from the cache tree (oldest mtime first)."""
+        found: list[tuple[int, str, int]] = []
+        for i in range(_FANOUT):
+            with os.scandir(self.cache_root / f"{i:02x}") as entries:
+                for entry in entries:
+                    if drop or entry.name.endswith(_TMP):
+                        os.unlink(entry.path)
+                        continue
+                    st = entry.stat()
+                    found.append((st.st_mtime_ns, entry.name, st.st_size))
+        found.sort()
         with self._lock:
-            self._used = used
-        return True
+            self._lru = OrderedDict((name, size) for _, name, size in found)
+            self.cached = sum(size for _, _, size in found)
+
+    def sweep(self, referenced: set[str]) -> int:
+        """Remove staged files no index record references (left by a crash
+        between writing a file and committing it, or between an index delete
+        and the unlink). Recount the staged bytes. Return files removed."""
+        removed = 0
+        staged = 0
+        for i in range(_FANOUT):
+            with os.scandir(self.root / f"{i:02x}") as entries:
+                for entry in entries:
+                    if entry.name in referenced:
+                        staged += entry.stat().st_size
+                    else:
+                        os.unlink(entry.path)
+                        removed += 1
+        with self._lock:
+            self.staged = staged
+        return removed
 
     @staticmethod
     def sync_dir(path: Path) -> None:
@@ -171,23 +410,18 @@ class HotTier:
         finally:
             os.close(fd)
 
-    def sweep(self, referenced: set[str]) -> tuple[int, int]:
-        """Remove files no index record references (left by a crash between
-        writing a file and committing it, or between an index delete and the
-        unlink). Recount the bytes in use. Return (files removed, bytes kept)."""
-        removed = 0
-        used = 0
-        for i in range(_FANOUT):
-            with os.scandir(self.root / f"{i:02x}") as entries:
-                for entry in entries:
-                    if entry.name in referenced:
-                        used += entry.stat().st_size
-                    else:
-                        os.unlink(entry.path)
-                        removed += 1
-        with self._lock:
-            self._used = used
-        return removed, used
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def _write_all(fd: int, view: memoryview) -> None:
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:

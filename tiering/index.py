@@ -6,7 +6,13 @@ Key layout (raw bytes; bucket names never contain NUL, so NUL separates):
     O<bucket>\\0<key>                   -> ObjectMeta
     U<bucket>\\0<key>\\0<upload id>      -> Upload
     P<upload id>\\0<part number, 4 BE>  -> Part
-    Sseq                               -> last sequence number (8 BE)
+    F<seq, 8 BE>                       -> flush queue: an object version or
+                                          part whose bytes or manifest are
+                                          not yet in the capacity tier
+    Q<seq, 8 BE>                       -> a footer record waiting for the next
+                                          segment (tombstone, bucket event)
+    G<segment>                         -> SegmentInfo
+    Sseq, Sseg                         -> last sequence number, last segment
 
 Keys under ``O`` sort by the object key's UTF-8 bytes, which is the order S3
 lists in, so a listing page is one seek plus a short scan, and each common
@@ -20,8 +26,11 @@ an acknowledged write survives a crash of the process or the machine.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -30,7 +39,7 @@ import msgpack
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from tiering.errors import BucketNotEmpty, NoSuchBucket, PreconditionFailed
-from tiering.meta import BucketInfo, ObjectMeta, Part, Upload
+from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, Part, SegmentInfo, Upload, now_ms
 
 _SEP = b"\x00"
 
@@ -53,7 +62,48 @@ def _pkey(upload_id: str, part_number: int | None = None) -> bytes:
     return base if part_number is None else base + part_number.to_bytes(4, "big")
 
 
+def _seqkey(tag: bytes, seq: int) -> bytes:
+    return tag + seq.to_bytes(8, "big")
+
+
+def _gkey(segment: str) -> bytes:
+    return b"G" + segment.encode()
+
+
 _SEQ_KEY = b"Sseq"
+_SEG_KEY = b"Sseg"
+
+
+class _Ledger:
+    """Changes to segment counters gathered while one batch is built."""
+
+    __slots__ = ("live", "pins")
+
+    def __init__(self) -> None:
+        self.live: defaultdict[str, int] = defaultdict(int)
+        self.pins: defaultdict[str, int] = defaultdict(int)
+
+    def release(self, gone: Iterable[Chunk], keep: Iterable[Chunk] = ()) -> None:
+        """Extents of ``gone`` that ``keep`` does not reuse are dead now."""
+        kept = {(c.extent.segment, c.extent.offset) for c in keep if c.extent is not None}
+        for chunk in gone:
+            ext = chunk.extent
+            if ext is not None and (ext.segment, ext.offset) not in kept:
+                self.live[ext.segment] -= ext.stored
+
+    def unpin(self, meta: ObjectMeta | None) -> None:
+        if meta is not None and meta.manifest is not None:
+            self.pins[meta.manifest] -= 1
+
+
+@dataclass(slots=True)
+class FlushItem:
+    """One flush-queue entry and the record it names, as read."""
+
+    fseq: int
+    meta: ObjectMeta | None = None  # the object version (None: a part, or stale)
+    upload: Upload | None = None
+    part: Part | None = None
 
 
 def successor(prefix: str) -> str:
@@ -106,6 +156,8 @@ class Index:
         self._lock = threading.Lock()
         raw = self._db.get(_SEQ_KEY)
         self._seq = int.from_bytes(raw, "big") if raw else 0
+        raw = self._db.get(_SEG_KEY)
+        self._segments = int.from_bytes(raw, "big") if raw else 0
 
     def close(self) -> None:
         self._db.close()
@@ -122,6 +174,20 @@ class Index:
         self._seq += 1
         batch.put(_SEQ_KEY, self._seq.to_bytes(8, "big"))
         return self._seq
+
+    def _apply(self, batch: WriteBatch, ledger: _Ledger) -> None:
+        for name in ledger.live.keys() | ledger.pins.keys():
+            raw = self._db.get(_gkey(name))
+            if raw is None:
+                continue
+            info = SegmentInfo.from_bytes(raw)
+            info = replace(info, live=info.live + ledger.live[name], pins=info.pins + ledger.pins[name])
+            batch.put(_gkey(name), info.to_bytes())
+
+    def _pending(self, batch: WriteBatch, record: dict[str, object]) -> None:
+        """Queue a footer record (tombstone, bucket event) for the next segment."""
+        seq = self._next_seq(batch)
+        batch.put(_seqkey(b"Q", seq), msgpack.packb({**record, "s": seq}, use_bin_type=True))
 
     def _scan(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         it = self._db.iter()
@@ -149,8 +215,19 @@ class Index:
                 return False
             batch = self._batch()
             batch.put(_bkey(info.name), info.to_bytes())
+            self._pending(batch, _bucket_event(info))
             self._write(batch)
             return True
+
+    def update_bucket(self, info: BucketInfo) -> None:
+        """Change a bucket's policy; the capacity tier learns it too."""
+        with self._lock:
+            if self._db.get(_bkey(info.name)) is None:
+                raise NoSuchBucket(BucketName=info.name)
+            batch = self._batch()
+            batch.put(_bkey(info.name), info.to_bytes())
+            self._pending(batch, _bucket_event(info))
+            self._write(batch)
 
     def delete_bucket(self, name: str) -> None:
         with self._lock:
@@ -160,6 +237,7 @@ class Index:
                 raise BucketNotEmpty(BucketName=name)
             batch = self._batch()
             batch.delete(_bkey(name))
+            self._pending(batch, {"t": "bucket", "n": name, "d": True})
             self._write(batch)
 
     def list_buckets(self) -> list[BucketInfo]:
@@ -179,12 +257,15 @@ class Index:
         if_match: str | None = None,
         drop_upload: Upload | None = None,
         drop_parts: list[int] = (),  # type: ignore[assignment]
+        segment: SegmentInfo | None = None,
     ) -> tuple[ObjectMeta, ObjectMeta | None]:
         """Commit ``meta`` (its seq assigned here) and return it with the
         version it replaced. Conditions are checked under the lock, so a
         conditional write is atomic against concurrent writers. With
         ``drop_upload`` the same batch removes a completed multipart upload
-        and its part records."""
+        and its part records. ``segment`` is a segment written for this
+        object alone (streamed straight to the capacity tier), recorded in
+        the same batch."""
         with self._lock:
             if self._db.get(_bkey(meta.bucket)) is None:
                 raise NoSuchBucket(BucketName=meta.bucket)
@@ -195,13 +276,26 @@ class Index:
             if if_match is not None and (old is None or if_match not in ("*", old.etag)):
                 raise PreconditionFailed(Condition="If-Match")
             batch = self._batch()
+            ledger = _Ledger()
             seq = self._next_seq(batch)
-            meta = replace(meta, seq=seq)
+            # A new version needs its own manifest in the capacity tier, even
+            # when it reuses flushed bytes (a metadata-only copy, a Complete).
+            meta = replace(meta, seq=seq, manifest=None)
             batch.put(_okey(meta.bucket, meta.key), meta.to_bytes())
+            batch.put(_seqkey(b"F", seq), _label(meta.bucket, meta.key))
+            if segment is not None:
+                batch.put(_gkey(segment.name), segment.to_bytes())
+            if old is not None:
+                ledger.release(old.chunks, keep=meta.chunks)
+                ledger.unpin(old)
             if drop_upload is not None:
                 batch.delete(_ukey(drop_upload.bucket, drop_upload.key, drop_upload.upload_id))
                 for number in drop_parts:
+                    raw_part = self._db.get(_pkey(drop_upload.upload_id, number))
+                    if raw_part is not None:
+                        ledger.release(Part.from_bytes(raw_part).chunks, keep=meta.chunks)
                     batch.delete(_pkey(drop_upload.upload_id, number))
+            self._apply(batch, ledger)
             self._write(batch)
             return meta, old
 
@@ -211,23 +305,37 @@ class Index:
             raw = self._db.get(_okey(bucket, key))
             if raw is None:
                 return None
+            old = ObjectMeta.from_bytes(raw)
             batch = self._batch()
             batch.delete(_okey(bucket, key))
+            ledger = _Ledger()
+            self._bury(batch, ledger, old)
+            self._apply(batch, ledger)
             self._write(batch)
-            return ObjectMeta.from_bytes(raw)
+            return old
+
+    def _bury(self, batch: WriteBatch, ledger: _Ledger, old: ObjectMeta) -> None:
+        """A deleted version: its extents die, and a tombstone goes to the
+        capacity tier so a rebuild from footers cannot bring it back."""
+        ledger.release(old.chunks)
+        ledger.unpin(old)
+        self._pending(batch, {"t": "del", "b": old.bucket, "k": old.key})
 
     def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectMeta]:
         """Remove many keys in one synced batch (DeleteObjects); return the
         versions that were there."""
         with self._lock:
             batch = self._batch()
+            ledger = _Ledger()
             removed = []
             for key in dict.fromkeys(keys):
                 raw = self._db.get(_okey(bucket, key))
                 if raw is not None:
                     batch.delete(_okey(bucket, key))
                     removed.append(ObjectMeta.from_bytes(raw))
+                    self._bury(batch, ledger, removed[-1])
             if removed:
+                self._apply(batch, ledger)
                 self._write(batch)
             return removed
 
@@ -312,17 +420,28 @@ class Index:
         raw = self._db.get(_ukey(bucket, key, upload_id))
         return Upload.from_bytes(raw) if raw is not None else None
 
-    def put_part(self, upload: Upload, part: Part) -> Part | None | bool:
-        """Record a part; return the part it replaced, or False if the upload
-        is gone (completed or aborted meanwhile)."""
+    def put_part(self, upload: Upload, part: Part, segment: SegmentInfo | None = None) -> Part | None | bool:
+        """Record a part (and the segment it was streamed into, if any);
+        return the part it replaced, or False if the upload is gone
+        (completed or aborted meanwhile)."""
         with self._lock:
             if self._db.get(_ukey(upload.bucket, upload.key, upload.upload_id)) is None:
                 return False
             raw = self._db.get(_pkey(upload.upload_id, part.part_number))
+            previous = Part.from_bytes(raw) if raw is not None else None
             batch = self._batch()
             batch.put(_pkey(upload.upload_id, part.part_number), part.to_bytes())
+            if segment is not None:
+                batch.put(_gkey(segment.name), segment.to_bytes())
+            if any(c.file_id is not None for c in part.chunks):
+                label = _label(upload.bucket, upload.key, upload.upload_id, part.part_number)
+                batch.put(_seqkey(b"F", self._next_seq(batch)), label)
+            if previous is not None:
+                ledger = _Ledger()
+                ledger.release(previous.chunks)
+                self._apply(batch, ledger)
             self._write(batch)
-            return Part.from_bytes(raw) if raw is not None else None
+            return previous
 
     def list_parts(self, upload_id: str, after: int = 0, limit: int = 10_000) -> list[Part]:
         prefix = _pkey(upload_id)
@@ -341,8 +460,11 @@ class Index:
             parts = self.list_parts(upload.upload_id)
             batch = self._batch()
             batch.delete(_ukey(upload.bucket, upload.key, upload.upload_id))
+            ledger = _Ledger()
             for part in parts:
                 batch.delete(_pkey(upload.upload_id, part.part_number))
+                ledger.release(part.chunks)
+            self._apply(batch, ledger)
             self._write(batch)
             return parts
 
@@ -377,11 +499,231 @@ class Index:
         Reads raw msgpack maps instead of building records: this runs over
         the whole index when a start-up follows a crash."""
         ids: set[str] = set()
-        for _, value in self._scan(b"O", b"O"):
-            ids.update(chunk["file_id"] for chunk in msgpack.unpackb(value, raw=False)["chunks"])
-        for _, value in self._scan(b"P", b"P"):
-            ids.add(msgpack.unpackb(value, raw=False)["chunk"]["file_id"])
+        for tag in (b"O", b"P"):
+            for _, value in self._scan(tag, tag):
+                ids.update(c["file_id"] for c in msgpack.unpackb(value, raw=False)["chunks"] if c.get("file_id"))
         return ids
+
+    # -- capacity tier: flush, compaction, recovery --------------------------
+    # The flusher and the compactor never run at the same time (the tier
+    # service serialises them); user writes race with both, so every commit
+    # below re-reads each record and applies only to the version it read.
+
+    def new_segment_name(self) -> str:
+        """A name no segment has had, durable before the segment exists."""
+        with self._lock:
+            self._segments += 1
+            batch = self._batch()
+            batch.put(_SEG_KEY, self._segments.to_bytes(8, "big"))
+            self._write(batch)
+            return f"{self._segments:016x}"
+
+    def flush_queue(self, limit: int) -> list[FlushItem]:
+        """The oldest flush-queue entries with the records they name (none
+        when the record was replaced or removed since: a stale entry)."""
+        items: list[FlushItem] = []
+        for raw_key, value in self._scan(b"F", b"F"):
+            if len(items) == limit:
+                break
+            item = FlushItem(int.from_bytes(raw_key[1:], "big"))
+            label = msgpack.unpackb(value, raw=False)
+            if "u" in label:
+                upload = self.get_upload(label["b"], label["k"], label["u"])
+                raw = self._db.get(_pkey(label["u"], label["p"])) if upload else None
+                if raw is not None:
+                    item.upload, item.part = upload, Part.from_bytes(raw)
+            else:
+                meta = self.get_object(label["b"], label["k"])
+                if meta is not None and meta.seq == item.fseq:
+                    item.meta = meta
+            items.append(item)
+        return items
+
+    def flush_queue_length(self) -> int:
+        return sum(1 for _ in self._scan(b"F", b"F"))
+
+    @property
+    def segments_issued(self) -> int:
+        return self._segments
+
+    def pending_records(self, limit: int) -> list[tuple[int, dict]]:
+        return [
+            (int.from_bytes(k[1:], "big"), msgpack.unpackb(v, raw=False))
+            for k, v in itertools.islice(self._scan(b"Q", b"Q"), limit)
+        ]
+
+    def commit_flush(
+        self,
+        info: SegmentInfo,
+        done: list[tuple[FlushItem, tuple[Chunk, ...]]],
+        stale: list[int],
+        records: list[int],
+    ) -> list[tuple[str, str]]:
+        """Record a segment the capacity tier now holds: each item still
+        current gets its new chunks (and, for an object, the segment as its
+        manifest); queue entries and footer records written are removed.
+        Returns (staged file id, cache name) pairs now safe to adopt."""
+        with self._lock:
+            batch = self._batch()
+            adopted: list[tuple[str, str]] = []
+            live, pins = 0, len(records)
+            ledger = _Ledger()
+            for fseq in stale:
+                batch.delete(_seqkey(b"F", fseq))
+            for item, chunks in done:
+                if item.meta is not None:
+                    okey = _okey(item.meta.bucket, item.meta.key)
+                    raw = self._db.get(okey)
+                    current = ObjectMeta.from_bytes(raw) if raw is not None else None
+                    if current is None or current.seq != item.meta.seq:
+                        batch.delete(_seqkey(b"F", item.fseq))  # replaced: the new version is queued
+                        continue
+                    ledger.unpin(current)
+                    batch.put(okey, replace(current, chunks=chunks, manifest=info.name).to_bytes())
+                    pins += 1
+                else:
+                    assert item.upload is not None and item.part is not None
+                    pkey = _pkey(item.upload.upload_id, item.part.part_number)
+                    raw = self._db.get(pkey)
+                    current_part = Part.from_bytes(raw) if raw is not None else None
+                    if current_part is None or current_part.chunks != item.part.chunks:
+                        batch.delete(_seqkey(b"F", item.fseq))
+                        continue
+                    batch.put(pkey, replace(current_part, chunks=chunks).to_bytes())
+                batch.delete(_seqkey(b"F", item.fseq))
+                before = item.meta.chunks if item.meta is not None else item.part.chunks  # type: ignore[union-attr]
+                for old, new in zip(before, chunks, strict=True):
+                    if old.file_id is not None and new.extent is not None:
+                        live += new.extent.stored
+                        adopted.append((old.file_id, new.extent.cache_name))
+            for qseq in records:
+                batch.delete(_seqkey(b"Q", qseq))
+            batch.put(_gkey(info.name), replace(info, live=live, pins=pins).to_bytes())
+            self._apply(batch, ledger)
+            self._write(batch)
+            return adopted
+
+    def commit_flush_stale(self, stale: list[int]) -> None:
+        """Drop queue entries whose versions were replaced or removed."""
+        if not stale:
+            return
+        with self._lock:
+            batch = self._batch()
+            for fseq in stale:
+                batch.delete(_seqkey(b"F", fseq))
+            self._write(batch)
+
+    def segments(self) -> list[SegmentInfo]:
+        return [SegmentInfo.from_bytes(v) for _, v in self._scan(b"G", b"G")]
+
+    def get_segment(self, name: str) -> SegmentInfo | None:
+        raw = self._db.get(_gkey(name))
+        return SegmentInfo.from_bytes(raw) if raw is not None else None
+
+    def forget_segment(self, name: str) -> bool:
+        """Drop a segment nothing uses any more; False if something does."""
+        with self._lock:
+            raw = self._db.get(_gkey(name))
+            if raw is None:
+                return True
+            info = SegmentInfo.from_bytes(raw)
+            if info.live > 0 or info.pins > 0:
+                return False
+            batch = self._batch()
+            batch.delete(_gkey(name))
+            self._write(batch)
+            return True
+
+    def commit_compaction(
+        self,
+        old: str,
+        info: SegmentInfo | None,
+        moved: dict[int, Extent],
+        versions: dict[tuple[str, str], int],
+        carried: int,
+    ) -> list[tuple[str, str]] | None:
+        """Replace segment ``old`` by ``info`` (None: nothing was worth
+        keeping). ``moved`` maps old offsets to new extents; ``versions``
+        gives, for every object whose manifest the new segment carries, the
+        version it describes. If any of those objects changed meanwhile, the
+        new segment may describe a stale layout: nothing is committed (None)
+        and the caller discards it. Returns cache renames (old, new)."""
+        with self._lock:
+            batch = self._batch()
+            ledger = _Ledger()
+            live, pins = 0, carried
+            renames: list[tuple[str, str]] = []
+            updates: list[tuple[bytes, ObjectMeta]] = []
+            for (bucket, key), seq in versions.items():
+                raw = self._db.get(_okey(bucket, key))
+                meta = ObjectMeta.from_bytes(raw) if raw is not None else None
+                uses_old = meta is not None and (
+                    meta.manifest == old or any(c.extent and c.extent.segment == old for c in meta.chunks)
+                )
+                if not uses_old:
+                    continue  # replaced or deleted since: nothing of it lives in old
+                if meta.seq != seq:  # type: ignore[union-attr]
+                    return None
+                updates.append((_okey(bucket, key), meta))  # type: ignore[arg-type]
+            for okey, meta in updates:
+                chunks = []
+                for chunk in meta.chunks:
+                    ext = chunk.extent
+                    if ext is not None and ext.segment == old:
+                        new = moved[ext.offset]
+                        renames.append((ext.cache_name, new.cache_name))
+                        live += new.stored
+                        chunk = replace(chunk, extent=new)
+                    chunks.append(chunk)
+                ledger.unpin(meta)
+                batch.put(okey, replace(meta, chunks=tuple(chunks), manifest=info.name if info else None).to_bytes())
+                pins += 1
+            batch.delete(_gkey(old))
+            if info is not None:
+                batch.put(_gkey(info.name), replace(info, live=live, pins=pins).to_bytes())
+            ledger.pins.pop(old, None)
+            self._apply(batch, ledger)
+            self._write(batch)
+            return renames
+
+    def owners_of_upload_entries(self, upload_id: str, segment: str) -> bool:
+        """True if an open upload still uses bytes in ``segment``."""
+        for _, value in self._scan(_pkey(upload_id), _pkey(upload_id)):
+            if any(c.extent is not None and c.extent.segment == segment for c in Part.from_bytes(value).chunks):
+                return True
+        return False
+
+    def install(
+        self,
+        buckets: Iterable[BucketInfo],
+        objects: Iterable[ObjectMeta],
+        segments: Iterable[SegmentInfo],
+        seq: int,
+        segment_count: int,
+    ) -> None:
+        """Load a namespace rebuilt from the capacity tier into an empty
+        index. Batches are not synced one by one; one synced write ends it."""
+        with self._lock:
+            batch = self._batch()
+            pending = 0
+            for record_key, record in itertools.chain(
+                ((_bkey(b.name), b) for b in buckets),
+                ((_okey(m.bucket, m.key), m) for m in objects),
+                ((_gkey(g.name), g) for g in segments),
+            ):
+                batch.put(record_key, record.to_bytes())
+                pending += 1
+                if pending == 10_000:
+                    self._db.write(batch)
+                    batch, pending = self._batch(), 0
+            self._seq = max(self._seq, seq)
+            self._segments = max(self._segments, segment_count)
+            batch.put(_SEQ_KEY, self._seq.to_bytes(8, "big"))
+            batch.put(_SEG_KEY, self._segments.to_bytes(8, "big"))
+            self._write(batch)  # synced: the WAL holds every batch before it
+
+    def is_empty(self) -> bool:
+        return next(self._scan(b"", b""), None) is None
 
     def iter_uploads(self) -> Iterator[Upload]:
         for _, value in self._scan(b"U", b"U"):
@@ -390,6 +732,17 @@ class Index:
     def iter_parts(self) -> Iterator[Part]:
         for _, value in self._scan(b"P", b"P"):
             yield Part.from_bytes(value)
+
+
+def _label(bucket: str, key: str, upload: str | None = None, part: int | None = None) -> bytes:
+    label: dict[str, object] = {"b": bucket, "k": key}
+    if upload is not None:
+        label.update(u=upload, p=part)
+    return msgpack.packb(label, use_bin_type=True)
+
+
+def _bucket_event(info: BucketInfo) -> dict[str, object]:
+    return {"t": "bucket", "n": info.name, "c": info.created_ms, "wt": info.write_through}
 
 
 def _entry(key: str, raw: bytes, _unpack=msgpack.unpackb, _new=ListEntry) -> ListEntry:

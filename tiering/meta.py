@@ -75,11 +75,37 @@ class _Record:
 
 
 @dataclass(frozen=True, slots=True)
-class Chunk(_Record):
-    """A hot-tier file holding one contiguous piece of an object's bytes."""
+class Extent(_Record):
+    """Where one piece of an object lives in the capacity tier: a byte range
+    of a segment, how it is encoded, and the checksum of the stored bytes."""
 
-    file_id: str
+    segment: str
+    offset: int
+    stored: int
+    raw: int
+    codec: str = "none"
+    crc: int = 0
+
+    @property
+    def cache_name(self) -> str:
+        """The hot-tier cache file that holds this extent's raw bytes."""
+        return f"{self.segment}-{self.offset:x}"
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk(_Record):
+    """One contiguous piece of an object (at most one part size).
+
+    Staged while ``file_id`` names a hot-tier file that is the only copy;
+    flushed once ``extent`` says where the capacity tier holds it (the hot
+    tier may still cache it, under the extent's cache name).
+    """
+
     size: int
+    file_id: str | None = None
+    extent: Extent | None = None
+
+    _nested: ClassVar[dict[str, type[_Record]]] = {"extent": Extent}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +138,14 @@ class ObjectMeta(_Record):
     chunks: tuple[Chunk, ...] = ()
     part_sizes: tuple[int, ...] = ()  # multipart: size of each part, for partNumber reads
     upload_id: str | None = None  # multipart: the upload it completed, for retried Completes
+    manifest: str | None = None  # the segment whose footer holds this version's manifest
 
     _nested: ClassVar[dict[str, type[_Record]]] = {"checksum": Checksum, "chunks": Chunk}
 
+    @property
+    def staged(self) -> bool:
+        """True while some bytes exist only in the hot tier."""
+        return any(c.file_id is not None for c in self.chunks)
 
     @property
     def quoted_etag(self) -> str:
@@ -130,6 +161,7 @@ class BucketInfo(_Record):
     name: str
     created_ms: int
     region: str = "us-east-1"
+    write_through: bool = False  # acknowledge writes only once the capacity tier has them
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,10 +187,28 @@ class Part(_Record):
     size: int
     etag: str  # hex md5, without quotes
     last_modified_ms: int
-    chunk: Chunk
+    chunks: tuple[Chunk, ...] = ()
     checksum: Checksum | None = None
 
-    _nested: ClassVar[dict[str, type[_Record]]] = {"checksum": Checksum, "chunk": Chunk}
+    _nested: ClassVar[dict[str, type[_Record]]] = {"checksum": Checksum, "chunks": Chunk}
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentInfo(_Record):
+    """What the index knows of one segment in the capacity tier.
+
+    ``live`` counts the stored bytes of entries some current object or open
+    upload still uses; ``pins`` counts footer records that must survive
+    (current manifests, tombstones, bucket events). A segment with neither
+    can be deleted; one with little live data is rewritten by compaction.
+    """
+
+    name: str
+    size: int
+    data: int  # stored bytes of all entries
+    live: int
+    pins: int
+    created_ms: int
 
 
 

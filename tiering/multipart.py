@@ -12,7 +12,7 @@ import base64
 import hashlib
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from packer.ranges import ByteRange
@@ -28,9 +28,10 @@ from tiering.errors import (
 from tiering.inputs import Integrity, NewObject
 from tiering.meta import Checksum, Chunk, ObjectMeta, Part, Upload, now_ms
 from tiering.names import check_key
+from tiering.segments import Piece
 
 if TYPE_CHECKING:
-    from tiering.objects import ObjectService
+    from tiering.objects import ObjectService, Staged
 
 MIN_PART_SIZE = 5 * 1024**2  # every part but the last, as S3 requires
 MAX_PART_NUMBER = 10_000
@@ -118,8 +119,8 @@ class Multipart:
                 f"Checksum Type mismatch occurred, expected checksum Type: "
                 f"{upload.checksum_algorithm.lower()}, actual checksum Type: {integrity.checksum_algorithm.lower()}"
             )
-        staged = await self._service.stage(body, integrity)
-        return await self._record(upload, part_number, staged.chunk, staged.md5_hex, staged.checksum, now_ms())
+        staged = await self._service.stage(body, integrity, Piece(bucket, key, part_number, upload_id))
+        return await self._record(upload, part_number, staged, now_ms())
 
     async def upload_part_copy(
         self, bucket: str, key: str, upload_id: str, part_number: int, source: ObjectMeta, wanted: ByteRange
@@ -129,23 +130,26 @@ class Multipart:
         staged = await self._service.stage(
             self._service.read(source, wanted),
             Integrity(checksum_algorithm=upload.checksum_algorithm, expected_size=wanted.length),
+            Piece(bucket, key, part_number, upload_id),
         )
-        return await self._record(upload, part_number, staged.chunk, staged.md5_hex, staged.checksum, now_ms())
+        return await self._record(upload, part_number, staged, now_ms())
 
-    async def _record(
-        self, upload: Upload, number: int, chunk: Chunk, md5_hex: str, checksum: Checksum | None, when: int
-    ) -> Part:
-        part = Part(number, chunk.size, md5_hex, when, chunk, checksum)
+    async def _record(self, upload: Upload, number: int, staged: Staged, when: int) -> Part:
+        part = Part(number, staged.size, staged.md5_hex, when, staged.chunks, staged.checksum)
+        segment = staged.segment
+        if segment is not None:
+            segment = replace(segment, live=sum(c.extent.stored for c in part.chunks if c.extent))
         try:
-            previous = await _pool.run(self._index.put_part, upload, part)
+            previous = await _pool.run(self._index.put_part, upload, part, segment)
         except BaseException:
-            await _pool.run(self._service.hot.remove, [chunk])
+            await self._service.discard(part.chunks, segment)
             raise
         if previous is False:  # completed or aborted while this part streamed
-            await _pool.run(self._service.hot.remove, [chunk])
+            await self._service.discard(part.chunks, segment)
             raise NoSuchUpload(UploadId=upload.upload_id)
         if previous is not None:
-            await _pool.run(self._service.hot.remove, [previous.chunk])
+            await self._service.forget(previous.chunks)
+        self._service.tiers.flusher.note_staged(sum(c.size for c in part.chunks if c.file_id))
         return part
 
     async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
@@ -204,18 +208,19 @@ class Multipart:
             headers=upload.headers,
             user_meta=upload.user_meta,
             checksum=_object_checksum(upload, parts),
-            chunks=tuple(p.chunk for p in parts),
+            chunks=tuple(c for p in parts for c in p.chunks),
             part_sizes=tuple(p.size for p in parts),
             upload_id=upload_id,
         )
         meta, old = await _pool.run(
             self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored)
         )
-        used = {p.chunk.file_id for p in parts}
-        unused = [p.chunk for p in stored.values() if p.chunk.file_id not in used]
-        await _pool.run(self._service.hot.remove, unused)
+        chosen_numbers = {p.part_number for p in parts}
+        unused = [c for p in stored.values() if p.part_number not in chosen_numbers for c in p.chunks]
+        await self._service.forget(unused)
         if old is not None:
-            await self._service._drop(old, keep=meta.chunks)
+            await self._service.forget(old.chunks, keep=meta.chunks)
+        await self._service.settle(await self._service.bucket(bucket), meta)
         return meta
 
     async def _already_completed(
@@ -235,7 +240,7 @@ class Multipart:
         parts = await _pool.run(self._index.delete_upload, upload)
         if parts is None:
             raise NoSuchUpload(UploadId=upload_id)
-        await _pool.run(self._service.hot.remove, [p.chunk for p in parts])
+        await self._service.forget([c for p in parts for c in p.chunks])
 
     async def list_parts(self, bucket: str, key: str, upload_id: str, after: int, limit: int) -> tuple[Upload, list[Part], bool]:
         upload = await self.get(bucket, key, upload_id)

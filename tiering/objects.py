@@ -8,9 +8,10 @@ point leaves either the old or the new version, never a mix.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,32 +29,45 @@ from tiering.errors import (
     PayloadHashMismatch,
     SlowDown,
 )
-from tiering.hot import ChunkWriter, HotTier
+from tiering.capacity import CapacityStore
+from tiering.digests import Digests
+from tiering.hot import HotTier
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
-from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, now_ms
+from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, now_ms
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
+from tiering.segments import Piece, SegmentStream
+from tiering.settings import TierSettings
+from tiering.tiers import Tiers
+from tiering.fetch import segment_path
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call
 _READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming a GET
+_ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
 
 
 @dataclass(slots=True)
 class Staged:
-    """A body written to a hot-tier file, hashed and verified."""
+    """A body written to hot-tier files (or streamed into a segment of its
+    own), hashed and verified."""
 
-    chunk: Chunk
+    chunks: tuple[Chunk, ...]
     md5_hex: str
     checksum: Checksum | None
+    segment: SegmentInfo | None = None  # set when streamed to the capacity tier
+
+    @property
+    def size(self) -> int:
+        return sum(c.size for c in self.chunks)
 
     def as_object(self, bucket: str, key: str, new: NewObject) -> ObjectMeta:
         """The single-chunk object these bytes become (seq set at commit)."""
         return ObjectMeta(
             bucket=bucket,
             key=key,
-            size=self.chunk.size,
+            size=self.size,
             etag=self.md5_hex,
             last_modified_ms=now_ms(),
             seq=0,
@@ -61,41 +75,46 @@ class Staged:
             headers=new.headers,
             user_meta=new.user_meta,
             checksum=self.checksum,
-            chunks=(self.chunk,),
+            chunks=self.chunks,
         )
 
 
 class ObjectService:
     """Buckets and objects; owns the index and the hot tier of one node."""
 
-    def __init__(self, data_dir: Path, hot_budget: int, region: str = "us-east-1") -> None:
+    def __init__(
+        self, data_dir: Path, settings: TierSettings, capacity: CapacityStore, region: str = "us-east-1"
+    ) -> None:
         self.data_dir = data_dir
         self.region = region
+        self.settings = settings
         self.index = Index(data_dir / "index")
-        self.hot = HotTier(data_dir / "hot", hot_budget)
+        self.hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
+        self.tiers = Tiers(self.index, self.hot, capacity, settings)
         self.multipart = Multipart(self)
 
     async def start(self) -> None:
-        """Remove what a crash left half-done before serving.
+        """Remove what a crash left half-done, then start the tiers.
 
-        After a clean shutdown there is nothing to remove and the hot tier's
+        After a clean shutdown there is nothing to remove and the staged
         byte count was saved, so start-up skips the sweep, which has to read
-        every index record (tens of seconds for millions of objects)."""
-        await _pool.run(self._recover_hot)
+        every index record (tens of seconds for millions of objects).
+        Committed writes not yet flushed are still in the flush queue: the
+        flusher takes them up again."""
+        await _pool.run(self.hot.resume, self.index.referenced_files)
+        await self.tiers.start()
 
-    def _recover_hot(self) -> None:
-        if not self.hot.resume_clean():
-            self.hot.sweep(self.index.referenced_files())
-
-    def close(self) -> None:
-        self.index.close()
-        self.hot.mark_clean()
+    async def close(self) -> None:
+        await self.tiers.stop()
+        await _pool.run(self.index.close)
+        await _pool.run(self.hot.mark_clean)
 
     # -- buckets -----------------------------------------------------------
 
     async def create_bucket(self, name: str) -> BucketInfo:
         check_bucket_name(name)
-        info = BucketInfo(name=name, created_ms=now_ms(), region=self.region)
+        info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
+                          write_through=self.settings.write_through)
         if not await _pool.run(self.index.create_bucket, info):
             raise BucketAlreadyOwnedByYou(BucketName=name)
         return info
@@ -107,6 +126,10 @@ class ObjectService:
         info = self.index.get_bucket(name)  # a point read: microseconds
         if info is None:
             raise NoSuchBucket(BucketName=name)
+        return info
+
+    async def set_policy(self, info: BucketInfo) -> BucketInfo:
+        await _pool.run(self.index.update_bucket, info)
         return info
 
     async def list_buckets(self) -> list[BucketInfo]:
@@ -134,12 +157,22 @@ class ObjectService:
         meta = self.index.get_object(bucket, key)
         if meta is None or meta.size > small:
             return meta, None
+        pieces = []
         try:
-            return meta, b"".join(self.hot.read(c.file_id, 0, c.size) for c in meta.chunks)
+            for c in meta.chunks:
+                if c.file_id is not None:
+                    pieces.append(self.hot.read(c.file_id, 0, c.size))
+                    continue
+                data = self.hot.read_cached(c.extent.cache_name, c.size)  # type: ignore[union-attr]
+                if data is None:
+                    return meta, None  # a miss: read() fetches from the capacity tier
+                pieces.append(data)
         except FileNotFoundError:
-            # Replaced or deleted between the lookup and the read: answer
-            # from whatever version is current now.
+            # Flushed, replaced or deleted between the lookup and the read:
+            # answer from whatever version is current now.
             return self._fetch(bucket, key, small)
+        self.tiers.reader.hits += 1
+        return meta, b"".join(pieces)
 
     async def put(
         self,
@@ -153,65 +186,177 @@ class ObjectService:
         if_match: str | None = None,
     ) -> ObjectMeta:
         check_key(key)
-        await self.bucket(bucket)
+        info = await self.bucket(bucket)
         if integrity.expected_size is not None and integrity.expected_size > MAX_PUT_SIZE:
             raise EntityTooLarge(ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PUT_SIZE)
         if if_none_match and self.index.get_object(bucket, key) is not None:
             # Checked again atomically at commit; failing early saves the upload.
             check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
-        staged = await self.stage(body, integrity)
+        staged = await self.stage(body, integrity, Piece(bucket, key, 0))
         meta = staged.as_object(bucket, key, new)
-        return await self.commit(meta, if_none_match=if_none_match, if_match=if_match)
-
-    async def commit(self, meta: ObjectMeta, **conditions: object) -> ObjectMeta:
-        """Make ``meta`` the current version; drop the files it replaced.
-        On failure the new files are removed, so nothing is left behind."""
-        try:
-            meta, old = await _pool.run(self.index.put_object, meta, **conditions)
-        except BaseException:
-            await _pool.run(self.hot.remove, meta.chunks)
-            raise
-        if old is not None:
-            await self._drop(old, keep=meta.chunks)
+        meta = await self.commit(meta, staged.segment, if_none_match=if_none_match, if_match=if_match)
+        await self.settle(info, meta)
         return meta
 
-    async def _drop(self, old: ObjectMeta, keep: Iterable[Chunk] = ()) -> None:
-        kept = {c.file_id for c in keep}
-        await _pool.run(self.hot.remove, [c for c in old.chunks if c.file_id not in kept])
+    async def settle(self, info: BucketInfo, meta: ObjectMeta) -> None:
+        """After a commit: wake the flusher when a segment's worth waits; on
+        a write-through bucket, return only once the capacity tier has it."""
+        self.tiers.flusher.note_staged(sum(c.size for c in meta.chunks if c.file_id is not None))
+        if info.write_through:
+            await self.tiers.flusher.wait_flushed(meta.seq, self.settings.write_through_timeout)
 
-    async def stage(self, body: AsyncIterator[bytes], integrity: Integrity) -> Staged:
-        """Stream ``body`` into a new durable hot-tier file and verify it."""
-        if integrity.expected_size is not None and not self.hot.reserve(integrity.expected_size):
-            raise SlowDown("The hot tier is full; retry later")
-        writer = self.hot.writer(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
+    async def commit(self, meta: ObjectMeta, segment: SegmentInfo | None = None, **conditions: object) -> ObjectMeta:
+        """Make ``meta`` the current version; drop the files it replaced.
+        On failure the new files (or streamed segment) are removed, so
+        nothing is left behind."""
+        if segment is not None:
+            segment = replace(segment, live=sum(c.extent.stored for c in meta.chunks if c.extent))
         try:
-            await _fill(writer, body)
-            if integrity.expected_size is not None and writer.size != integrity.expected_size:
-                raise IncompleteBody(
-                    "You did not provide the number of bytes specified by the Content-Length HTTP header."
-                )
-            chunk = await _pool.run(writer.finish)
-            checksum = _verify(writer, integrity)
+            meta, old = await _pool.run(self.index.put_object, meta, segment=segment, **conditions)
+        except BaseException:
+            await self.discard(meta.chunks, segment)
+            raise
+        if old is not None:
+            await self.forget(old.chunks, keep=meta.chunks)
+        return meta
+
+    async def discard(self, chunks: Iterable[Chunk], segment: SegmentInfo | None = None) -> None:
+        """Remove bytes written for a write that did not commit."""
+        await _pool.run(self.hot.remove, chunks)
+        if segment is not None:
+            await self.tiers.capacity.delete(segment_path(segment.name))
+
+    async def forget(self, chunks: Iterable[Chunk], keep: Iterable[Chunk] = ()) -> None:
+        """Remove the staged files and cached extents of ``chunks`` that
+        ``keep`` does not use (after the index no longer refers to them)."""
+        chunks = list(chunks)
+        kept = {c.file_id for c in keep if c.file_id} | {c.extent.cache_name for c in keep if c.extent}
+        await _pool.run(self.hot.remove, [c for c in chunks if c.file_id and c.file_id not in kept])
+        cached = [c.extent.cache_name for c in chunks if c.extent and c.extent.cache_name not in kept]
+        if cached:
+            await _pool.run(self.hot.drop_cached, cached)
+
+    async def stage(self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece) -> Staged:
+        """Take ``body`` in: into durable hot-tier files, or, when it cannot
+        fit in the hot tier now, straight into a segment of its own."""
+        size = integrity.expected_size
+        reserved = 0
+        if size is not None:
+            if not await self._make_room(size):
+                return await self._stream(body, integrity, label)
+            reserved = size
+        digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
+        writer = self.hot.writer(self.settings.part_size, digests, reserved)
+        try:
+            await _gather(body, lambda block: _pool.run(writer.write, block))
+            _check_size(digests, integrity)
+            chunks = await _pool.run(writer.finish)
+            checksum = _verify(digests, integrity)
         except BaseException:
             await _pool.run(writer.abort)
             raise
-        return Staged(chunk, writer.md5.hexdigest(), checksum)
+        return Staged(chunks, digests.md5.hexdigest(), checksum)
+
+    async def _make_room(self, size: int) -> bool:
+        """Reserve staging room; False means: stream this body past the hot
+        tier (it is large). A small body waits for the flusher to free room,
+        then gets SlowDown: staged data is never evicted, and the disk is
+        never filled past the budget."""
+        if self.hot.reserve(size):
+            return True
+        if size > self.settings.small_object_size:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _ROOM_WAIT
+        while loop.time() < deadline:
+            self.tiers.flusher.request()
+            await asyncio.sleep(0.05)
+            if self.hot.reserve(size):
+                return True
+        raise SlowDown("The hot tier is full of data not yet in the capacity tier; retry later")
+
+    async def _stream(self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece) -> Staged:
+        """Write the body into a new segment as it arrives, one part-sized
+        extent at a time; memory holds a few parts, the hot tier nothing."""
+        name = await _pool.run(self.index.new_segment_name)
+        stream = SegmentStream(self.tiers.capacity, name, self.settings)
+        digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
+        chunks: list[Chunk] = []
+
+        async def put_part(block: bytes) -> None:
+            await _pool.run(digests.update, block)
+            chunks.append(await stream.add(label, len(chunks), block))
+
+        try:
+            await _gather(body, put_part, self.settings.part_size)
+            _check_size(digests, integrity)
+            checksum = _verify(digests, integrity)
+            if not chunks:
+                chunks.append(await stream.add(label, 0, b""))
+            info = await stream.finish()
+        except BaseException:
+            await stream.abort()
+            raise
+        return Staged(tuple(chunks), digests.md5.hexdigest(), checksum, info)
 
     async def read(self, meta: ObjectMeta, wanted: ByteRange) -> AsyncIterator[bytes]:
-        """Yield the bytes of ``wanted`` in order, in blocks of about 1 MiB."""
-        sizes = [c.size for c in meta.chunks]
-        for index, piece in split_over(sizes, wanted):
-            # One open descriptor per chunk: a delete or overwrite that
-            # unlinks the file mid-stream does not cut the response short.
-            fd = await _pool.run(self.hot.open, meta.chunks[index].file_id)
-            try:
-                offset = piece.start
-                while offset < piece.end:
-                    length = min(_READ_BLOCK, piece.end - offset)
-                    yield await _pool.run(self.hot.pread, fd, offset, length)
-                    offset += length
-            finally:
-                os.close(fd)
+        """Yield the bytes of ``wanted`` in order, in blocks of about 1 MiB.
+
+        Staged chunks and cached extents are read with pread; missing
+        extents are fetched from the capacity tier, up to
+        ``fetch_concurrency`` of them ahead of the one being sent."""
+        pieces = list(split_over([c.size for c in meta.chunks], wanted))
+        ahead: dict[int, asyncio.Task[int | bytes]] = {}
+        window = self.settings.fetch_concurrency
+        try:
+            for position, (index, piece) in enumerate(pieces):
+                for later, _ in pieces[position : position + window]:
+                    chunk = meta.chunks[later]
+                    if chunk.file_id is None and later not in ahead:
+                        ahead[later] = asyncio.create_task(self._source(chunk))
+                chunk = meta.chunks[index]
+                if chunk.file_id is not None:
+                    try:
+                        source: int | bytes = await _pool.run(self.hot.open, chunk.file_id)
+                    except FileNotFoundError:
+                        # Flushed since the lookup (the file became a cached
+                        # extent): read the same version's extent instead.
+                        chunk = await self._reload_chunk(meta, index)
+                        source = await self._source(chunk)
+                else:
+                    source = await ahead.pop(index)
+                if isinstance(source, bytes):
+                    for offset in range(piece.start, piece.end, _READ_BLOCK):
+                        yield source[offset : min(offset + _READ_BLOCK, piece.end)]
+                    continue
+                # One open descriptor per chunk: a delete or overwrite that
+                # unlinks the file mid-stream does not cut the response short.
+                try:
+                    offset = piece.start
+                    while offset < piece.end:
+                        length = min(_READ_BLOCK, piece.end - offset)
+                        yield await _pool.run(self.hot.pread, source, offset, length)
+                        offset += length
+                finally:
+                    os.close(source)
+        finally:
+            for task in ahead.values():
+                task.cancel()
+                task.add_done_callback(_close_unused)
+
+    async def _source(self, chunk: Chunk) -> int | bytes:
+        """A descriptor on the cached extent, or its bytes after a fetch."""
+        assert chunk.extent is not None
+        fd = await self.tiers.reader.open_cached(chunk.extent)
+        if fd is not None:
+            return fd
+        return await self.tiers.reader.fetch(chunk.extent)
+
+    async def _reload_chunk(self, meta: ObjectMeta, index: int) -> Chunk:
+        current = await _pool.run(self.index.get_object, meta.bucket, meta.key)
+        if current is None or current.seq != meta.seq or current.chunks[index].extent is None:
+            raise NoSuchKey("The object was replaced while it was being read", Key=meta.key)
+        return current.chunks[index]
 
     async def read_all(self, meta: ObjectMeta, wanted: ByteRange | None = None) -> bytes:
         wanted = wanted or ByteRange(0, meta.size)
@@ -222,7 +367,7 @@ class ObjectService:
         await self.bucket(bucket)
         old = await _pool.run(self.index.delete_object, bucket, key)
         if old is not None:
-            await self._drop(old)
+            await self.forget(old.chunks)
 
     async def delete_many(self, bucket: str, keys: list[str]) -> None:
         """DeleteObjects: one index commit for all keys, then the files."""
@@ -230,7 +375,7 @@ class ObjectService:
         for key in keys:
             check_key(key)
         for old in await _pool.run(self.index.delete_objects, bucket, keys):
-            await self._drop(old)
+            await self.forget(old.chunks)
 
     async def copy(
         self,
@@ -243,14 +388,17 @@ class ObjectService:
         """Copy ``source`` to bucket/key; ``new`` replaces the metadata
         (MetadataDirective REPLACE), None keeps the source's."""
         check_key(key)
-        await self.bucket(bucket)
+        info = await self.bucket(bucket)
         new = new or NewObject(source.content_type, dict(source.headers), dict(source.user_meta))
         algorithm = checksum_algorithm or (source.checksum.algorithm if source.checksum else None)
         staged = await self.stage(
             self.read(source, ByteRange(0, source.size)),
             Integrity(checksum_algorithm=algorithm, expected_size=source.size),
+            Piece(bucket, key, 0),
         )
-        return await self.commit(staged.as_object(bucket, key, new))
+        meta = await self.commit(staged.as_object(bucket, key, new), staged.segment)
+        await self.settle(info, meta)
+        return meta
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
@@ -262,6 +410,7 @@ class ObjectService:
             last_modified_ms=now_ms(),
         )
         meta, _ = await _pool.run(self.index.put_object, meta, if_match=source.etag)
+        await self.settle(await self.bucket(meta.bucket), meta)
         return meta
 
     async def list(
@@ -280,20 +429,33 @@ def resolve_part(meta: ObjectMeta, part_number: int) -> ByteRange:
     return ByteRange(start, start + sizes[part_number - 1])
 
 
-async def _fill(writer: ChunkWriter, body: AsyncIterator[bytes]) -> None:
-    """Gather small network reads into ~1 MiB blocks so each pool call
-    (hash + write) amortises its hand-off cost."""
+async def _gather(
+    body: AsyncIterator[bytes], consume: Callable[[bytes], Awaitable[object]], block: int = _WRITE_BLOCK
+) -> None:
+    """Gather small network reads into blocks of ``block`` bytes so each
+    hand-off (a pool call, an upload part) amortises its cost."""
     buffer = bytearray()
     async for piece in body:
         buffer += piece
-        if len(buffer) >= _WRITE_BLOCK:
-            await _pool.run(writer.write, bytes(buffer))
-            buffer.clear()
-    if buffer or writer.size == 0:
-        await _pool.run(writer.write, bytes(buffer))
+        while len(buffer) >= block:
+            await consume(bytes(buffer[:block]))
+            del buffer[:block]
+    if buffer:
+        await consume(bytes(buffer))
 
 
-def _verify(writer: ChunkWriter, integrity: Integrity) -> Checksum | None:
+def _check_size(digests: Digests, integrity: Integrity) -> None:
+    if integrity.expected_size is not None and digests.size != integrity.expected_size:
+        raise IncompleteBody("You did not provide the number of bytes specified by the Content-Length HTTP header.")
+
+
+def _close_unused(task: asyncio.Task[int | bytes]) -> None:
+    """A read-ahead the response no longer needs: close its descriptor."""
+    if not task.cancelled() and task.exception() is None and isinstance(task.result(), int):
+        os.close(task.result())  # type: ignore[arg-type]
+
+
+def _verify(writer: Digests, integrity: Integrity) -> Checksum | None:
     if integrity.payload_sha256 is not None and writer.sha256 is not None:
         if writer.sha256.hexdigest() != integrity.payload_sha256:
             raise PayloadHashMismatch(

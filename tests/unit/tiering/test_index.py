@@ -14,7 +14,7 @@ from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, Upload
 
 
 def meta(key: str, bucket: str = "bkt", size: int = 1) -> ObjectMeta:
-    return ObjectMeta(bucket, key, size, "e" * 32, 1_700_000_000_000, 0, chunks=(Chunk("f" + key, size),))
+    return ObjectMeta(bucket, key, size, "e" * 32, 1_700_000_000_000, 0, chunks=(Chunk(size, "f" + key),))
 
 
 @pytest.fixture
@@ -135,13 +135,13 @@ def test_parts_replace_and_list_in_order(index: Index) -> None:
     upload = Upload("u1", "bkt", "k", 1)
     index.create_upload(upload)
     for n in (3, 1, 2):
-        assert index.put_part(upload, Part(n, 5, "a" * 32, 1, Chunk(f"c{n}", 5))) is None
-    replaced = index.put_part(upload, Part(2, 6, "b" * 32, 2, Chunk("c2b", 6)))
-    assert isinstance(replaced, Part) and replaced.chunk.file_id == "c2"
+        assert index.put_part(upload, Part(n, 5, "a" * 32, 1, (Chunk(5, f"c{n}"),))) is None
+    replaced = index.put_part(upload, Part(2, 6, "b" * 32, 2, (Chunk(6, "c2b"),)))
+    assert isinstance(replaced, Part) and replaced.chunks[0].file_id == "c2"
     assert [p.part_number for p in index.list_parts("u1")] == [1, 2, 3]
     assert [p.part_number for p in index.list_parts("u1", after=1, limit=1)] == [2]
     index.delete_upload(upload)
-    assert index.put_part(upload, Part(4, 5, "a" * 32, 1, Chunk("c4", 5))) is False
+    assert index.put_part(upload, Part(4, 5, "a" * 32, 1, (Chunk(5, "c4"),))) is False
 
 
 def test_state_survives_reopen(tmp_path: Path) -> None:

@@ -23,7 +23,9 @@ from tiering.errors import (
 )
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import MIN_PART_SIZE, ChosenPart
+from tiering.capacity import LocalDirStore
 from tiering.objects import ObjectService
+from tiering.settings import TierSettings
 
 
 async def body(*pieces: bytes) -> AsyncIterator[bytes]:
@@ -31,22 +33,54 @@ async def body(*pieces: bytes) -> AsyncIterator[bytes]:
         yield piece
 
 
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+@pytest.fixture(autouse=True)
+def event_loop():
+    """One loop per test: the service's background tasks live across calls."""
+    global _loop
+    _loop = asyncio.new_event_loop()
+    yield _loop
+    _loop.close()
+    _loop = None
+
+
 def run(coro):
-    return asyncio.run(coro)
+    assert _loop is not None
+    return _loop.run_until_complete(coro)
+
+
+def new_service(root: Path, hot_budget: int = 1 << 30, **settings) -> ObjectService:
+    """A service on ``root`` whose capacity tier is a directory beside it."""
+    capacity = LocalDirStore(root.parent / f"{root.name}-capacity")
+    settings.setdefault("flush_delay", 3600.0)  # flush only when a test asks
+    return ObjectService(root, TierSettings(hot_size=hot_budget, **settings), capacity)
+
+
+def close(svc: ObjectService) -> None:
+    run(svc.close())
+
+
+def crash(svc: ObjectService) -> None:
+    """Stop without the clean shutdown: no marker, nothing flushed."""
+    run(svc.tiers.stop())
+    svc.index.close()
 
 
 @pytest.fixture
 def service(tmp_path: Path):
-    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    svc = new_service(tmp_path)
     run(svc.start())
     run(svc.create_bucket("bkt"))
     yield svc
-    svc.close()
+    close(svc)
     assert fsck.check(tmp_path) == []
 
 
 def hot_files(root: Path) -> list[str]:
-    return sorted(p.name for p in (root / "hot").rglob("*") if p.is_file())
+    """Staged files (the hot tier's cache tree and marker files excluded)."""
+    return sorted(p.name for p in (root / "hot").glob("??/*") if p.is_file())
 
 
 async def put(svc: ObjectService, key: str, data: bytes, **integrity) -> object:
@@ -123,7 +157,7 @@ def test_body_error_midway_leaves_nothing(service: ObjectService, tmp_path: Path
 
 
 def test_budget_refuses_with_slowdown(tmp_path: Path) -> None:
-    svc = ObjectService(tmp_path, hot_budget=100)
+    svc = new_service(tmp_path, 100)
     try:
         async def go():
             await svc.start()
@@ -133,7 +167,7 @@ def test_budget_refuses_with_slowdown(tmp_path: Path) -> None:
 
         run(go())
     finally:
-        svc.close()
+        close(svc)
 
 
 def test_if_none_match_star(service: ObjectService) -> None:
@@ -146,21 +180,21 @@ def test_if_none_match_star(service: ObjectService) -> None:
 
 
 def test_sweep_removes_orphans_after_crash(tmp_path: Path) -> None:
-    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    svc = new_service(tmp_path, 1 << 30)
     run(svc.start())
     run(svc.create_bucket("bkt"))
     run(put(svc, "k", b"kept"))
     # A write that crashed before its index commit leaves a file behind.
     orphan = svc.hot.path_of("0000000000000000deadbeef")
     orphan.write_bytes(b"junk")
-    svc.index.close()  # a crash: the clean-shutdown marker is never written
+    crash(svc)  # the clean-shutdown marker is never written
     assert any("referenced by nothing" in p for p in fsck.check(tmp_path))
-    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    svc = new_service(tmp_path, 1 << 30)
     run(svc.start())
     assert not orphan.exists()
     assert svc.hot.used == 4
     assert run(svc.read_all(run(svc.head("bkt", "k")))) == b"kept"
-    svc.close()
+    close(svc)
     assert fsck.check(tmp_path) == []
 
 
@@ -168,7 +202,7 @@ def test_fsck_reports_missing_and_resized_files(service: ObjectService, tmp_path
     meta = run(put(service, "k", b"abc"))
     path = service.hot.path_of(meta.chunks[0].file_id)
     path.write_bytes(b"abcd")
-    service.close()
+    close(service)
     assert any("has 4 bytes" in p for p in fsck.check(tmp_path))
     path.unlink()
     assert any("is missing" in p for p in fsck.check(tmp_path))
@@ -197,23 +231,23 @@ def test_multipart_complete_uses_part_files_and_drops_unused(service: ObjectServ
 
 
 def test_clean_restart_skips_the_sweep_and_keeps_the_byte_count(tmp_path: Path, monkeypatch) -> None:
-    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    svc = new_service(tmp_path, 1 << 30)
     run(svc.start())
     run(svc.create_bucket("bkt"))
     run(put(svc, "k", b"12345"))
-    svc.close()
-    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    close(svc)
+    svc = new_service(tmp_path, 1 << 30)
     monkeypatch.setattr(svc.hot, "sweep", lambda referenced: pytest.fail("swept after a clean shutdown"))
     run(svc.start())
     assert svc.hot.used == 5
     # The marker is consumed: a crash now must lead to a sweep next time.
-    svc.index.close()
-    svc = ObjectService(tmp_path, hot_budget=1 << 30)
+    crash(svc)
+    svc = new_service(tmp_path, 1 << 30)
     swept = []
     monkeypatch.setattr(svc.hot, "sweep", lambda referenced: swept.append(referenced))
     run(svc.start())
     assert len(swept) == 1 and len(swept[0]) == 1
-    svc.close()
+    close(svc)
 
 
 def test_read_in_flight_survives_a_delete(service: ObjectService) -> None:

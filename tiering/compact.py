@@ -1,0 +1,193 @@
+"""Compaction: reclaim capacity-tier space held by dead extents.
+
+Deletes and overwrites leave dead entries in immutable segments. A segment
+nothing uses (no live bytes, no pinned footer record) is deleted outright.
+A segment whose live fraction fell below ``compact_threshold`` is rewritten:
+its live entries are copied as stored (no recompression) into a new segment,
+together with a fresh manifest for every object that had bytes or its
+manifest in the old one, and every tombstone that may still be needed. The
+index switches to the new segment in one batch, then the old one is deleted.
+
+Order matters for crash safety: new segment uploaded -> index commit -> old
+segment deleted. A crash before the commit leaves an unreferenced new
+segment (removed at start-up); after it, an unreferenced old one (likewise).
+A rebuild from footers in between sees both copies with the same sequence
+numbers and takes the newer segment's; tombstones are carried, so a deleted
+key stays deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, replace
+
+from packer import format as seg
+from tiering import _pool
+from tiering.capacity import CapacityStore
+from tiering.errors import CapacityNotFound
+from tiering.fetch import segment_path
+from tiering.hot import HotTier
+from tiering.index import Index
+from tiering.meta import Extent, SegmentInfo, now_ms
+from tiering.segments import extent_of, manifest, segment_info
+from tiering.settings import TierSettings
+
+log = logging.getLogger("tierstore.compact")
+
+_TAIL = 256 * 1024  # first guess at footer + trailer size
+
+
+@dataclass(slots=True)
+class CompactionReport:
+    deleted: int = 0  # segments removed with nothing to copy
+    rewritten: int = 0
+    skipped: int = 0  # changed under us or in use by an open upload; next pass
+    bytes_reclaimed: int = 0
+
+
+async def read_footer(capacity: CapacityStore, name: str) -> seg.Footer:
+    """A segment's footer, in one ranged GET (two for very large footers)."""
+    tail, size = await capacity.get_tail(segment_path(name), _TAIL)
+    span = seg.footer_range(size, tail[-seg.TRAILER_SIZE:])
+    if span.start < size - len(tail):
+        tail = await capacity.get_range(segment_path(name), span.start, size)
+    return seg.decode_footer(tail, size)
+
+
+def candidates(segments: list[SegmentInfo], threshold: float) -> list[SegmentInfo]:
+    """Segments worth work: unused ones, then the emptiest first."""
+    unused = [s for s in segments if s.live <= 0 and s.pins <= 0]
+    sparse = [s for s in segments if s.data > 0 and s.live < threshold * s.data and s not in unused]
+    sparse.sort(key=lambda s: s.live / s.data)
+    return unused + sparse
+
+
+class Compactor:
+    def __init__(
+        self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, layout: asyncio.Lock
+    ) -> None:
+        self._index = index
+        self._hot = hot
+        self._capacity = capacity
+        self._settings = settings
+        self._layout = layout
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.compact_interval)
+            try:
+                await self.compact()
+            except Exception as exc:  # a failed pass is retried at the next interval
+                log.warning("compaction failed: %s", exc)
+
+    async def compact(self, threshold: float | None = None) -> CompactionReport:
+        threshold = self._settings.compact_threshold if threshold is None else threshold
+        report = CompactionReport()
+        segments = await _pool.run(self._index.segments)
+        for info in candidates(segments, threshold):
+            async with self._layout:
+                current = await _pool.run(self._index.get_segment, info.name)
+                if current is None:
+                    continue
+                if current.live <= 0 and current.pins <= 0:
+                    if await _pool.run(self._index.forget_segment, current.name):
+                        await self._capacity.delete(segment_path(current.name))
+                        report.deleted += 1
+                        report.bytes_reclaimed += current.size
+                    continue
+                outcome = await self._rewrite(current)
+                if outcome is None:
+                    report.skipped += 1
+                else:
+                    report.rewritten += 1
+                    report.bytes_reclaimed += outcome
+        return report
+
+    async def _rewrite(self, old: SegmentInfo) -> int | None:
+        """Copy what is live out of ``old``; bytes reclaimed, or None if skipped."""
+        try:
+            footer = await read_footer(self._capacity, old.name)
+        except CapacityNotFound:
+            log.error("segment %s is in the index but not in the capacity store", old.name)
+            return None
+        live_entries: list[seg.EntryRef] = []
+        versions: dict[tuple[str, str], int] = {}
+        metas = {}
+        for entry in footer.entries:
+            if entry.upload is not None and await _pool.run(
+                self._index.owners_of_upload_entries, entry.upload, old.name
+            ):
+                return None  # an open upload still uses it: try again later
+            meta = await _pool.run(self._index.get_object, entry.bucket, entry.key)
+            if meta is None or not any(
+                c.extent is not None and c.extent.segment == old.name and c.extent.offset == entry.offset
+                for c in meta.chunks
+            ):
+                continue
+            live_entries.append(entry)
+            versions[(meta.bucket, meta.key)] = meta.seq
+            metas[(meta.bucket, meta.key)] = meta
+        for record in footer.records:
+            if record.get("t") != "obj":
+                continue
+            bucket, key = record["m"]["bucket"], record["m"]["key"]
+            meta = await _pool.run(self._index.get_object, bucket, key)
+            if meta is not None and meta.manifest == old.name:
+                versions[(bucket, key)] = meta.seq
+                metas[(bucket, key)] = meta
+        tombstones = []
+        for tomb in footer.tombstones:
+            meta = await _pool.run(self._index.get_object, tomb.bucket, tomb.key)
+            # Needed unless a newer version is itself safely in the capacity tier.
+            if meta is None or meta.seq < tomb.seq or meta.manifest is None:
+                tombstones.append(tomb)
+        buckets = [r for r in footer.records if r.get("t") == "bucket"]
+
+        info: SegmentInfo | None = None
+        moved: dict[int, Extent] = {}
+        if live_entries or versions or tombstones or buckets:
+            name = await _pool.run(self._index.new_segment_name)
+            encoder = seg.SegmentEncoder(name, now_ms())
+            out = [encoder.header()]
+            for entry in live_entries:
+                stored = await self._capacity.get_range(segment_path(old.name), entry.offset, entry.offset + entry.stored)
+                ref, data = await _pool.run(
+                    encoder.add_stored, entry.bucket, entry.key, entry.seq, entry.part,
+                    stored, entry.raw, entry.codec, entry.crc,
+                )
+                out.append(data)
+                moved[entry.offset] = extent_of(name, ref)
+            for meta in metas.values():
+                chunks = tuple(
+                    replace(c, extent=moved[c.extent.offset])
+                    if c.extent is not None and c.extent.segment == old.name and c.extent.offset in moved
+                    else c
+                    for c in meta.chunks
+                )
+                if any(c.extent is not None and c.extent.segment == old.name for c in chunks):
+                    return None  # an extent we did not see as live: the index changed
+                encoder.add_record(manifest(replace(meta, chunks=chunks)))
+            for tomb in tombstones:
+                encoder.add_tombstone(tomb.bucket, tomb.key, tomb.seq)
+            for record in buckets:
+                encoder.add_record(record)
+            out.append(await _pool.run(encoder.finish))
+            data = b"".join(out)
+            info = segment_info(encoder, len(data))
+            await self._capacity.put(segment_path(name), data)
+        renames = await _pool.run(
+            self._index.commit_compaction, old.name, info, moved, versions, len(tombstones) + len(buckets)
+        )
+        if renames is None:
+            if info is not None:
+                await self._capacity.delete(segment_path(info.name))
+            return None
+        await self._capacity.delete(segment_path(old.name))
+        await _pool.run(self._rename, renames)
+        return old.size - (info.size if info else 0)
+
+    def _rename(self, renames: list[tuple[str, str]]) -> None:
+        for old, new in renames:
+            self._hot.rename_cached(old, new)
+

@@ -1,0 +1,227 @@
+"""The flusher: staged writes into segments in the capacity tier.
+
+A round reads the flush queue (oldest first) and the pending footer records,
+packs small objects into segments of about ``segment_size`` (one capacity
+PUT each), streams each large object into a segment of its own, and after
+every upload commits, in one index batch, the new extents of every version
+that is still current. Staged files then become clean cache. A crash before
+the commit leaves the queue as it was: the round is redone after restart
+and the uploaded segment, unreferenced, is removed at start-up.
+
+Rounds run every ``flush_delay`` seconds, sooner when a segment's worth of
+data is waiting, when a write-through PUT or an operator asks, or when
+staged data crowds the hot tier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import replace
+
+from packer import format as seg
+from tiering import _pool
+from tiering.capacity import CapacityStore
+from tiering.errors import CapacityError, ServiceUnavailable
+from tiering.fetch import segment_path
+from tiering.hot import HotTier
+from tiering.index import FlushItem, Index
+from tiering.meta import Chunk, SegmentInfo, now_ms
+from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, segment_info
+from tiering.settings import TierSettings
+
+log = logging.getLogger("tierstore.flush")
+
+_QUEUE_BATCH = 50_000  # flush-queue entries read per round
+_MAX_BACKOFF = 30.0
+
+
+def _label(item: FlushItem) -> Piece:
+    if item.meta is not None:
+        return Piece(item.meta.bucket, item.meta.key, item.meta.seq)
+    assert item.upload is not None and item.part is not None
+    return Piece(item.upload.bucket, item.upload.key, item.part.part_number, item.upload.upload_id)
+
+
+def _chunks(item: FlushItem) -> tuple[Chunk, ...]:
+    if item.meta is not None:
+        return item.meta.chunks
+    assert item.part is not None
+    return item.part.chunks
+
+
+def _staged_bytes(item: FlushItem) -> int:
+    return sum(c.size for c in _chunks(item) if c.file_id is not None)
+
+
+class Flusher:
+    def __init__(
+        self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, layout: asyncio.Lock
+    ) -> None:
+        self._index = index
+        self._hot = hot
+        self._capacity = capacity
+        self._settings = settings
+        self._layout = layout  # held while segments change: flush or compaction, never both
+        self._wake = asyncio.Event()
+        self._waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._backlog = 0
+        self.segments_written = 0
+        self.objects_flushed = 0
+        self.last_error: str | None = None
+
+    # -- triggers ----------------------------------------------------------
+
+    def note_staged(self, size: int) -> None:
+        """A write staged ``size`` bytes; a segment's worth starts a round."""
+        self._backlog += size
+        if self._backlog >= self._settings.segment_size:
+            self._wake.set()
+
+    def request(self) -> None:
+        """Start a round now (write-through, hot-tier pressure, operator)."""
+        self._wake.set()
+
+    async def wait_flushed(self, seq: int, timeout: float) -> None:
+        """Wait until the version with sequence ``seq`` is in the capacity
+        tier (or superseded). ServiceUnavailable after ``timeout``."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(seq, []).append(future)
+        self.request()
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise ServiceUnavailable(
+                "The capacity store did not take the write in time"
+                + (f" ({self.last_error})" if self.last_error else "")
+            ) from None
+        finally:
+            waiting = self._waiters.get(seq)
+            if waiting is not None and future in waiting:
+                waiting.remove(future)
+                if not waiting:
+                    del self._waiters[seq]
+
+    def _settle(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            for future in self._waiters.pop(seq, []):
+                if not future.done():
+                    future.set_result(None)
+
+    # -- the loop ----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Flush forever; failures back off and retry (nothing is dropped)."""
+        failures = 0
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._settings.flush_delay)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                while await self.flush_round():
+                    pass
+                failures, self.last_error = 0, None
+            except (CapacityError, OSError) as exc:
+                failures += 1
+                self.last_error = str(exc)
+                delay = min(_MAX_BACKOFF, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
+                log.warning("flush failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+
+    async def flush_all(self) -> None:
+        """Flush everything queued now (operator request, tests, shutdown)."""
+        while await self.flush_round():
+            pass
+
+    async def flush_round(self) -> bool:
+        """One pass over the queue; True if it had anything to do."""
+        async with self._layout:
+            items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
+            records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
+            if not items and not records:
+                return False
+            self._backlog = 0
+            stale = [i.fseq for i in items if i.meta is None and i.part is None]
+            packed: list[FlushItem] = []
+            size = 0
+            for item in items:
+                if item.meta is None and item.part is None:
+                    continue
+                staged = _staged_bytes(item)
+                if staged > self._settings.small_object_size:
+                    await self._flush_alone(item)
+                    continue
+                packed.append(item)
+                size += staged
+                if size >= self._settings.segment_size:
+                    await self._flush_packed(packed, records, stale)
+                    packed, records, stale, size = [], [], [], 0
+            if packed or records or stale:
+                await self._flush_packed(packed, records, stale)
+            return True
+
+    async def _flush_packed(
+        self, items: list[FlushItem], records: list[tuple[int, dict]], stale: list[int]
+    ) -> None:
+        if not items and not records:
+            await _pool.run(self._index.commit_flush_stale, stale)
+            self._settle(stale)
+            return
+        name = await _pool.run(self._index.new_segment_name)
+        data, done, info = await _pool.run(self._pack, name, items, [r for _, r in records])
+        await self._capacity.put(segment_path(name), data)
+        adopted = await _pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
+        await _pool.run(self._adopt, adopted)
+        self.segments_written += 1
+        self.objects_flushed += sum(1 for item, _ in done if item.meta is not None)
+        self._settle([*stale, *(item.fseq for item, _ in done)])
+
+    def _pack(
+        self, name: str, items: list[FlushItem], records: list[dict]
+    ) -> tuple[bytes, list[tuple[FlushItem, tuple[Chunk, ...]]], SegmentInfo]:
+        encoder = seg.SegmentEncoder(name, now_ms())
+        out = [encoder.header()]
+        done = []
+        for item in items:
+            try:
+                chunks = encode_pieces(encoder, out, _label(item), _chunks(item), self._hot, self._settings)
+            except FileNotFoundError:
+                continue  # replaced while we packed: stays queued, found stale next round
+            done.append((item, chunks))
+            if item.meta is not None:
+                encoder.add_record(manifest(replace(item.meta, chunks=chunks)))
+        for record in records:
+            add_record(encoder, record)
+        out.append(encoder.finish())
+        data = b"".join(out)
+        return data, done, segment_info(encoder, len(data))
+
+    async def _flush_alone(self, item: FlushItem) -> None:
+        """A large object or part: a segment of its own, streamed."""
+        name = await _pool.run(self._index.new_segment_name)
+        stream = SegmentStream(self._capacity, name, self._settings)
+        try:
+            chunks = await stream.add_staged(_label(item), _chunks(item), self._hot)
+            records = []
+            if item.meta is not None:
+                records.append(manifest(replace(item.meta, chunks=chunks)))
+            info = await stream.finish(records)
+        except FileNotFoundError:
+            await stream.abort()
+            return
+        except BaseException:
+            await stream.abort()
+            raise
+        adopted = await _pool.run(self._index.commit_flush, info, [(item, chunks)], [], [])
+        await _pool.run(self._adopt, adopted)
+        self.segments_written += 1
+        self.objects_flushed += item.meta is not None
+        self._settle([item.fseq])
+
+    def _adopt(self, adopted: list[tuple[str, str]]) -> None:
+        for file_id, cache_name in adopted:
+            self._hot.adopt(file_id, cache_name)

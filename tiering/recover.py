@@ -1,0 +1,135 @@
+"""Rebuild a node's namespace from the capacity tier's segment footers.
+
+Segments are self-describing, so the index can be lost with the node's disk
+and rebuilt from the capacity store alone:
+
+- every footer is read (one or two ranged GETs each, several at a time);
+- per key, the manifest with the highest sequence number wins (ties: the
+  newer segment, i.e. a compaction's copy); a tombstone with a higher
+  sequence than every manifest means the key stays deleted;
+- per bucket, the newest bucket event decides whether it exists; a bucket
+  that holds live objects exists in any case;
+- each segment's live bytes and pins are recounted from the winners.
+
+What was only in the lost hot tier (write-back data not yet flushed, open
+multipart uploads) cannot come back; that is the write-back window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from packer import format as seg
+from tiering.capacity import CapacityStore
+from tiering.compact import read_footer
+from tiering.fetch import SEGMENTS
+from tiering.index import Index
+from tiering.meta import BucketInfo, ObjectMeta, SegmentInfo
+
+_CONCURRENCY = 16
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    segments: int = 0
+    objects: int = 0
+    buckets: int = 0
+    deleted: int = 0  # keys whose newest record is a tombstone
+    incomplete: int = 0  # manifests naming a segment that no longer exists
+    bytes: int = 0
+
+
+Progress = Callable[[int, int], None]  # (segments read, segments total)
+
+
+async def recover(
+    capacity: CapacityStore, index: Index, region: str = "us-east-1", progress: Progress | None = None
+) -> RecoveryReport:
+    """Fill the empty ``index`` from ``capacity``'s footers."""
+    if not index.is_empty():
+        raise ValueError("recover needs an empty index: move the old data directory away first")
+    names = [(name[len(SEGMENTS):], size) async for name, size in capacity.list(SEGMENTS)]
+    sizes = dict(names)
+    footers: dict[str, seg.Footer] = {}
+    limit = asyncio.Semaphore(_CONCURRENCY)
+
+    async def read(name: str) -> None:
+        async with limit:
+            footers[name] = await read_footer(capacity, name)
+        if progress is not None:
+            progress(len(footers), len(names))
+
+    await asyncio.gather(*(read(name) for name, _ in names))
+
+    report = RecoveryReport(segments=len(footers))
+    best: dict[tuple[str, str], tuple[int, str, dict]] = {}
+    tombs: dict[tuple[str, str], int] = {}
+    bucket_events: dict[str, tuple[int, dict]] = {}
+    top_seq = 0
+    for name in sorted(footers):  # ascending: later segments win ties
+        footer = footers[name]
+        for record in footer.records:
+            kind = record.get("t")
+            if kind == "obj":
+                plain = record["m"]
+                where = (plain["bucket"], plain["key"])
+                if where not in best or plain["seq"] >= best[where][0]:
+                    best[where] = (plain["seq"], name, plain)
+                top_seq = max(top_seq, plain["seq"])
+            elif kind == "bucket":
+                seq = record.get("s", 0)
+                if record["n"] not in bucket_events or seq >= bucket_events[record["n"]][0]:
+                    bucket_events[record["n"]] = (seq, record)
+                top_seq = max(top_seq, seq)
+        for tomb in footer.tombstones:
+            where = (tomb.bucket, tomb.key)
+            tombs[where] = max(tombs.get(where, 0), tomb.seq)
+            top_seq = max(top_seq, tomb.seq)
+
+    objects: list[ObjectMeta] = []
+    live: dict[str, int] = dict.fromkeys(footers, 0)
+    pins: dict[str, int] = dict.fromkeys(footers, 0)
+    for where, (seq, name, plain) in best.items():
+        if tombs.get(where, 0) > seq:
+            report.deleted += 1
+            continue
+        meta = replace(ObjectMeta.from_plain(plain), manifest=name)
+        if any(c.extent is None or c.extent.segment not in footers for c in meta.chunks):
+            report.incomplete += 1
+            continue
+        objects.append(meta)
+        pins[name] += 1
+        for chunk in meta.chunks:
+            live[chunk.extent.segment] += chunk.extent.stored  # type: ignore[union-attr]
+        report.bytes += meta.size
+    for name, footer in footers.items():
+        # Tombstones and bucket events stay pinned: compaction decides.
+        pins[name] += len(footer.tombstones) + sum(
+            1 for r in footer.records if r.get("t") == "bucket"
+        )
+
+    buckets: dict[str, BucketInfo] = {}
+    for name, (_, record) in bucket_events.items():
+        if not record.get("d"):
+            buckets[name] = BucketInfo(name, record.get("c", 0), region, bool(record.get("wt", False)))
+    for meta in objects:
+        if meta.bucket not in buckets:
+            buckets[meta.bucket] = BucketInfo(meta.bucket, meta.last_modified_ms, region)
+    segments = [
+        SegmentInfo(
+            name,
+            sizes[name],
+            sum(e.stored for e in footer.entries),
+            live[name],
+            pins[name],
+            footer.created_ms,
+        )
+        for name, footer in footers.items()
+    ]
+    top_segment = max((int(name, 16) for name in footers), default=0)
+    index.install(buckets.values(), objects, segments, top_seq, top_segment)
+    report.objects = len(objects)
+    report.buckets = len(buckets)
+    return report

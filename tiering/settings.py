@@ -1,0 +1,26 @@
+"""How the tiers behave: sizes, delays, thresholds. One frozen object,
+built by the gateway from its configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class TierSettings:
+    hot_size: int = 64 * 1024 * MiB
+    small_object_size: int = 4 * MiB  # at most this: packed into shared segments
+    part_size: int = 8 * MiB  # larger objects are split into extents of this size
+    segment_size: int = 64 * MiB  # target size of a packed segment
+    flush_delay: float = 2.0  # longest a write waits before the flusher packs it
+    compression: bool = True  # zstd per extent, kept only where it saves space
+    compression_level: int = 3
+    high_watermark: float = 0.90  # evict cached extents above this fraction of hot_size
+    low_watermark: float = 0.80  # ... down to this one
+    compact_threshold: float = 0.5  # rewrite segments whose live fraction falls below
+    compact_interval: float = 60.0  # seconds between compaction passes
+    fetch_concurrency: int = 8  # capacity-tier GETs in flight per node
+    write_through: bool = False  # the policy a new bucket gets
+    write_through_timeout: float = 120.0  # how long a write-through PUT waits for the flush

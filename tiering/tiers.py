@@ -1,0 +1,142 @@
+"""The capacity side of a node: the store, and the background work on it.
+
+``Tiers`` owns the capacity store client, the extent reader, the flusher and
+the compactor, starts them after the index and hot tier are open, and stops
+them before those close. The flusher and compactor share one lock: each
+changes which segments hold which extents, and each commit assumes the other
+is not doing so at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from tiering import _pool
+
+from tiering.capacity import CapacityStore
+from tiering.compact import CompactionReport, Compactor
+from tiering.fetch import SEGMENTS, ExtentReader, segment_path
+from tiering.flush import Flusher
+from tiering.hot import HotTier
+from tiering.index import Index
+from tiering.settings import TierSettings
+
+log = logging.getLogger("tierstore.tiers")
+
+
+class ForeignSegments(Exception):
+    """The capacity store holds segments this node's index does not know."""
+
+
+@dataclass(slots=True)
+class TierStatus:
+    hot_budget: int
+    hot_used: int
+    hot_staged: int
+    hot_cached: int
+    hot_reserved: int
+    high_watermark: int
+    low_watermark: int
+    evicted: int
+    cache_hits: int
+    cache_misses: int
+    segments: int
+    capacity_bytes: int
+    capacity_live: int
+    flush_queue: int
+    segments_written: int
+    last_flush_error: str | None
+    capacity: str
+
+
+class Tiers:
+    def __init__(self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings) -> None:
+        self.index = index
+        self.hot = hot
+        self.capacity = capacity
+        self.settings = settings
+        layout = asyncio.Lock()
+        self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
+        self.flusher = Flusher(index, hot, capacity, settings, layout)
+        self.compactor = Compactor(index, hot, capacity, settings, layout)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await self.capacity.start()
+        await self._collect_orphans()
+        self._tasks = [
+            asyncio.create_task(self.flusher.run(), name="tierstore flusher"),
+            asyncio.create_task(self.compactor.run(), name="tierstore compactor"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        await self.reader.drain()
+        await self.capacity.close()
+
+    async def _collect_orphans(self) -> None:
+        """Delete segments a crash left uploaded but never committed (or
+        committed away by compaction but not yet deleted). Only names this
+        index has handed out are candidates: a store holding segments of
+        another namespace is refused, never cleaned."""
+        known = {info.name for info in await _pool.run(self.index.segments)}
+        issued = self.index.segments_issued
+        foreign = 0
+        async for path, _ in self.capacity.list(SEGMENTS):
+            name = path[len(SEGMENTS):]
+            if name in known:
+                continue
+            try:
+                number = int(name, 16)
+            except ValueError:
+                foreign += 1
+                continue
+            if number > issued:
+                foreign += 1
+                continue
+            log.info("removing unreferenced segment %s", name)
+            await self.capacity.delete(segment_path(name))
+        if foreign:
+            raise ForeignSegments(
+                f"the capacity store {self.capacity.describe()} holds {foreign} segment(s) this data "
+                "directory does not know: run `tierstore recover` to rebuild the index from them, "
+                "or point --capacity at an empty location"
+            )
+
+    async def flush(self) -> None:
+        await self.flusher.flush_all()
+
+    async def compact(self, threshold: float | None = None) -> CompactionReport:
+        return await self.compactor.compact(threshold)
+
+    async def status(self) -> TierStatus:
+        segments = await _pool.run(self.index.segments)
+        queued = await _pool.run(self.index.flush_queue_length)
+        hot = self.hot
+        return TierStatus(
+            hot_budget=hot.budget,
+            hot_used=hot.used,
+            hot_staged=hot.staged,
+            hot_cached=hot.cached,
+            hot_reserved=hot.reserved,
+            high_watermark=hot.high,
+            low_watermark=hot.low,
+            evicted=hot.evicted,
+            cache_hits=self.reader.hits,
+            cache_misses=self.reader.misses,
+            segments=len(segments),
+            capacity_bytes=sum(s.size for s in segments),
+            capacity_live=sum(s.live for s in segments),
+            flush_queue=queued,
+            segments_written=self.flusher.segments_written,
+            last_flush_error=self.flusher.last_error,
+            capacity=self.capacity.describe(),
+        )
