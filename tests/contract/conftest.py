@@ -1,0 +1,104 @@
+"""One CapacityStore suite, every backend: a local directory and S3 (moto).
+
+``capacity`` is a started store, parametrized over the backends; each test
+gets an empty one (a fresh tmp dir, or a fresh bucket and a random prefix).
+After the test the store is closed and checked: no temp files left in the
+directory, no multipart upload left open in the bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tiering._s3 import MIN_PART_SIZE, S3Store
+from tiering.capacity import TMP_PREFIX, CapacityStore, LocalDirStore
+
+KEY = SECRET = "testing"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def moto_s3(moto_endpoint: str) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        aws_access_key_id=KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+
+
+@pytest.fixture
+def s3_bucket(moto_s3: Any) -> Iterator[str]:
+    """A new bucket; checked at the end for multipart uploads left open."""
+    name = f"cap-{uuid.uuid4().hex[:20]}"
+    moto_s3.create_bucket(Bucket=name)
+    yield name
+    left = moto_s3.list_multipart_uploads(Bucket=name).get("Uploads", [])
+    assert not left, f"multipart uploads left open: {[u['Key'] for u in left]}"
+
+
+@pytest.fixture
+def make_s3(moto_endpoint: str, s3_bucket: str) -> Callable[..., S3Store]:
+    """Build (not start) an S3Store on the test's bucket under a random prefix.
+
+    Small parts and a millisecond backoff keep the suite fast; keyword
+    arguments override any option."""
+    prefix = f"run-{uuid.uuid4().hex[:8]}/cap"
+
+    def make(**options: Any) -> S3Store:
+        settings: dict[str, Any] = {
+            "endpoint": moto_endpoint,
+            "access_key": KEY,
+            "secret_key": SECRET,
+            "part_size": MIN_PART_SIZE,
+            "backoff_base": 0.001,
+            "backoff_cap": 0.005,
+        }
+        settings.update(options)
+        bucket = settings.pop("bucket", s3_bucket)
+        return S3Store(bucket, settings.pop("prefix", prefix), **settings)
+
+    return make
+
+
+def temp_files(root: Path) -> list[str]:
+    return [
+        os.path.join(dirpath, f)
+        for dirpath, _, files in os.walk(root)
+        for f in files
+        if f.startswith(TMP_PREFIX)
+    ]
+
+
+@pytest.fixture(params=["local", "s3"])
+def unstarted_capacity(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CapacityStore]:
+    if request.param == "local":
+        root = tmp_path / "capacity"
+        yield LocalDirStore(root)
+        assert not temp_files(root), "temp files left behind"
+    else:
+        yield request.getfixturevalue("make_s3")()
+
+
+@pytest.fixture
+async def capacity(
+    unstarted_capacity: CapacityStore, anyio_backend: str
+) -> AsyncIterator[CapacityStore]:
+    store = unstarted_capacity
+    await store.start()
+    try:
+        yield store
+    finally:
+        await store.close()
