@@ -141,6 +141,12 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
             raise AdminError(503, "CapacityUnavailable", exc.message or str(exc)) from exc
         return asdict(await service().tiers.status())
 
+    @api.post("/evict", tags=["actions"])
+    async def evict() -> dict[str, object]:
+        """Drop every cached extent from the hot tier (staged writes stay):
+        the next reads come from the capacity store."""
+        return {"evicted_bytes": await service().tiers.evict()}
+
     @api.post("/compact", tags=["actions"])
     async def compact(threshold: float | None = None) -> dict[str, object]:
         """Rewrite segments whose live fraction is below ``threshold``

@@ -100,5 +100,14 @@ class Gateway:
         self.stop()
         return self.start()
 
+    def admin(self, method: str, path: str, timeout: float = 300.0, **kwargs: object) -> httpx.Response:
+        """Call the admin API with the test token; raise on an error status."""
+        response = httpx.request(
+            method, self.admin_url + path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=timeout, **kwargs,  # type: ignore[arg-type]
+        )
+        response.raise_for_status()
+        return response
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

@@ -121,7 +121,7 @@ class Compactor:
                 return None  # an open upload still uses it: try again later
             meta = await _pool.run(self._index.get_object, entry.bucket, entry.key)
             if meta is None or not any(
-                c.extent is not None and c.extent.segment == old.name and c.extent.offset == entry.offset
+                c.extent is not None and c.extent.place == (old.name, entry.offset, entry.stored)
                 for c in meta.chunks
             ):
                 continue
@@ -145,7 +145,7 @@ class Compactor:
         buckets = [r for r in footer.records if r.get("t") == "bucket"]
 
         info: SegmentInfo | None = None
-        moved: dict[int, Extent] = {}
+        moved: dict[tuple[int, int], Extent] = {}
         if live_entries or versions or tombstones or buckets:
             name = await _pool.run(self._index.new_segment_name)
             encoder = seg.SegmentEncoder(name, now_ms())
@@ -157,11 +157,12 @@ class Compactor:
                     stored, entry.raw, entry.codec, entry.crc,
                 )
                 out.append(data)
-                moved[entry.offset] = extent_of(name, ref)
+                moved[(entry.offset, entry.stored)] = extent_of(name, ref)
             for meta in metas.values():
                 chunks = tuple(
-                    replace(c, extent=moved[c.extent.offset])
-                    if c.extent is not None and c.extent.segment == old.name and c.extent.offset in moved
+                    replace(c, extent=moved[(c.extent.offset, c.extent.stored)])
+                    if c.extent is not None and c.extent.segment == old.name
+                    and (c.extent.offset, c.extent.stored) in moved
                     else c
                     for c in meta.chunks
                 )

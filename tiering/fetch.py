@@ -39,7 +39,7 @@ class ExtentReader:
         self._capacity = capacity
         self._hot = hot
         self._gets = asyncio.Semaphore(concurrency)
-        self._inflight: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
         self._fills: set[asyncio.Task[None]] = set()
         self.hits = 0
         self.misses = 0
@@ -54,7 +54,7 @@ class ExtentReader:
     async def fetch(self, ext: Extent) -> bytes:
         """The extent's raw bytes from the capacity tier (shared by
         concurrent callers), verified; queued for the hot-tier cache."""
-        key = (ext.segment, ext.offset)
+        key = ext.place
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)

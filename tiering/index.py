@@ -85,10 +85,10 @@ class _Ledger:
 
     def release(self, gone: Iterable[Chunk], keep: Iterable[Chunk] = ()) -> None:
         """Extents of ``gone`` that ``keep`` does not reuse are dead now."""
-        kept = {(c.extent.segment, c.extent.offset) for c in keep if c.extent is not None}
+        kept = {c.extent.place for c in keep if c.extent is not None}
         for chunk in gone:
             ext = chunk.extent
-            if ext is not None and (ext.segment, ext.offset) not in kept:
+            if ext is not None and ext.place not in kept:
                 self.live[ext.segment] -= ext.stored
 
     def unpin(self, meta: ObjectMeta | None) -> None:
@@ -638,12 +638,12 @@ class Index:
         self,
         old: str,
         info: SegmentInfo | None,
-        moved: dict[int, Extent],
+        moved: dict[tuple[int, int], Extent],
         versions: dict[tuple[str, str], int],
         carried: int,
     ) -> list[tuple[str, str]] | None:
         """Replace segment ``old`` by ``info`` (None: nothing was worth
-        keeping). ``moved`` maps old offsets to new extents; ``versions``
+        keeping). ``moved`` maps (offset, stored) in the old segment to new extents; ``versions``
         gives, for every object whose manifest the new segment carries, the
         version it describes. If any of those objects changed meanwhile, the
         new segment may describe a stale layout: nothing is committed (None)
@@ -670,7 +670,7 @@ class Index:
                 for chunk in meta.chunks:
                     ext = chunk.extent
                     if ext is not None and ext.segment == old:
-                        new = moved[ext.offset]
+                        new = moved[(ext.offset, ext.stored)]
                         renames.append((ext.cache_name, new.cache_name))
                         live += new.stored
                         chunk = replace(chunk, extent=new)

@@ -87,9 +87,15 @@ class Extent(_Record):
     crc: int = 0
 
     @property
+    def place(self) -> tuple[str, int, int]:
+        """Identity of the stored bytes. The length is part of it: an empty
+        entry has the same offset as the entry after it."""
+        return (self.segment, self.offset, self.stored)
+
+    @property
     def cache_name(self) -> str:
         """The hot-tier cache file that holds this extent's raw bytes."""
-        return f"{self.segment}-{self.offset:x}"
+        return f"{self.segment}-{self.offset:x}-{self.stored:x}"
 
 
 @dataclass(frozen=True, slots=True)

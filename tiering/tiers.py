@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from tiering import _pool
 
@@ -50,6 +50,7 @@ class TierStatus:
     segments_written: int
     last_flush_error: str | None
     capacity: str
+    capacity_requests: dict[str, int]
 
 
 class Tiers:
@@ -139,4 +140,9 @@ class Tiers:
             segments_written=self.flusher.segments_written,
             last_flush_error=self.flusher.last_error,
             capacity=self.capacity.describe(),
+            capacity_requests=asdict(self.capacity.stats),
         )
+
+    async def evict(self) -> int:
+        """Drop every clean cached extent (staged data stays); bytes freed."""
+        return await _pool.run(self.hot.evict, 0)
