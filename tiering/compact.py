@@ -78,8 +78,8 @@ class Compactor:
             await asyncio.sleep(self._settings.compact_interval)
             try:
                 await self.compact()
-            except Exception as exc:  # a failed pass is retried at the next interval
-                log.warning("compaction failed: %s", exc)
+            except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
+                log.exception("compaction failed")
 
     async def compact(self, threshold: float | None = None) -> CompactionReport:
         threshold = self._settings.compact_threshold if threshold is None else threshold

@@ -36,6 +36,12 @@ log = logging.getLogger("tierstore.flush")
 
 _QUEUE_BATCH = 50_000  # flush-queue entries read per round
 _MAX_BACKOFF = 30.0
+# Footer records alone (tombstones, bucket events) ride along with the next
+# data segment; only when none comes for this long do they get a segment of
+# their own. A delete-heavy, write-free workload then makes one tiny segment
+# a minute instead of one per flush delay. The records are durable in the
+# index meanwhile; what waits is only their copy in the capacity tier.
+RECORDS_DELAY_MS = 60_000
 
 
 def _label(item: FlushItem) -> Piece:
@@ -125,27 +131,35 @@ class Flusher:
                 while await self.flush_round():
                     pass
                 failures, self.last_error = 0, None
-            except (CapacityError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the flusher must outlive any failure
                 failures += 1
-                self.last_error = str(exc)
+                self.last_error = str(exc) or type(exc).__name__
                 delay = min(_MAX_BACKOFF, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
-                log.warning("flush failed (%s); retrying in %.1fs", exc, delay)
+                if isinstance(exc, (CapacityError, OSError)):
+                    log.warning("flush failed (%s); retrying in %.1fs", exc, delay)
+                else:
+                    log.exception("flush failed unexpectedly; retrying in %.1fs", delay)
                 await asyncio.sleep(delay)
 
     async def flush_all(self) -> None:
-        """Flush everything queued now (operator request, tests, shutdown)."""
-        while await self.flush_round():
+        """Flush everything queued now, footer records included (operator
+        request, tests)."""
+        while await self.flush_round(force=True):
             pass
 
-    async def flush_round(self) -> bool:
+    async def flush_round(self, force: bool = False) -> bool:
         """One pass over the queue; True if it had anything to do."""
         async with self._layout:
             items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
             records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
+            stale = [i.fseq for i in items if i.meta is None and i.part is None]
+            if len(stale) == len(items) and records and not force:
+                oldest = min(r.get("at", 0) for _, r in records)
+                if now_ms() - oldest < RECORDS_DELAY_MS:
+                    records = []  # wait for data to ride along with
             if not items and not records:
                 return False
             self._backlog = 0
-            stale = [i.fseq for i in items if i.meta is None and i.part is None]
             packed: list[FlushItem] = []
             size = 0
             for item in items:

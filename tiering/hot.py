@@ -147,14 +147,18 @@ class HotTier:
         return self.budget - self.staged - self.reserved
 
     def reserve(self, size: int) -> bool:
-        """Promise ``size`` bytes to a write, evicting cache to make room.
-        False when staged data and other writes leave no room."""
+        """Promise ``size`` bytes to a write; False when staged data and
+        other writes leave no room. Accounting only (cheap enough for the
+        event loop); call ``evict`` in the pool when ``over_high`` says so."""
         with self._lock:
             if self.staged + self.reserved + size > self.budget:
                 return False
             self.reserved += size
-        self._evict_to(self.budget - self.staged - self.reserved)
-        return True
+            return True
+
+    @property
+    def over_high(self) -> bool:
+        return self.staged + self.reserved + self.cached > self.high
 
     def release(self, size: int) -> None:
         if size:

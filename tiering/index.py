@@ -187,7 +187,8 @@ class Index:
     def _pending(self, batch: WriteBatch, record: dict[str, object]) -> None:
         """Queue a footer record (tombstone, bucket event) for the next segment."""
         seq = self._next_seq(batch)
-        batch.put(_seqkey(b"Q", seq), msgpack.packb({**record, "s": seq}, use_bin_type=True))
+        record = {**record, "s": seq, "at": now_ms()}
+        batch.put(_seqkey(b"Q", seq), msgpack.packb(record, use_bin_type=True))
 
     def _scan(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         it = self._db.iter()

@@ -263,6 +263,8 @@ class ObjectService:
         then gets SlowDown: staged data is never evicted, and the disk is
         never filled past the budget."""
         if self.hot.reserve(size):
+            if self.hot.over_high:
+                await _pool.run(self.hot.evict)
             return True
         if size > self.settings.small_object_size:
             return False
@@ -272,6 +274,8 @@ class ObjectService:
             self.tiers.flusher.request()
             await asyncio.sleep(0.05)
             if self.hot.reserve(size):
+                if self.hot.over_high:
+                    await _pool.run(self.hot.evict)
                 return True
         raise SlowDown("The hot tier is full of data not yet in the capacity tier; retry later")
 

@@ -59,7 +59,7 @@ class Tiers:
         self.hot = hot
         self.capacity = capacity
         self.settings = settings
-        layout = asyncio.Lock()
+        self._layout = layout = asyncio.Lock()
         self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
         self.flusher = Flusher(index, hot, capacity, settings, layout)
         self.compactor = Compactor(index, hot, capacity, settings, layout)
@@ -73,13 +73,24 @@ class Tiers:
             asyncio.create_task(self.compactor.run(), name="tierstore compactor"),
         ]
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = 20.0) -> None:
+        """Stop background work between rounds, never inside an index commit
+        (the index closes right after). A round still running after
+        ``grace`` seconds (a slow upload) is cancelled: what it uploaded is
+        unreferenced and removed at the next start."""
+        try:
+            async with asyncio.timeout(grace):
+                await self._layout.acquire()
+        except TimeoutError:
+            log.warning("a flush or compaction round did not finish in %.0fs; cancelling it", grace)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._layout.locked():
+            self._layout.release()
         await self.reader.drain()
         await self.capacity.close()
 
