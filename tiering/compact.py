@@ -29,7 +29,7 @@ from tiering.errors import CapacityNotFound
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
-from tiering.meta import Extent, SegmentInfo, now_ms
+from tiering.meta import Extent, ObjectMeta, SegmentInfo, now_ms
 from tiering.segments import extent_of, manifest, segment_info
 from tiering.settings import TierSettings
 
@@ -41,6 +41,7 @@ _TAIL = 256 * 1024  # first guess at footer + trailer size
 @dataclass(slots=True)
 class CompactionReport:
     deleted: int = 0  # segments removed with nothing to copy
+    merged: int = 0  # segments holding only footer records, merged into one
     rewritten: int = 0
     skipped: int = 0  # changed under us or in use by an open upload; next pass
     bytes_reclaimed: int = 0
@@ -96,77 +97,89 @@ class Compactor:
                         report.deleted += 1
                         report.bytes_reclaimed += current.size
                     continue
-                outcome = await self._rewrite(current)
+                outcome = await self._rewrite([current])
                 if outcome is None:
                     report.skipped += 1
                 else:
                     report.rewritten += 1
                     report.bytes_reclaimed += outcome
+        # Segments with no data, only footer records (deletes, bucket events,
+        # manifests of metadata-only changes), would pile up one per quiet
+        # minute: merge them into one.
+        record_only = [s for s in await _pool.run(self._index.segments) if s.data == 0 and s.pins > 0]
+        if len(record_only) >= 2:
+            async with self._layout:
+                outcome = await self._rewrite(record_only)
+            if outcome is not None:
+                report.merged += len(record_only)
+                report.bytes_reclaimed += outcome
         return report
 
-    async def _rewrite(self, old: SegmentInfo) -> int | None:
-        """Copy what is live out of ``old``; bytes reclaimed, or None if skipped."""
-        try:
-            footer = await read_footer(self._capacity, old.name)
-        except CapacityNotFound:
-            log.error("segment %s is in the index but not in the capacity store", old.name)
-            return None
-        live_entries: list[seg.EntryRef] = []
-        versions: dict[tuple[str, str], int] = {}
-        metas = {}
-        for entry in footer.entries:
-            if entry.upload is not None and await _pool.run(
-                self._index.owners_of_upload_entries, entry.upload, old.name
-            ):
-                return None  # an open upload still uses it: try again later
-            meta = await _pool.run(self._index.get_object, entry.bucket, entry.key)
-            if meta is None or not any(
-                c.extent is not None and c.extent.place == (old.name, entry.offset, entry.stored)
-                for c in meta.chunks
-            ):
-                continue
-            live_entries.append(entry)
-            versions[(meta.bucket, meta.key)] = meta.seq
-            metas[(meta.bucket, meta.key)] = meta
-        for record in footer.records:
-            if record.get("t") != "obj":
-                continue
-            bucket, key = record["m"]["bucket"], record["m"]["key"]
-            meta = await _pool.run(self._index.get_object, bucket, key)
-            if meta is not None and meta.manifest == old.name:
-                versions[(bucket, key)] = meta.seq
-                metas[(bucket, key)] = meta
-        tombstones = []
-        for tomb in footer.tombstones:
-            meta = await _pool.run(self._index.get_object, tomb.bucket, tomb.key)
-            # Needed unless a newer version is itself safely in the capacity tier.
-            if meta is None or meta.seq < tomb.seq or meta.manifest is None:
-                tombstones.append(tomb)
-        buckets = [r for r in footer.records if r.get("t") == "bucket"]
+    async def _tombstone_needed(self, tomb: seg.Tombstone) -> bool:
+        """Needed unless a newer version of the key is itself safely in the
+        capacity tier (its manifest written)."""
+        meta = await _pool.run(self._index.get_object, tomb.bucket, tomb.key)
+        return meta is None or meta.seq < tomb.seq or meta.manifest is None
+
+    async def _rewrite(self, olds: list[SegmentInfo]) -> int | None:
+        """Copy what is live out of ``olds`` into one new segment and delete
+        them; bytes reclaimed, or None if skipped (try again next pass)."""
+        names = {old.name for old in olds}
+        footers = []
+        for old in olds:
+            try:
+                footers.append(await read_footer(self._capacity, old.name))
+            except CapacityNotFound:
+                log.error("segment %s is in the index but not in the capacity store", old.name)
+                return None
+        live_entries: list[tuple[str, seg.EntryRef]] = []
+        metas: dict[tuple[str, str], ObjectMeta] = {}
+        tombstones: list[seg.Tombstone] = []
+        buckets: list[dict] = []
+        for footer in footers:
+            for entry in footer.entries:
+                place = (footer.segment, entry.offset, entry.stored)
+                if entry.upload is not None and await _pool.run(
+                    self._index.owners_of_upload_entries, entry.upload, footer.segment
+                ):
+                    return None  # an open upload still uses it: try again later
+                meta = await _pool.run(self._index.get_object, entry.bucket, entry.key)
+                if meta is None or not any(c.extent is not None and c.extent.place == place for c in meta.chunks):
+                    continue
+                live_entries.append((footer.segment, entry))
+                metas[(meta.bucket, meta.key)] = meta
+            for record in footer.records:
+                if record.get("t") == "bucket":
+                    buckets.append(record)
+                elif record.get("t") == "obj":
+                    bucket, key = record["m"]["bucket"], record["m"]["key"]
+                    meta = await _pool.run(self._index.get_object, bucket, key)
+                    if meta is not None and meta.manifest in names:
+                        metas[(bucket, key)] = meta
+            tombstones += [tomb for tomb in footer.tombstones if await self._tombstone_needed(tomb)]
 
         info: SegmentInfo | None = None
-        moved: dict[tuple[int, int], Extent] = {}
-        if live_entries or versions or tombstones or buckets:
+        moved: dict[tuple[str, int, int], Extent] = {}
+        if live_entries or metas or tombstones or buckets:
             name = await _pool.run(self._index.new_segment_name)
             encoder = seg.SegmentEncoder(name, now_ms())
             out = [encoder.header()]
-            for entry in live_entries:
-                stored = await self._capacity.get_range(segment_path(old.name), entry.offset, entry.offset + entry.stored)
+            for segment, entry in live_entries:
+                stored = await self._capacity.get_range(
+                    segment_path(segment), entry.offset, entry.offset + entry.stored
+                )
                 ref, data = await _pool.run(
                     encoder.add_stored, entry.bucket, entry.key, entry.seq, entry.part,
                     stored, entry.raw, entry.codec, entry.crc,
                 )
                 out.append(data)
-                moved[(entry.offset, entry.stored)] = extent_of(name, ref)
+                moved[(segment, entry.offset, entry.stored)] = extent_of(name, ref)
             for meta in metas.values():
                 chunks = tuple(
-                    replace(c, extent=moved[(c.extent.offset, c.extent.stored)])
-                    if c.extent is not None and c.extent.segment == old.name
-                    and (c.extent.offset, c.extent.stored) in moved
-                    else c
+                    replace(c, extent=moved.get(c.extent.place, c.extent)) if c.extent is not None else c
                     for c in meta.chunks
                 )
-                if any(c.extent is not None and c.extent.segment == old.name for c in chunks):
+                if any(c.extent is not None and c.extent.segment in names for c in chunks):
                     return None  # an extent we did not see as live: the index changed
                 encoder.add_record(manifest(replace(meta, chunks=chunks)))
             for tomb in tombstones:
@@ -177,16 +190,19 @@ class Compactor:
             data = b"".join(out)
             info = segment_info(encoder, len(data))
             await self._capacity.put(segment_path(name), data)
+        versions = {where: meta.seq for where, meta in metas.items()}
         renames = await _pool.run(
-            self._index.commit_compaction, old.name, info, moved, versions, len(tombstones) + len(buckets)
+            self._index.commit_compaction, [old.name for old in olds], info, moved, versions,
+            len(tombstones) + len(buckets),
         )
         if renames is None:
             if info is not None:
                 await self._capacity.delete(segment_path(info.name))
             return None
-        await self._capacity.delete(segment_path(old.name))
+        for old in olds:
+            await self._capacity.delete(segment_path(old.name))
         await _pool.run(self._rename, renames)
-        return old.size - (info.size if info else 0)
+        return sum(old.size for old in olds) - (info.size if info else 0)
 
     def _rename(self, renames: list[tuple[str, str]]) -> None:
         for old, new in renames:

@@ -185,9 +185,12 @@ class Index:
             batch.put(_gkey(name), info.to_bytes())
 
     def _pending(self, batch: WriteBatch, record: dict[str, object]) -> None:
-        """Queue a footer record (tombstone, bucket event) for the next segment."""
+        """Queue a footer record (tombstone, bucket event) for the next
+        segment. A new record gets the next sequence number; one carried over
+        from a retired segment keeps its own, so it cannot outrank a write
+        that came after it."""
         seq = self._next_seq(batch)
-        record = {**record, "s": seq, "at": now_ms()}
+        record = {"s": seq, **record, "at": now_ms()}
         batch.put(_seqkey(b"Q", seq), msgpack.packb(record, use_bin_type=True))
 
     def _scan(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -637,18 +640,20 @@ class Index:
 
     def commit_compaction(
         self,
-        old: str,
+        olds: list[str],
         info: SegmentInfo | None,
-        moved: dict[tuple[int, int], Extent],
+        moved: dict[tuple[str, int, int], Extent],
         versions: dict[tuple[str, str], int],
         carried: int,
     ) -> list[tuple[str, str]] | None:
-        """Replace segment ``old`` by ``info`` (None: nothing was worth
-        keeping). ``moved`` maps (offset, stored) in the old segment to new extents; ``versions``
-        gives, for every object whose manifest the new segment carries, the
-        version it describes. If any of those objects changed meanwhile, the
-        new segment may describe a stale layout: nothing is committed (None)
-        and the caller discards it. Returns cache renames (old, new)."""
+        """Replace segments ``olds`` by ``info`` (None: nothing was worth
+        keeping). ``moved`` maps old extent places to new extents;
+        ``versions`` gives, for every object whose manifest the new segment
+        carries, the version it describes. If an object with bytes in the
+        old segments changed meanwhile, the new segment may describe a stale
+        layout: nothing is committed (None) and the caller discards it.
+        Returns cache renames (old name, new name)."""
+        gone = set(olds)
         with self._lock:
             batch = self._batch()
             ledger = _Ledger()
@@ -658,20 +663,21 @@ class Index:
             for (bucket, key), seq in versions.items():
                 raw = self._db.get(_okey(bucket, key))
                 meta = ObjectMeta.from_bytes(raw) if raw is not None else None
-                uses_old = meta is not None and (
-                    meta.manifest == old or any(c.extent and c.extent.segment == old for c in meta.chunks)
-                )
-                if not uses_old:
-                    continue  # replaced or deleted since: nothing of it lives in old
-                if meta.seq != seq:  # type: ignore[union-attr]
-                    return None
-                updates.append((_okey(bucket, key), meta))  # type: ignore[arg-type]
+                if meta is None:
+                    continue  # deleted since: nothing of it lives on
+                has_bytes = any(c.extent and c.extent.segment in gone for c in meta.chunks)
+                if meta.seq != seq:
+                    if has_bytes:
+                        return None
+                    continue  # replaced since: its new version has its own manifest
+                if has_bytes or meta.manifest in gone:
+                    updates.append((_okey(bucket, key), meta))
             for okey, meta in updates:
                 chunks = []
                 for chunk in meta.chunks:
                     ext = chunk.extent
-                    if ext is not None and ext.segment == old:
-                        new = moved[(ext.offset, ext.stored)]
+                    if ext is not None and ext.segment in gone:
+                        new = moved[ext.place]
                         renames.append((ext.cache_name, new.cache_name))
                         live += new.stored
                         chunk = replace(chunk, extent=new)
@@ -679,10 +685,12 @@ class Index:
                 ledger.unpin(meta)
                 batch.put(okey, replace(meta, chunks=tuple(chunks), manifest=info.name if info else None).to_bytes())
                 pins += 1
-            batch.delete(_gkey(old))
+            for old in olds:
+                batch.delete(_gkey(old))
+                ledger.pins.pop(old, None)
+                ledger.live.pop(old, None)
             if info is not None:
                 batch.put(_gkey(info.name), replace(info, live=live, pins=pins).to_bytes())
-            ledger.pins.pop(old, None)
             self._apply(batch, ledger)
             self._write(batch)
             return renames

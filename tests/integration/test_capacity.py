@@ -195,3 +195,28 @@ def test_write_through_bucket_acks_after_the_capacity_store(tiered: Gateway, cli
     assert get(client, tbucket, "durable") == b"in the capacity store before the ack"
     client.copy_object(Bucket=tbucket, Key="copied", CopySource={"Bucket": tbucket, "Key": "durable"})
     assert tiered.admin("GET", "/tiers").json()["flush_queue"] == 0
+
+
+def test_segments_of_footer_records_alone_are_merged(tiered: Gateway, client, tbucket: str) -> None:
+    for i in range(3):
+        client.put_object(Bucket=tbucket, Key=f"r{i}", Body=b"x" * 1000)
+    tiered.admin("POST", "/flush")
+    tiered.admin("POST", "/compact")  # settle earlier tests' leftovers first
+    before = tiered.admin("GET", "/tiers").json()["segments"]
+    for i in range(2):  # each flush of a delete alone makes a segment of one tombstone
+        client.delete_object(Bucket=tbucket, Key=f"r{i}")
+        tiered.admin("POST", "/flush")
+    client.copy_object(Bucket=tbucket, Key="r2", CopySource={"Bucket": tbucket, "Key": "r2"},
+                       Metadata={"v": "2"}, MetadataDirective="REPLACE")  # a manifest alone
+    assert tiered.admin("POST", "/flush").json()["segments"] == before + 3
+    report = tiered.admin("POST", "/compact").json()
+    assert report["merged"] >= 2
+    tiered.admin("POST", "/compact")  # deletes what the first pass left unused
+    assert tiered.admin("GET", "/tiers").json()["segments"] <= before + 1
+    tiered.admin("POST", "/evict")
+    head = client.head_object(Bucket=tbucket, Key="r2")
+    assert head["Metadata"] == {"v": "2"}
+    assert get(client, tbucket, "r2") == b"x" * 1000
+    for i in range(2):
+        with pytest.raises(client.exceptions.NoSuchKey):
+            client.get_object(Bucket=tbucket, Key=f"r{i}")
