@@ -9,8 +9,8 @@ Errors use one JSON shape, ``{"error": {"code": ..., "message": ...}}``.
 from __future__ import annotations
 
 import hmac
-from dataclasses import asdict, replace
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, replace
 from typing import Annotated, Protocol
 
 from fastapi import APIRouter, Depends, FastAPI, Request

@@ -21,8 +21,8 @@ from gateway.errors import S3Error, to_s3_error
 from gateway.http import ClientDisconnected, Response, S3Request
 from gateway.server import StartupError
 from gateway.storage import object_service
-from tiering.objects import ObjectService
 from tiering.errors import CapacityError
+from tiering.objects import ObjectService
 from tiering.tiers import ForeignSegments
 
 log = logging.getLogger("tierstore.s3")

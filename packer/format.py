@@ -174,13 +174,13 @@ class SegmentEncoder:
     """
 
     __slots__ = (
-        "_segment",
         "_created_ms",
-        "_state",
-        "_offset",
         "_entries",
-        "_tombstones",
+        "_offset",
         "_records",
+        "_segment",
+        "_state",
+        "_tombstones",
     )
 
     def __init__(self, segment: str, created_ms: int = 0) -> None:

@@ -79,7 +79,7 @@ class Compactor:
             await asyncio.sleep(self._settings.compact_interval)
             try:
                 await self.compact()
-            except Exception:  # noqa: BLE001 - a failed pass is retried at the next interval
+            except Exception:
                 log.exception("compaction failed")
 
     async def compact(self, threshold: float | None = None) -> CompactionReport:

@@ -11,7 +11,7 @@ class Digests:
     """MD5 (the ETag), the client's requested checksum, and SHA-256 when the
     payload was signed: updated once per block, read after the body ends."""
 
-    __slots__ = ("md5", "checksum", "sha256", "size")
+    __slots__ = ("checksum", "md5", "sha256", "size")
 
     def __init__(self, checksum_algorithm: str | None = None, sha256: bool = False) -> None:
         self.md5 = hashlib.md5()

@@ -131,7 +131,7 @@ class Flusher:
                 while await self.flush_round():
                     pass
                 failures, self.last_error = 0, None
-            except Exception as exc:  # noqa: BLE001 - the flusher must outlive any failure
+            except Exception as exc:
                 failures += 1
                 self.last_error = str(exc) or type(exc).__name__
                 delay = min(_MAX_BACKOFF, 0.5 * 2**failures) * random.uniform(0.5, 1.0)

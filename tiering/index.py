@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple

@@ -26,7 +26,7 @@ from tiering.errors import (
     NoSuchUpload,
 )
 from tiering.inputs import Integrity, NewObject
-from tiering.meta import Checksum, Chunk, ObjectMeta, Part, Upload, now_ms
+from tiering.meta import Checksum, ObjectMeta, Part, Upload, now_ms
 from tiering.names import check_key
 from tiering.segments import Piece
 

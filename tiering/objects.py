@@ -17,7 +17,9 @@ from pathlib import Path
 
 from packer.ranges import ByteRange, split_over
 from tiering import _pool, checksums
+from tiering.capacity import CapacityStore
 from tiering.conditions import Conditions, check
+from tiering.digests import Digests
 from tiering.errors import (
     BadDigest,
     BucketAlreadyOwnedByYou,
@@ -29,8 +31,7 @@ from tiering.errors import (
     PayloadHashMismatch,
     SlowDown,
 )
-from tiering.capacity import CapacityStore
-from tiering.digests import Digests
+from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
@@ -40,7 +41,6 @@ from tiering.names import check_bucket_name, check_key
 from tiering.segments import Piece, SegmentStream
 from tiering.settings import TierSettings
 from tiering.tiers import Tiers
-from tiering.fetch import segment_path
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call

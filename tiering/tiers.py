@@ -15,7 +15,6 @@ import logging
 from dataclasses import asdict, dataclass
 
 from tiering import _pool
-
 from tiering.capacity import CapacityStore
 from tiering.compact import CompactionReport, Compactor
 from tiering.fetch import SEGMENTS, ExtentReader, segment_path

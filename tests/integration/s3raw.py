@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.client import HTTPConnection
 from typing import Any
 from unittest import mock
@@ -58,7 +58,7 @@ def sign(
     """Signed headers for the request, the signer, and the signing timestamp."""
     request = AWSRequest(method=method, url=url, headers=dict(headers or {}), data=body)
     auth = _Auth(Credentials(access_key, secret_key), payload_hash)
-    moment = (when or datetime.now(timezone.utc)).astimezone(timezone.utc).replace(tzinfo=None)
+    moment = (when or datetime.now(UTC)).astimezone(UTC).replace(tzinfo=None)
     with mock.patch("botocore.auth.get_current_datetime", return_value=moment):
         auth.add_auth(request)
     return dict(request.headers.items()), auth, request.context["timestamp"]

@@ -411,7 +411,7 @@ def test_response_header_overrides(s3, bucket: str) -> None:
 
 def test_stored_representation_headers(s3, bucket: str) -> None:
     payload = gzip.compress(b"hello " * 500)
-    expires = dt.datetime(2037, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    expires = dt.datetime(2037, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     s3.put_object(
         Bucket=bucket, Key="h", Body=payload, ContentType="text/plain; charset=utf-8",
         ContentEncoding="gzip", ContentDisposition='inline; filename="h.txt"',
@@ -726,7 +726,7 @@ def test_presigned_get_and_put(gateway, bucket: str) -> None:
 def test_presigned_url_expired(gateway, bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
     s3 = _presigner(gateway)
     s3.put_object(Bucket=bucket, Key="old", Body=b"stale")
-    an_hour_ago = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    an_hour_ago = dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)
 
     def clock(remove_tzinfo: bool = True) -> dt.datetime:
         return an_hour_ago.replace(tzinfo=None) if remove_tzinfo else an_hour_ago

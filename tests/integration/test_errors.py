@@ -17,7 +17,7 @@ import hmac
 import re
 import socket
 import zlib
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from unittest import mock
 from urllib.parse import quote
 
@@ -158,7 +158,7 @@ def test_if_match_mismatch_is_412(s3r: RecordingClient, http: Sender, bucket: st
 
 def test_if_unmodified_since_past_is_412(s3r: RecordingClient, http: Sender, bucket: str) -> None:
     s3r.put_object(Bucket=bucket, Key="k", Body=b"x")
-    past = _http_date(datetime.now(timezone.utc) - timedelta(days=1))
+    past = _http_date(datetime.now(UTC) - timedelta(days=1))
     check_error(http.signed("GET", f"/{bucket}/k", {"If-Unmodified-Since": past}), 412, "PreconditionFailed")
 
 
@@ -179,7 +179,7 @@ def test_if_none_match_matching_is_304(s3r: RecordingClient, http: Sender, bucke
 
 def test_if_modified_since_future_is_304(s3r: RecordingClient, http: Sender, bucket: str) -> None:
     s3r.put_object(Bucket=bucket, Key="k", Body=b"x")
-    future = _http_date(datetime.now(timezone.utc) + timedelta(days=1))
+    future = _http_date(datetime.now(UTC) + timedelta(days=1))
     resp = http.signed("GET", f"/{bucket}/k", {"If-Modified-Since": future})
     check_error(resp, 304, None)
 
@@ -292,7 +292,7 @@ def test_anonymous_head_is_denied_without_body(http: Sender, bucket: str) -> Non
 
 @pytest.mark.parametrize("minutes", [20, -20])
 def test_request_time_too_skewed(http: Sender, bucket: str, minutes: int) -> None:
-    when = datetime.now(timezone.utc) + timedelta(minutes=minutes)
+    when = datetime.now(UTC) + timedelta(minutes=minutes)
     check_error(http.signed("GET", f"/{bucket}", when=when), 403, "RequestTimeTooSkewed")
 
 
@@ -306,7 +306,7 @@ def test_expired_presigned_url(s3r: RecordingClient, http: Sender, bucket: str) 
     s3r.put_object(Bucket=bucket, Key="k", Body=b"x")
     # botocore's pure-Python query signer, so that its clock can be moved
     # (with awscrt installed, clients presign through the CRT instead).
-    an_hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).replace(tzinfo=None)
+    an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).replace(tzinfo=None)
     request = AWSRequest(method="GET", url=http.url(f"/{bucket}/k"))
     with mock.patch("botocore.auth.get_current_datetime", return_value=an_hour_ago):
         S3SigV4QueryAuth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1", expires=60).add_auth(request)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import hmac
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import formatdate
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -38,7 +38,7 @@ Wire = tuple[str, str, str, dict[str, str]]
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _wire(request: AWSRequest | AWSPreparedRequest) -> Wire:
@@ -463,7 +463,7 @@ def _doc(method: str, path: str, query: str, headers: dict[str, str], signature:
 
 
 def _at(text: str) -> datetime:
-    return datetime.strptime(text, "%d %b %Y %H:%M:%S").replace(tzinfo=timezone.utc)
+    return datetime.strptime(text, "%d %b %Y %H:%M:%S").replace(tzinfo=UTC)
 
 
 @pytest.mark.parametrize("method,path,query,headers,signature,host_bucket", [
@@ -503,7 +503,7 @@ def test_doc_query_string_example() -> None:
     query = ("AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D"
              "&Expires=1175139620")
     wire: Wire = ("GET", "/photos/puppy.jpg", query, {"host": "johnsmith.s3.amazonaws.com"})
-    before = datetime.fromtimestamp(1175139620 - 60, timezone.utc)
+    before = datetime.fromtimestamp(1175139620 - 60, UTC)
     auth(wire, before, "johnsmith", DOC_KEYS)
     with pytest.raises(S3Error) as caught:
         auth(wire, before + timedelta(seconds=120), "johnsmith", DOC_KEYS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -34,7 +34,7 @@ Wire = tuple[str, str, str, dict[str, str]]
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _wire(request: AWSRequest | AWSPreparedRequest) -> Wire:
@@ -444,7 +444,7 @@ def _doc_context() -> AuthContext:
     return authenticate(
         "PUT", "/examplebucket/chunkObject.txt", "", DOC_HEADERS,
         {"AKIAIOSFODNN7EXAMPLE": DOC_SECRET}.get,
-        datetime(2013, 5, 24, 0, 0, 30, tzinfo=timezone.utc),
+        datetime(2013, 5, 24, 0, 0, 30, tzinfo=UTC),
     )
 
 

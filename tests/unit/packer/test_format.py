@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -13,6 +13,7 @@ import pytest
 
 from packer.ranges import ByteRange
 from tiering import fsck
+from tiering.capacity import LocalDirStore
 from tiering.errors import (
     BadDigest,
     IncompleteBody,
@@ -23,7 +24,6 @@ from tiering.errors import (
 )
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import MIN_PART_SIZE, ChosenPart
-from tiering.capacity import LocalDirStore
 from tiering.objects import ObjectService
 from tiering.settings import TierSettings
 
