@@ -105,7 +105,7 @@ SegmentSize = Annotated[
     str | None, typer.Option(help="Target size of a packed segment in the capacity store. (default: 64M)")
 ]
 FlushDelay = Annotated[
-    float | None, typer.Option(help="Seconds a write may wait before it is flushed. (default: 2)")
+    float | None, typer.Option(help="Seconds a write may wait before it is flushed. (default: 5)")
 ]
 Compression = Annotated[
     bool | None, typer.Option("--compression/--no-compression", help="zstd per extent where it saves space. (default: on)")

@@ -82,7 +82,7 @@ class Config:
     small_object_size: int = 4 * MiB
     part_size: int = 8 * MiB
     segment_size: int = 64 * MiB
-    flush_delay: float = 2.0
+    flush_delay: float = 5.0
     compression: bool = True
     write_through: bool = False  # the policy new buckets get
     compact_threshold: float = 0.5

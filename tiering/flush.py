@@ -74,6 +74,7 @@ class Flusher:
         self._wake = asyncio.Event()
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._backlog = 0
+        self._urgent = False
         self.segments_written = 0
         self.objects_flushed = 0
         self.last_error: str | None = None
@@ -88,6 +89,7 @@ class Flusher:
 
     def request(self) -> None:
         """Start a round now (write-through, hot-tier pressure, operator)."""
+        self._urgent = True
         self._wake.set()
 
     async def wait_flushed(self, seq: int, timeout: float) -> None:
@@ -122,14 +124,19 @@ class Flusher:
         """Flush forever; failures back off and retry (nothing is dropped)."""
         failures = 0
         while True:
+            timed_out = False
             try:
                 await asyncio.wait_for(self._wake.wait(), self._settings.flush_delay)
             except TimeoutError:
-                pass
+                timed_out = True
             self._wake.clear()
+            # Woken because a segment's worth is waiting: write full segments
+            # only and let the rest fill up. On the timer or on request,
+            # write everything.
+            whole = timed_out or self._urgent
+            self._urgent = False
             try:
-                while await self.flush_round():
-                    pass
+                await self.flush_round(whole=whole)
                 failures, self.last_error = 0, None
             except Exception as exc:
                 failures += 1
@@ -147,8 +154,10 @@ class Flusher:
         while await self.flush_round(force=True):
             pass
 
-    async def flush_round(self, force: bool = False) -> bool:
-        """One pass over the queue; True if it had anything to do."""
+    async def flush_round(self, force: bool = False, whole: bool = True) -> bool:
+        """One pass over the queue; True if it had anything to do. With
+        ``whole`` False, a last packed segment short of ``segment_size`` is
+        left for a later round."""
         async with self._layout:
             items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
             records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
@@ -174,8 +183,11 @@ class Flusher:
                 if size >= self._settings.segment_size:
                     await self._flush_packed(packed, records, stale)
                     packed, records, stale, size = [], [], [], 0
+            if not whole and size < self._settings.segment_size:
+                packed, records = [], []  # stay queued: the timer or more data takes them
             if packed or records or stale:
                 await self._flush_packed(packed, records, stale)
+            self._backlog = size if not packed else 0
             return True
 
     async def _flush_packed(

@@ -14,7 +14,7 @@ class TierSettings:
     small_object_size: int = 4 * MiB  # at most this: packed into shared segments
     part_size: int = 8 * MiB  # larger objects are split into extents of this size
     segment_size: int = 64 * MiB  # target size of a packed segment
-    flush_delay: float = 2.0  # longest a write waits before the flusher packs it
+    flush_delay: float = 5.0  # longest a write waits before the flusher packs it
     compression: bool = True  # zstd per extent, kept only where it saves space
     compression_level: int = 3
     high_watermark: float = 0.90  # evict cached extents above this fraction of hot_size
