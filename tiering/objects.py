@@ -330,8 +330,9 @@ class ObjectService:
                 else:
                     source = await ahead.pop(index)
                 if isinstance(source, bytes):
-                    for offset in range(piece.start, piece.end, _READ_BLOCK):
-                        yield source[offset : min(offset + _READ_BLOCK, piece.end)]
+                    # Already in memory: one send, and no copy for a whole extent.
+                    whole = piece.start == 0 and piece.end == len(source)
+                    yield source if whole else source[piece.start : piece.end]
                     continue
                 # One open descriptor per chunk: a delete or overwrite that
                 # unlinks the file mid-stream does not cut the response short.

@@ -1,0 +1,69 @@
+"""The hot tier's budget: staged bytes are never evicted, cached extents
+go least recently used first, between the watermarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tiering.digests import Digests
+from tiering.errors import SlowDown
+from tiering.hot import HotTier
+
+
+def test_cache_evicts_least_recently_used_down_to_the_low_watermark(tmp_path: Path) -> None:
+    hot = HotTier(tmp_path, budget=1000, high=0.9, low=0.5)
+    for name in "abcdefgh":
+        assert hot.fill(name, b"x" * 100)
+    assert hot.cached == 800
+    assert hot.read_cached("a", 100) is not None  # "a" is now the most recent
+    hot.fill("i", b"x" * 100)  # 900 = high: still fits
+    hot.fill("j", b"x" * 100)  # past high: evict to make room
+    assert hot.cached <= 900
+    assert hot.read_cached("a", 100) is not None, "recently read, kept"
+    assert hot.read_cached("b", 100) is None, "least recently used, evicted first"
+    hot.evict()
+    assert hot.used <= 500
+
+
+def test_staged_bytes_are_never_evicted_and_bound_new_writes(tmp_path: Path) -> None:
+    hot = HotTier(tmp_path, budget=1000)
+    for name in "abc":
+        hot.fill(name, b"c" * 100)
+    assert hot.reserve(700)
+    writer = hot.writer(part_size=256, digests=Digests(), reserved=700)
+    writer.write(b"s" * 700)
+    chunks = writer.finish()
+    assert [c.size for c in chunks] == [256, 256, 188]
+    assert hot.staged == 700 and hot.reserved == 0
+    hot.evict(0)
+    assert hot.cached == 0 and hot.staged == 700
+    assert not hot.reserve(400), "staged data and this write would pass the budget"
+    writer = hot.writer(part_size=256, digests=Digests())
+    with pytest.raises(SlowDown):
+        writer.write(b"t" * 400)  # an unannounced body longer than the room left
+    writer.abort()
+    assert hot.staged == 700
+
+
+def test_torn_cache_file_is_a_miss(tmp_path: Path) -> None:
+    hot = HotTier(tmp_path, budget=1000)
+    hot.fill("seg-10-20", b"y" * 32)
+    hot.cache_path("seg-10-20").write_bytes(b"y" * 5)  # what a crash can leave
+    assert hot.read_cached("seg-10-20", 32) is None
+    assert not hot.cache_path("seg-10-20").exists()
+
+
+def test_cache_survives_a_process_crash_but_not_a_reboot(tmp_path: Path, monkeypatch) -> None:
+    hot = HotTier(tmp_path, budget=1000)
+    hot.resume(set)  # first start records the boot id
+    hot.fill("kept", b"z" * 10)
+    again = HotTier(tmp_path, budget=1000)  # no clean-shutdown marker: a crash
+    again.resume(set)
+    assert again.read_cached("kept", 10) == b"z" * 10
+    monkeypatch.setattr("tiering.hot._boot_id", lambda: "another boot")
+    rebooted = HotTier(tmp_path, budget=1000)
+    rebooted.resume(set)
+    assert rebooted.read_cached("kept", 10) is None
+    assert rebooted.cached == 0
