@@ -8,7 +8,10 @@ a bad configuration, 1 when the gateway cannot start.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -187,15 +190,13 @@ def recover(
     Reads every segment footer; the newest version of each key wins, deleted
     keys stay deleted. Run it with the gateway stopped.
     """
-    import asyncio
-
     flags = dict(locals())
     config_path = flags.pop("config_file")
     try:
         config = load_config(flags, config_file=config_path)
     except ValueError as exc:
         _fail(str(exc), EXIT_CONFIG)
-    from gateway.recovery import run_recover
+    from gateway.storage import run_recover
 
     try:
         report = asyncio.run(run_recover(config, _progress_printer()))
@@ -208,12 +209,10 @@ def recover(
     )
 
 
-def _progress_printer():  # type: ignore[no-untyped-def]
+def _progress_printer() -> Callable[[int, int], None]:
     last = [0.0]
 
     def show(done: int, total: int) -> None:
-        import time
-
         now = time.monotonic()
         if done == total or now - last[0] > 0.5:
             last[0] = now

@@ -446,6 +446,31 @@ class S3Store:
         except CapacityNotFound:
             pass  # S3 answers 204 for a missing key; some stores answer 404
 
+    async def abort_incomplete(self) -> int:
+        """Abort every multipart upload under the prefix (a crash mid-stream
+        leaves one, holding storage until it is aborted)."""
+        aborted = 0
+        kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
+        while True:
+            page = await self._call(
+                "list_multipart_uploads", self.prefix, self._c().list_multipart_uploads, **kw
+            )
+            self.stats.lists += 1
+            for upload in page.get("Uploads", ()):
+                try:
+                    await self._call(
+                        "abort_multipart_upload", upload["Key"], self._c().abort_multipart_upload,
+                        Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"],
+                    )
+                except CapacityNotFound:
+                    pass  # completed or aborted meanwhile
+                self.stats.deletes += 1
+                aborted += 1
+            if not page.get("IsTruncated"):
+                return aborted
+            kw["KeyMarker"] = page.get("NextKeyMarker", "")
+            kw["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
     async def list(self, prefix: str = "") -> AsyncIterator[tuple[str, int]]:
         check_prefix(prefix)
         token: str | None = None

@@ -115,6 +115,13 @@ class CapacityStore(Protocol):
         """Remove the object; a missing name is not an error."""
         ...
 
+    async def abort_incomplete(self) -> int:
+        """Remove writes a crashed process started and never completed
+        (temp files, multipart uploads) under this store's root or prefix;
+        return how many. Called at start-up, when this node has none in
+        flight: the store must have one writer."""
+        ...
+
     def describe(self) -> str:
         """Where the store is, for logs and messages (never credentials)."""
         ...
@@ -252,6 +259,11 @@ class LocalDirStore:
 
     async def close(self) -> None:
         return None
+
+    async def abort_incomplete(self) -> int:
+        removed = await _pool.run(_remove_temps, self.root)
+        self.stats.deletes += removed
+        return removed
 
     async def put(self, name: str, data: bytes | memoryview) -> None:
         path = self.path_of(name)
@@ -456,6 +468,17 @@ def _open_temp(directory: Path) -> tuple[int, Path]:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), tmp
         except FileExistsError:
             continue
+
+
+def _remove_temps(root: Path) -> int:
+    """Delete temp files a crash left mid-write anywhere under ``root``."""
+    removed = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            if name.startswith(TMP_PREFIX):
+                _unlink_quietly(Path(directory) / name)
+                removed += 1
+    return removed
 
 
 def _publish(tmp: Path, path: Path) -> None:

@@ -66,6 +66,8 @@ class Tiers:
 
     async def start(self) -> None:
         await self.capacity.start()
+        if aborted := await self.capacity.abort_incomplete():
+            log.info("removed %d incomplete write(s) a crash left in the capacity store", aborted)
         await self._collect_orphans()
         self._tasks = [
             asyncio.create_task(self.flusher.run(), name="tierstore flusher"),

@@ -192,6 +192,18 @@ async def test_abort_leaves_nothing(capacity: CapacityStore) -> None:
         await big.complete()
 
 
+async def test_abort_incomplete_removes_what_a_crash_left(capacity: CapacityStore) -> None:
+    """A process killed mid-upload never aborts; the next start does."""
+    await capacity.put("kept", b"done")
+    left = capacity.upload("crashed/segment")
+    await left.write(pattern(6 * MiB, seed=9))  # S3: an open multipart upload; local: a temp file
+    await left.write(pattern(5 * MiB, seed=10))
+    assert await capacity.abort_incomplete() >= 1
+    assert await names(capacity) == ["kept"]
+    assert await capacity.abort_incomplete() == 0
+    assert await capacity.get_range("kept", 0, 4) == b"done"
+
+
 @pytest.mark.parametrize(
     "bad",
     [
