@@ -104,7 +104,8 @@ def decode(codec: str, stored: bytes | memoryview, raw_length: int) -> bytes:
     if codec == NONE:
         if len(view) != raw_length:
             raise CorruptData(f"stored {len(view)} bytes, expected {raw_length}")
-        return bytes(view)
+        # bytes are immutable: hand them on as they are (an extent is MiBs).
+        return stored if type(stored) is bytes else bytes(view)
     if codec != ZSTD:
         raise CorruptData(f"unknown codec {codec!r}")
     # zstandard ignores max_output_size when the frame declares its size and

@@ -452,7 +452,7 @@ def decode_entry(ref: EntryRef, stored: bytes | memoryview) -> bytes:
         raise CorruptData(f"extent of {len(view)} bytes, expected {ref.stored}")
     if zlib.crc32(view) != ref.crc:
         raise CorruptData(f"extent crc mismatch at offset {ref.offset}")
-    return _codec.decode(ref.codec, view, ref.raw)
+    return _codec.decode(ref.codec, stored, ref.raw)
 
 
 def decode_segment(data: bytes | memoryview) -> tuple[Footer, list[bytes]]:
