@@ -23,11 +23,12 @@ from dataclasses import replace
 
 from packer import format as seg
 from tiering import _pool
+from tiering._index_tiers import FlushItem
 from tiering.capacity import CapacityStore
 from tiering.errors import CapacityError, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
-from tiering.index import FlushItem, Index
+from tiering.index import Index
 from tiering.meta import Chunk, SegmentInfo, now_ms
 from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, segment_info
 from tiering.settings import TierSettings

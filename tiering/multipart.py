@@ -1,9 +1,11 @@
 """Multipart uploads: create, upload parts, complete, abort, list.
 
-Each part is its own hot-tier file. Completing an upload writes no bytes:
-the object's chunks are the chosen parts' files, committed together with
-the removal of the upload's records in one index batch. Parts uploaded but
-not chosen are deleted after that commit.
+A part is staged like any body (pieces of at most the part size in the hot
+tier, or streamed into a segment of its own when it does not fit), and may
+be flushed to the capacity tier while the upload is still open. Completing
+an upload writes no bytes: the object's chunks are the chosen parts' chunks,
+committed together with the removal of the upload's records in one index
+batch. Parts uploaded but not chosen are deleted after that commit.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """The object service: buckets and objects across the tiers.
 
 This is the one entry point the gateway uses for data. It validates names,
-streams bodies into the hot tier while hashing, verifies digests, commits to
-the index, and only then removes what a write superseded, so a crash at any
-point leaves either the old or the new version, never a mix.
+streams bodies into the hot tier (or, when they do not fit, straight into a
+segment) while hashing, verifies digests, commits to the index, and only
+then removes what a write superseded, so a crash at any point leaves either
+the old or the new version, never a mix. Reads take each piece from where
+it is: a staged file, the cache, or the capacity tier.
 """
 
 from __future__ import annotations

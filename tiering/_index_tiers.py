@@ -1,0 +1,298 @@
+"""The index's records of the capacity tier: the flush queue, pending footer
+records, segments; and the commits the flusher, the compactor and recovery
+make. Mixed into ``Index``, which owns the database, its lock and the
+namespace records these commits touch."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import msgpack
+
+from tiering._keys import SEG_KEY, SEQ_KEY, bkey, gkey, okey, pkey, seqkey
+from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, Part, SegmentInfo, Upload
+
+if TYPE_CHECKING:
+    from rocksdict import Rdict, WriteBatch
+
+
+class Ledger:
+    """Changes to segment counters gathered while one batch is built."""
+
+    __slots__ = ("live", "pins")
+
+    def __init__(self) -> None:
+        self.live: defaultdict[str, int] = defaultdict(int)
+        self.pins: defaultdict[str, int] = defaultdict(int)
+
+    def release(self, gone: Iterable[Chunk], keep: Iterable[Chunk] = ()) -> None:
+        """Extents of ``gone`` that ``keep`` does not reuse are dead now."""
+        kept = {c.extent.place for c in keep if c.extent is not None}
+        for chunk in gone:
+            ext = chunk.extent
+            if ext is not None and ext.place not in kept:
+                self.live[ext.segment] -= ext.stored
+
+    def unpin(self, meta: ObjectMeta | None) -> None:
+        if meta is not None and meta.manifest is not None:
+            self.pins[meta.manifest] -= 1
+
+
+@dataclass(slots=True)
+class FlushItem:
+    """One flush-queue entry and the record it names, as read."""
+
+    fseq: int
+    meta: ObjectMeta | None = None  # the object version (None: a part, or stale)
+    upload: Upload | None = None
+    part: Part | None = None
+
+
+
+
+class TierRecords:
+    """Capacity-tier methods of ``Index`` (see there for locking and
+    durability); ``Index`` provides the attributes declared here."""
+
+    _db: Rdict
+    _lock: object
+    _seq: int
+    _segments: int
+
+    if TYPE_CHECKING:
+        def _batch(self) -> WriteBatch: ...
+        def _write(self, batch: WriteBatch) -> None: ...
+        def _apply(self, batch: WriteBatch, ledger: Ledger) -> None: ...
+        def _scan(self, start: bytes, prefix: bytes) -> Iterable[tuple[bytes, bytes]]: ...
+        def get_upload(self, bucket: str, key: str, upload_id: str) -> Upload | None: ...
+        def get_object(self, bucket: str, key: str) -> ObjectMeta | None: ...
+
+    # -- capacity tier: flush, compaction, recovery --------------------------
+    # The flusher and the compactor never run at the same time (the tier
+    # service serialises them); user writes race with both, so every commit
+    # below re-reads each record and applies only to the version it read.
+
+    def new_segment_name(self) -> str:
+        """A name no segment has had, durable before the segment exists."""
+        with self._lock:
+            self._segments += 1
+            batch = self._batch()
+            batch.put(SEG_KEY, self._segments.to_bytes(8, "big"))
+            self._write(batch)
+            return f"{self._segments:016x}"
+
+    def flush_queue(self, limit: int) -> list[FlushItem]:
+        """The oldest flush-queue entries with the records they name (none
+        when the record was replaced or removed since: a stale entry)."""
+        items: list[FlushItem] = []
+        for raw_key, value in self._scan(b"F", b"F"):
+            if len(items) == limit:
+                break
+            item = FlushItem(int.from_bytes(raw_key[1:], "big"))
+            label = msgpack.unpackb(value, raw=False)
+            if "u" in label:
+                upload = self.get_upload(label["b"], label["k"], label["u"])
+                raw = self._db.get(pkey(label["u"], label["p"])) if upload else None
+                if raw is not None:
+                    item.upload, item.part = upload, Part.from_bytes(raw)
+            else:
+                meta = self.get_object(label["b"], label["k"])
+                if meta is not None and meta.seq == item.fseq:
+                    item.meta = meta
+            items.append(item)
+        return items
+
+    def flush_queue_length(self) -> int:
+        return sum(1 for _ in self._scan(b"F", b"F"))
+
+    @property
+    def segments_issued(self) -> int:
+        return self._segments
+
+    def pending_records(self, limit: int) -> list[tuple[int, dict]]:
+        return [
+            (int.from_bytes(k[1:], "big"), msgpack.unpackb(v, raw=False))
+            for k, v in itertools.islice(self._scan(b"Q", b"Q"), limit)
+        ]
+
+    def commit_flush(
+        self,
+        info: SegmentInfo,
+        done: list[tuple[FlushItem, tuple[Chunk, ...]]],
+        stale: list[int],
+        records: list[int],
+    ) -> list[tuple[str, str]]:
+        """Record a segment the capacity tier now holds: each item still
+        current gets its new chunks (and, for an object, the segment as its
+        manifest); queue entries and footer records written are removed.
+        Returns (staged file id, cache name) pairs now safe to adopt."""
+        with self._lock:
+            batch = self._batch()
+            adopted: list[tuple[str, str]] = []
+            live, pins = 0, len(records)
+            ledger = Ledger()
+            for fseq in stale:
+                batch.delete(seqkey(b"F", fseq))
+            for item, chunks in done:
+                if item.meta is not None:
+                    object_key = okey(item.meta.bucket, item.meta.key)
+                    raw = self._db.get(object_key)
+                    current = ObjectMeta.from_bytes(raw) if raw is not None else None
+                    if current is None or current.seq != item.meta.seq:
+                        batch.delete(seqkey(b"F", item.fseq))  # replaced: the new version is queued
+                        continue
+                    ledger.unpin(current)
+                    batch.put(object_key, replace(current, chunks=chunks, manifest=info.name).to_bytes())
+                    pins += 1
+                else:
+                    assert item.upload is not None and item.part is not None
+                    part_key = pkey(item.upload.upload_id, item.part.part_number)
+                    raw = self._db.get(part_key)
+                    current_part = Part.from_bytes(raw) if raw is not None else None
+                    if current_part is None or current_part.chunks != item.part.chunks:
+                        batch.delete(seqkey(b"F", item.fseq))
+                        continue
+                    batch.put(part_key, replace(current_part, chunks=chunks).to_bytes())
+                batch.delete(seqkey(b"F", item.fseq))
+                before = item.meta.chunks if item.meta is not None else item.part.chunks  # type: ignore[union-attr]
+                for old, new in zip(before, chunks, strict=True):
+                    if old.file_id is not None and new.extent is not None:
+                        live += new.extent.stored
+                        adopted.append((old.file_id, new.extent.cache_name))
+            for qseq in records:
+                batch.delete(seqkey(b"Q", qseq))
+            batch.put(gkey(info.name), replace(info, live=live, pins=pins).to_bytes())
+            self._apply(batch, ledger)
+            self._write(batch)
+            return adopted
+
+    def commit_flush_stale(self, stale: list[int]) -> None:
+        """Drop queue entries whose versions were replaced or removed."""
+        if not stale:
+            return
+        with self._lock:
+            batch = self._batch()
+            for fseq in stale:
+                batch.delete(seqkey(b"F", fseq))
+            self._write(batch)
+
+    def segments(self) -> list[SegmentInfo]:
+        return [SegmentInfo.from_bytes(v) for _, v in self._scan(b"G", b"G")]
+
+    def get_segment(self, name: str) -> SegmentInfo | None:
+        raw = self._db.get(gkey(name))
+        return SegmentInfo.from_bytes(raw) if raw is not None else None
+
+    def forget_segment(self, name: str) -> bool:
+        """Drop a segment nothing uses any more; False if something does."""
+        with self._lock:
+            raw = self._db.get(gkey(name))
+            if raw is None:
+                return True
+            info = SegmentInfo.from_bytes(raw)
+            if info.live > 0 or info.pins > 0:
+                return False
+            batch = self._batch()
+            batch.delete(gkey(name))
+            self._write(batch)
+            return True
+
+    def commit_compaction(
+        self,
+        olds: list[str],
+        info: SegmentInfo | None,
+        moved: dict[tuple[str, int, int], Extent],
+        versions: dict[tuple[str, str], int],
+        carried: int,
+    ) -> list[tuple[str, str]] | None:
+        """Replace segments ``olds`` by ``info`` (None: nothing was worth
+        keeping). ``moved`` maps old extent places to new extents;
+        ``versions`` gives, for every object whose manifest the new segment
+        carries, the version it describes. If an object with bytes in the
+        old segments changed meanwhile, the new segment may describe a stale
+        layout: nothing is committed (None) and the caller discards it.
+        Returns cache renames (old name, new name)."""
+        gone = set(olds)
+        with self._lock:
+            batch = self._batch()
+            ledger = Ledger()
+            live, pins = 0, carried
+            renames: list[tuple[str, str]] = []
+            updates: list[tuple[bytes, ObjectMeta]] = []
+            for (bucket, key), seq in versions.items():
+                raw = self._db.get(okey(bucket, key))
+                meta = ObjectMeta.from_bytes(raw) if raw is not None else None
+                if meta is None:
+                    continue  # deleted since: nothing of it lives on
+                has_bytes = any(c.extent and c.extent.segment in gone for c in meta.chunks)
+                if meta.seq != seq:
+                    if has_bytes:
+                        return None
+                    continue  # replaced since: its new version has its own manifest
+                if has_bytes or meta.manifest in gone:
+                    updates.append((okey(bucket, key), meta))
+            for object_key, meta in updates:
+                chunks = []
+                for chunk in meta.chunks:
+                    ext = chunk.extent
+                    if ext is not None and ext.segment in gone:
+                        new = moved[ext.place]
+                        renames.append((ext.cache_name, new.cache_name))
+                        live += new.stored
+                        chunk = replace(chunk, extent=new)
+                    chunks.append(chunk)
+                ledger.unpin(meta)
+                batch.put(object_key, replace(meta, chunks=tuple(chunks), manifest=info.name if info else None).to_bytes())
+                pins += 1
+            for old in olds:
+                batch.delete(gkey(old))
+                ledger.pins.pop(old, None)
+                ledger.live.pop(old, None)
+            if info is not None:
+                batch.put(gkey(info.name), replace(info, live=live, pins=pins).to_bytes())
+            self._apply(batch, ledger)
+            self._write(batch)
+            return renames
+
+    def owners_of_upload_entries(self, upload_id: str, segment: str) -> bool:
+        """True if an open upload still uses bytes in ``segment``."""
+        for _, value in self._scan(pkey(upload_id), pkey(upload_id)):
+            if any(c.extent is not None and c.extent.segment == segment for c in Part.from_bytes(value).chunks):
+                return True
+        return False
+
+    def install(
+        self,
+        buckets: Iterable[BucketInfo],
+        objects: Iterable[ObjectMeta],
+        segments: Iterable[SegmentInfo],
+        seq: int,
+        segment_count: int,
+    ) -> None:
+        """Load a namespace rebuilt from the capacity tier into an empty
+        index. Batches are not synced one by one; one synced write ends it."""
+        with self._lock:
+            batch = self._batch()
+            pending = 0
+            for record_key, record in itertools.chain(
+                ((bkey(b.name), b) for b in buckets),
+                ((okey(m.bucket, m.key), m) for m in objects),
+                ((gkey(g.name), g) for g in segments),
+            ):
+                batch.put(record_key, record.to_bytes())
+                pending += 1
+                if pending == 10_000:
+                    self._db.write(batch)
+                    batch, pending = self._batch(), 0
+            self._seq = max(self._seq, seq)
+            self._segments = max(self._segments, segment_count)
+            batch.put(SEQ_KEY, self._seq.to_bytes(8, "big"))
+            batch.put(SEG_KEY, self._segments.to_bytes(8, "big"))
+            self._write(batch)  # synced: the WAL holds every batch before it
+
+    def is_empty(self) -> bool:
+        return next(self._scan(b"", b""), None) is None
