@@ -74,6 +74,7 @@ class Flusher:
         self._layout = layout  # held while segments change: flush or compaction, never both
         self._wake = asyncio.Event()
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._record_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._backlog = 0
         self._urgent = False
         self.segments_written = 0
@@ -113,6 +114,32 @@ class Flusher:
                 if not waiting:
                     del self._waiters[seq]
 
+    async def wait_records(self, seq: int, timeout: float) -> None:
+        """Wait until every footer record (tombstone, bucket event) queued
+        up to sequence ``seq`` is in the capacity tier. ServiceUnavailable
+        after ``timeout``."""
+        future = asyncio.get_running_loop().create_future()
+        self._record_waiters.append((seq, future))
+        self.request()
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise ServiceUnavailable(
+                "The capacity store did not take the delete in time"
+                + (f" ({self.last_error})" if self.last_error else "")
+            ) from None
+        finally:
+            self._record_waiters = [(s, f) for s, f in self._record_waiters if f is not future]
+
+    async def _settle_records(self) -> None:
+        if not self._record_waiters:
+            return
+        pending = await _pool.run(self._index.pending_records, 1)
+        oldest = pending[0][0] if pending else None
+        for seq, future in self._record_waiters:
+            if (oldest is None or seq < oldest) and not future.done():
+                future.set_result(None)
+
     def _settle(self, seqs: Iterable[int]) -> None:
         for seq in seqs:
             for future in self._waiters.pop(seq, []):
@@ -134,10 +161,10 @@ class Flusher:
             # Woken because a segment's worth is waiting: write full segments
             # only and let the rest fill up. On the timer or on request,
             # write everything.
-            whole = timed_out or self._urgent
-            self._urgent = False
+            urgent, self._urgent = self._urgent, False
             try:
-                await self.flush_round(whole=whole)
+                await self.flush_round(force=urgent, whole=timed_out or urgent)
+                await self._settle_records()
                 failures, self.last_error = 0, None
             except Exception as exc:
                 failures += 1
@@ -154,6 +181,7 @@ class Flusher:
         request, tests)."""
         while await self.flush_round(force=True):
             pass
+        await self._settle_records()
 
     async def flush_round(self, force: bool = False, whole: bool = True) -> bool:
         """One pass over the queue; True if it had anything to do. With

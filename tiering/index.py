@@ -108,6 +108,12 @@ class Index(TierRecords):
     def close(self) -> None:
         self._db.close()
 
+    @property
+    def last_seq(self) -> int:
+        """The last sequence number handed out (a write just committed has
+        this one or a lower one)."""
+        return self._seq
+
     # -- helpers -----------------------------------------------------------
 
     def _write(self, batch: WriteBatch) -> None:

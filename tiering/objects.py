@@ -371,18 +371,28 @@ class ObjectService:
 
     async def delete(self, bucket: str, key: str) -> None:
         """Idempotent, like S3: deleting a missing key succeeds."""
-        await self.bucket(bucket)
+        info = await self.bucket(bucket)
         old = await _pool.run(self.index.delete_object, bucket, key)
         if old is not None:
             await self.forget(old.chunks)
+            await self._settle_delete(info)
 
     async def delete_many(self, bucket: str, keys: list[str]) -> None:
         """DeleteObjects: one index commit for all keys, then the files."""
-        await self.bucket(bucket)
+        info = await self.bucket(bucket)
         for key in keys:
             check_key(key)
-        for old in await _pool.run(self.index.delete_objects, bucket, keys):
+        removed = await _pool.run(self.index.delete_objects, bucket, keys)
+        for old in removed:
             await self.forget(old.chunks)
+        if removed:
+            await self._settle_delete(info)
+
+    async def _settle_delete(self, info: BucketInfo) -> None:
+        """On a write-through bucket a delete is acknowledged once its
+        tombstone is in the capacity tier, like a write."""
+        if info.write_through:
+            await self.tiers.flusher.wait_records(self.index.last_seq, self.settings.write_through_timeout)
 
     async def copy(
         self,

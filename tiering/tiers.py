@@ -46,6 +46,7 @@ class TierStatus:
     capacity_bytes: int
     capacity_live: int
     flush_queue: int
+    pending_records: int  # tombstones and bucket events not yet in a segment
     segments_written: int
     last_flush_error: str | None
     capacity: str
@@ -133,6 +134,7 @@ class Tiers:
     async def status(self) -> TierStatus:
         segments = await _pool.run(self.index.segments)
         queued = await _pool.run(self.index.flush_queue_length)
+        records = len(await _pool.run(self.index.pending_records, 1_000_000))
         hot = self.hot
         return TierStatus(
             hot_budget=hot.budget,
@@ -149,6 +151,7 @@ class Tiers:
             capacity_bytes=sum(s.size for s in segments),
             capacity_live=sum(s.live for s in segments),
             flush_queue=queued,
+            pending_records=records,
             segments_written=self.flusher.segments_written,
             last_flush_error=self.flusher.last_error,
             capacity=self.capacity.describe(),

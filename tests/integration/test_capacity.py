@@ -195,6 +195,12 @@ def test_write_through_bucket_acks_after_the_capacity_store(tiered: Gateway, cli
     assert get(client, tbucket, "durable") == b"in the capacity store before the ack"
     client.copy_object(Bucket=tbucket, Key="copied", CopySource={"Bucket": tbucket, "Key": "durable"})
     assert tiered.admin("GET", "/tiers").json()["flush_queue"] == 0
+    # A delete is acknowledged once its tombstone is in the capacity store:
+    # nothing of it is left pending.
+    before = tiered.admin("GET", "/tiers").json()["segments_written"]
+    client.delete_object(Bucket=tbucket, Key="copied")
+    status = tiered.admin("GET", "/tiers").json()
+    assert status["pending_records"] == 0 and status["segments_written"] == before + 1
 
 
 def test_segments_of_footer_records_alone_are_merged(tiered: Gateway, client, tbucket: str) -> None:
