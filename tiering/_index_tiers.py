@@ -109,6 +109,9 @@ class TierRecords:
     def flush_queue_length(self) -> int:
         return sum(1 for _ in self._scan(b"F", b"F"))
 
+    def pending_records_count(self) -> int:
+        return sum(1 for _ in self._scan(b"Q", b"Q"))
+
     @property
     def segments_issued(self) -> int:
         return self._segments

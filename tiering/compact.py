@@ -65,6 +65,8 @@ def candidates(segments: list[SegmentInfo], threshold: float) -> list[SegmentInf
 
 
 class Compactor:
+    """Reclaims dead bytes in the capacity tier; one per node, run by ``Tiers``."""
+
     def __init__(
         self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, layout: asyncio.Lock
     ) -> None:

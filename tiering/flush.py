@@ -64,6 +64,12 @@ def _staged_bytes(item: FlushItem) -> int:
 
 
 class Flusher:
+    """Moves staged writes into segments; one per node, run by ``Tiers``.
+
+    Also where writers wait: a write-through PUT until its version is in a
+    segment (``wait_flushed``), a write-through DELETE until its tombstone is
+    (``wait_records``)."""
+
     def __init__(
         self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, layout: asyncio.Lock
     ) -> None:

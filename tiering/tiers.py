@@ -54,6 +54,8 @@ class TierStatus:
 
 
 class Tiers:
+    """The capacity store and the background work on it, for one node."""
+
     def __init__(self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings) -> None:
         self.index = index
         self.hot = hot
@@ -134,7 +136,7 @@ class Tiers:
     async def status(self) -> TierStatus:
         segments = await _pool.run(self.index.segments)
         queued = await _pool.run(self.index.flush_queue_length)
-        records = len(await _pool.run(self.index.pending_records, 1_000_000))
+        records = await _pool.run(self.index.pending_records_count)
         hot = self.hot
         return TierStatus(
             hot_budget=hot.budget,
