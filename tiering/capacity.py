@@ -27,6 +27,7 @@ from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
 from tiering import _pool
+from tiering._files import sync_dir, write_all
 from tiering.errors import CapacityError, CapacityNotFound
 
 # Temporary files of LocalDirStore start with this; no name component may, so
@@ -312,7 +313,7 @@ class LocalDirStore:
         _make_dirs(path.parent)
         fd, tmp = _open_temp(path.parent)
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -418,7 +419,7 @@ class _LocalUpload:
         with self._lock:
             if self._state == "aborted":
                 return  # a write whose await was cancelled, running after abort
-            _write_all(self._open_sync(), data)
+            write_all(self._open_sync(), data)
 
     def _complete_sync(self) -> None:
         with self._lock:
@@ -458,7 +459,7 @@ def _make_dirs(path: Path) -> None:
             if not directory.is_dir():
                 raise
             continue
-        _sync_dir(directory.parent)
+        sync_dir(directory.parent)
 
 
 def _open_temp(directory: Path) -> tuple[int, Path]:
@@ -488,14 +489,7 @@ def _publish(tmp: Path, path: Path) -> None:
     except BaseException:
         _unlink_quietly(tmp)
         raise
-    _sync_dir(path.parent)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+    sync_dir(path.parent)
 
 
 def _read_range(path: Path, start: int, end: int) -> bytes:
@@ -536,7 +530,7 @@ def _remove_file(path: Path) -> None:
         os.unlink(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return  # deleting a missing object succeeds; a directory is no object
-    _sync_dir(path.parent)
+    sync_dir(path.parent)
 
 
 def _unlink_quietly(path: Path) -> None:
@@ -544,14 +538,6 @@ def _unlink_quietly(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _list_sync(root: Path, prefix: str) -> list[tuple[str, int]]:

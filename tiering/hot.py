@@ -28,6 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tiering._files import sync_dir, write_all
 from tiering.digests import Digests
 from tiering.errors import SlowDown
 from tiering.meta import Chunk
@@ -72,7 +73,7 @@ class StagingWriter:
             piece = view[:room]
             self._tier.grow_staged(len(piece), self._reserved)
             self._reserved = max(0, self._reserved - len(piece))
-            _write_all(self._fd, piece)  # type: ignore[arg-type]
+            write_all(self._fd, piece)  # type: ignore[arg-type]
             self._file_size += len(piece)
             view = view[len(piece):]
 
@@ -267,7 +268,7 @@ class HotTier:
         tmp = path.with_name(name + _TMP)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            _write_all(fd, memoryview(data))
+            write_all(fd, memoryview(data))
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -408,11 +409,7 @@ class HotTier:
 
     @staticmethod
     def sync_dir(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_dir(path)
 
 
 def _boot_id() -> str:
@@ -420,12 +417,6 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown"
-
-
-def _write_all(fd: int, view: memoryview) -> None:
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:
