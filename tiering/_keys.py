@@ -28,6 +28,12 @@ def pkey(upload_id: str, part_number: int | None = None) -> bytes:
     return base if part_number is None else base + part_number.to_bytes(4, "big")
 
 
+def hkey(bucket: str, prefix: str | None = None) -> bytes:
+    """A pin: keep what ``bucket``/``prefix`` holds in the hot tier."""
+    base = b"H" + bucket.encode() + SEP
+    return base if prefix is None else base + prefix.encode()
+
+
 def seqkey(tag: bytes, seq: int) -> bytes:
     return tag + seq.to_bytes(8, "big")
 
@@ -48,5 +54,21 @@ def label(bucket: str, key: str, upload: str | None = None, part: int | None = N
     return msgpack.packb(label, use_bin_type=True)
 
 
+# Footer-record names of the bucket policy fields (short: one per bucket event).
+_POLICY = {"wt": "write_through", "cmp": "compression", "ps": "part_size", "sos": "small_object_size"}
+
+
 def bucket_event(info: BucketInfo) -> dict[str, object]:
-    return {"t": "bucket", "n": info.name, "c": info.created_ms, "wt": info.write_through}
+    """The footer record of a bucket's creation or policy change."""
+    event: dict[str, object] = {"t": "bucket", "n": info.name, "c": info.created_ms}
+    for short, name in _POLICY.items():
+        value = getattr(info, name)
+        if value is not None:
+            event[short] = value
+    return event
+
+
+def bucket_from_event(event: dict[str, object], region: str) -> BucketInfo:
+    """The bucket a :func:`bucket_event` record describes (recovery)."""
+    policy = {name: event[short] for short, name in _POLICY.items() if short in event}
+    return BucketInfo(str(event["n"]), int(event.get("c", 0)), region, **policy)  # type: ignore[arg-type]

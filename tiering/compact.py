@@ -29,6 +29,7 @@ from tiering.errors import CapacityNotFound
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
+from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta, SegmentInfo, now_ms
 from tiering.segments import extent_of, manifest, segment_info
 from tiering.settings import TierSettings
@@ -84,38 +85,55 @@ class Compactor:
             except Exception:
                 log.exception("compaction failed")
 
-    async def compact(self, threshold: float | None = None) -> CompactionReport:
+    async def compact(self, threshold: float | None = None, job: Job | None = None) -> CompactionReport:
+        """One pass; ``job`` follows the segments (and their bytes) handled."""
         threshold = self._settings.compact_threshold if threshold is None else threshold
         report = CompactionReport()
         segments = await _pool.run(self._index.segments)
-        for info in candidates(segments, threshold):
-            async with self._layout:
-                current = await _pool.run(self._index.get_segment, info.name)
-                if current is None:
-                    continue
-                if current.live <= 0 and current.pins <= 0:
-                    if await _pool.run(self._index.forget_segment, current.name):
-                        await self._capacity.delete(segment_path(current.name))
-                        report.deleted += 1
-                        report.bytes_reclaimed += current.size
-                    continue
-                outcome = await self._rewrite([current])
-                if outcome is None:
-                    report.skipped += 1
-                else:
-                    report.rewritten += 1
-                    report.bytes_reclaimed += outcome
+        work = candidates(segments, threshold)
+        if job is not None:
+            job.expect(len(work), sum(s.size for s in work))
+        for info in work:
+            # Shielded: cancelling the job stops it between segments.
+            await asyncio.shield(self._compact_one(info.name, report))
+            if job is not None:
+                job.advance(1, info.size)
         # Segments with no data, only footer records (deletes, bucket events,
         # manifests of metadata-only changes), would pile up one per quiet
         # minute: merge them into one.
         record_only = [s for s in await _pool.run(self._index.segments) if s.data == 0 and s.pins > 0]
         if len(record_only) >= 2:
-            async with self._layout:
-                outcome = await self._rewrite(record_only)
+            outcome = await asyncio.shield(self._merge(record_only))
             if outcome is not None:
                 report.merged += len(record_only)
                 report.bytes_reclaimed += outcome
         return report
+
+    async def _compact_one(self, name: str, report: CompactionReport) -> None:
+        """Delete the segment if unused, else rewrite what is live in it."""
+        async with self._layout:
+            await self._compact_locked(name, report)
+
+    async def _compact_locked(self, name: str, report: CompactionReport) -> None:
+        current = await _pool.run(self._index.get_segment, name)
+        if current is None:
+            return
+        if current.live <= 0 and current.pins <= 0:
+            if await _pool.run(self._index.forget_segment, current.name):
+                await self._capacity.delete(segment_path(current.name))
+                report.deleted += 1
+                report.bytes_reclaimed += current.size
+            return
+        outcome = await self._rewrite([current])
+        if outcome is None:
+            report.skipped += 1
+        else:
+            report.rewritten += 1
+            report.bytes_reclaimed += outcome
+
+    async def _merge(self, olds: list[SegmentInfo]) -> int | None:
+        async with self._layout:
+            return await self._rewrite(olds)
 
     async def _tombstone_needed(self, tomb: seg.Tombstone) -> bool:
         """Needed unless a newer version of the key is itself safely in the

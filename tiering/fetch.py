@@ -11,6 +11,7 @@ the background while the caller already streams them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 from packer import format as seg
@@ -40,7 +41,7 @@ class ExtentReader:
         self._hot = hot
         self._gets = asyncio.Semaphore(concurrency)
         self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
-        self._fills: set[asyncio.Task[None]] = set()
+        self._fills: dict[str, asyncio.Task[None]] = {}  # cache name -> fill
         self.hits = 0
         self.misses = 0
 
@@ -51,9 +52,10 @@ class ExtentReader:
             self.hits += 1
         return fd
 
-    async def fetch(self, ext: Extent) -> bytes:
+    async def fetch(self, ext: Extent, pin: bool = False) -> bytes:
         """The extent's raw bytes from the capacity tier (shared by
-        concurrent callers), verified; queued for the hot-tier cache."""
+        concurrent callers), verified; queued for the hot-tier cache
+        (pinned there when ``pin``)."""
         key = ext.place
         pending = self._inflight.get(key)
         if pending is not None:
@@ -69,10 +71,31 @@ class ExtentReader:
         finally:
             del self._inflight[key]
         future.set_result(data)
-        task = asyncio.create_task(self._fill(ext, data))
-        self._fills.add(task)
-        task.add_done_callback(self._fills.discard)
+        name = ext.cache_name
+        task = asyncio.create_task(self._fill(ext, data, pin))
+        self._fills[name] = task
+        task.add_done_callback(functools.partial(self._filled, name))
         return data
+
+    def _filled(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._fills.get(name) is task:
+            del self._fills[name]
+
+    async def warm(self, ext: Extent, pin: bool = False) -> bool:
+        """Make sure the extent is cached (pinned when ``pin``); False when
+        it does not fit in the hot tier."""
+        name = ext.cache_name
+        if self._hot.is_cached(name):
+            if pin:
+                self._hot.pin([name])
+            return True
+        await self.fetch(ext, pin)
+        fill = self._fills.get(name)
+        if fill is not None:
+            await asyncio.shield(fill)
+        if pin:
+            self._hot.pin([name])  # filled unpinned by a reader that fetched it first
+        return self._hot.is_cached(name) or self._hot.is_filling(name)
 
     async def _fetch(self, ext: Extent) -> bytes:
         self.misses += 1
@@ -91,16 +114,16 @@ class ExtentReader:
                     ) from exc
         raise AssertionError("unreachable")
 
-    async def _fill(self, ext: Extent, data: bytes) -> None:
+    async def _fill(self, ext: Extent, data: bytes, pin: bool) -> None:
         try:
-            await _pool.run(self._hot.fill, ext.cache_name, data)
+            await _pool.run(self._hot.fill, ext.cache_name, data, pin)
         except OSError as exc:  # a full or failing disk costs the cache, not the read
             log.warning("could not cache extent %s@%d: %s", ext.segment, ext.offset, exc)
 
     async def drain(self) -> None:
         """Wait for background cache fills (at shutdown)."""
         while self._fills:
-            await asyncio.gather(*list(self._fills), return_exceptions=True)
+            await asyncio.gather(*list(self._fills.values()), return_exceptions=True)
 
 
 def _consume(future: asyncio.Future[bytes]) -> None:

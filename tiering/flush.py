@@ -29,8 +29,10 @@ from tiering.errors import CapacityError, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
+from tiering.jobs import Job
 from tiering.meta import Chunk, SegmentInfo, now_ms
 from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, segment_info
+from tiering.policy import Policies
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.flush")
@@ -71,12 +73,19 @@ class Flusher:
     (``wait_records``)."""
 
     def __init__(
-        self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, layout: asyncio.Lock
+        self,
+        index: Index,
+        hot: HotTier,
+        capacity: CapacityStore,
+        settings: TierSettings,
+        layout: asyncio.Lock,
+        policies: Policies,
     ) -> None:
         self._index = index
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
+        self._policies = policies
         self._layout = layout  # held while segments change: flush or compaction, never both
         self._wake = asyncio.Event()
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
@@ -182,14 +191,18 @@ class Flusher:
                     log.exception("flush failed unexpectedly; retrying in %.1fs", delay)
                 await asyncio.sleep(delay)
 
-    async def flush_all(self) -> None:
+    async def flush_all(self, job: Job | None = None) -> None:
         """Flush everything queued now, footer records included (operator
-        request, tests)."""
-        while await self.flush_round(force=True):
+        request, tests); ``job`` follows the objects and bytes written."""
+        if job is not None:
+            job.expect(await _pool.run(self._index.flush_queue_length), self._hot.staged)
+        # Shielded: cancelling the job stops it between rounds, never inside
+        # an upload-and-commit.
+        while await asyncio.shield(self.flush_round(force=True, job=job)):
             pass
         await self._settle_records()
 
-    async def flush_round(self, force: bool = False, whole: bool = True) -> bool:
+    async def flush_round(self, force: bool = False, whole: bool = True, job: Job | None = None) -> bool:
         """One pass over the queue; True if it had anything to do. With
         ``whole`` False, a last packed segment short of ``segment_size`` is
         left for a later round."""
@@ -210,23 +223,27 @@ class Flusher:
                 if item.meta is None and item.part is None:
                     continue
                 staged = _staged_bytes(item)
-                if staged > self._settings.small_object_size:
-                    await self._flush_alone(item)
+                if staged > self._policies.settings(_label(item).bucket).small_object_size:
+                    await self._flush_alone(item, job)
                     continue
                 packed.append(item)
                 size += staged
                 if size >= self._settings.segment_size:
-                    await self._flush_packed(packed, records, stale)
+                    await self._flush_packed(packed, records, stale, job)
                     packed, records, stale, size = [], [], [], 0
             if not whole and size < self._settings.segment_size:
                 packed, records = [], []  # stay queued: the timer or more data takes them
             if packed or records or stale:
-                await self._flush_packed(packed, records, stale)
+                await self._flush_packed(packed, records, stale, job)
             self._backlog = size if not packed else 0
             return True
 
     async def _flush_packed(
-        self, items: list[FlushItem], records: list[tuple[int, dict]], stale: list[int]
+        self,
+        items: list[FlushItem],
+        records: list[tuple[int, dict]],
+        stale: list[int],
+        job: Job | None = None,
     ) -> None:
         if not items and not records:
             await _pool.run(self._index.commit_flush_stale, stale)
@@ -236,10 +253,15 @@ class Flusher:
         data, done, info = await _pool.run(self._pack, name, items, [r for _, r in records])
         await self._capacity.put(segment_path(name), data)
         adopted = await _pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
-        await _pool.run(self._adopt, adopted)
+        await _pool.run(self._adopt, adopted, done)
+        self._written(done, job)
+        self._settle([*stale, *(item.fseq for item, _ in done)])
+
+    def _written(self, done: list[tuple[FlushItem, tuple[Chunk, ...]]], job: Job | None) -> None:
         self.segments_written += 1
         self.objects_flushed += sum(1 for item, _ in done if item.meta is not None)
-        self._settle([*stale, *(item.fseq for item, _ in done)])
+        if job is not None:
+            job.advance(len(done), sum(_staged_bytes(item) for item, _ in done))
 
     def _pack(
         self, name: str, items: list[FlushItem], records: list[dict]
@@ -248,8 +270,10 @@ class Flusher:
         out = [encoder.header()]
         done = []
         for item in items:
+            label = _label(item)
+            settings = self._policies.settings(label.bucket)
             try:
-                chunks = encode_pieces(encoder, out, _label(item), _chunks(item), self._hot, self._settings)
+                chunks = encode_pieces(encoder, out, label, _chunks(item), self._hot, settings)
             except FileNotFoundError:
                 continue  # replaced while we packed: stays queued, found stale next round
             done.append((item, chunks))
@@ -261,10 +285,10 @@ class Flusher:
         data = b"".join(out)
         return data, done, segment_info(encoder, len(data))
 
-    async def _flush_alone(self, item: FlushItem) -> None:
+    async def _flush_alone(self, item: FlushItem, job: Job | None = None) -> None:
         """A large object or part: a segment of its own, streamed."""
         name = await _pool.run(self._index.new_segment_name)
-        stream = SegmentStream(self._capacity, name, self._settings)
+        stream = SegmentStream(self._capacity, name, self._policies.settings(_label(item).bucket))
         try:
             chunks = await stream.add_staged(_label(item), _chunks(item), self._hot)
             records = []
@@ -277,12 +301,22 @@ class Flusher:
         except BaseException:
             await stream.abort()
             raise
-        adopted = await _pool.run(self._index.commit_flush, info, [(item, chunks)], [], [])
-        await _pool.run(self._adopt, adopted)
-        self.segments_written += 1
-        self.objects_flushed += item.meta is not None
+        done = [(item, chunks)]
+        adopted = await _pool.run(self._index.commit_flush, info, done, [], [])
+        await _pool.run(self._adopt, adopted, done)
+        self._written(done, job)
         self._settle([item.fseq])
 
-    def _adopt(self, adopted: list[tuple[str, str]]) -> None:
+    def _adopt(
+        self, adopted: list[tuple[str, str]], done: list[tuple[FlushItem, tuple[Chunk, ...]]]
+    ) -> None:
+        """Flushed files become cache; pinned ones stay pinned."""
+        pinned = {
+            c.extent.cache_name
+            for item, chunks in done
+            if self._policies.pinned(_label(item).bucket, _label(item).key)
+            for c in chunks
+            if c.extent is not None
+        }
         for file_id, cache_name in adopted:
-            self._hot.adopt(file_id, cache_name)
+            self._hot.adopt(file_id, cache_name, cache_name in pinned)

@@ -128,6 +128,11 @@ class HotTier:
         self.cached = 0  # bytes in cache files
         self.evicted = 0  # bytes evicted since start
         self._lru: OrderedDict[str, int] = OrderedDict()  # cache name -> size, oldest first
+        # Pinned cache files are never evicted; they count in ``cached`` too.
+        self._pinned: dict[str, int] = {}
+        self.pinned = 0
+        self._filling: set[str] = set()  # cache files being written
+        self._pin_when_filled: set[str] = set()
         self._lock = threading.Lock()
         for i in range(_FANOUT):
             (root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
@@ -143,16 +148,23 @@ class HotTier:
         # The last two hex digits are random, so files spread evenly.
         return self.root / file_id[-2:] / file_id
 
+    @property
+    def fixed(self) -> int:
+        """Bytes eviction cannot free: staged, reserved and pinned."""
+        return self.staged + self.reserved + self.pinned
+
     def staging_room(self) -> int:
-        """Bytes a new write may still stage (cache can always be evicted)."""
-        return self.budget - self.staged - self.reserved
+        """Bytes a new write may still stage (unpinned cache can always be
+        evicted)."""
+        return self.budget - self.fixed
 
     def reserve(self, size: int) -> bool:
-        """Promise ``size`` bytes to a write; False when staged data and
-        other writes leave no room. Accounting only (cheap enough for the
-        event loop); call ``evict`` in the pool when ``over_high`` says so."""
+        """Promise ``size`` bytes to a write; False when staged and pinned
+        data and other writes leave no room. Accounting only (cheap enough
+        for the event loop); call ``evict`` in the pool when ``over_high``
+        says so."""
         with self._lock:
-            if self.staged + self.reserved + size > self.budget:
+            if self.fixed + size > self.budget:
                 return False
             self.reserved += size
             return True
@@ -172,7 +184,7 @@ class HotTier:
         from_reserve = min(size, reserved)
         with self._lock:
             extra = size - from_reserve
-            if extra and self.staged + self.reserved + extra > self.budget:
+            if extra and self.fixed + extra > self.budget:
                 raise SlowDown("The hot tier is full of data not yet flushed; retry later")
             self.reserved -= from_reserve
             self.staged += size
@@ -211,7 +223,7 @@ class HotTier:
             with self._lock:
                 self.staged -= size
 
-    def adopt(self, file_id: str, cache_name: str) -> None:
+    def adopt(self, file_id: str, cache_name: str, pin: bool = False) -> None:
         """A staged file was flushed: it becomes the clean cached copy."""
         source = self.path_of(file_id)
         try:
@@ -221,8 +233,28 @@ class HotTier:
             return  # deleted meanwhile; nothing to adopt
         with self._lock:
             self.staged -= size
-            self.cached += size
-            self._lru[cache_name] = size
+            self._insert(cache_name, size, pin)
+
+    def _insert(self, name: str, size: int, pin: bool) -> None:
+        """Account a new cache file (lock held)."""
+        self._forget(name)
+        self.cached += size
+        if pin:
+            self._pinned[name] = size
+            self.pinned += size
+        else:
+            self._lru[name] = size
+
+    def _forget(self, name: str) -> int | None:
+        """Stop accounting a cache file (lock held); its size, if known."""
+        size = self._lru.pop(name, None)
+        if size is None:
+            size = self._pinned.pop(name, None)
+            if size is None:
+                return None
+            self.pinned -= size
+        self.cached -= size
+        return size
 
     # -- cache files -------------------------------------------------------
 
@@ -245,6 +277,9 @@ class HotTier:
                 self._lru.move_to_end(name)
         return fd
 
+    def is_cached(self, name: str) -> bool:
+        return name in self._lru or name in self._pinned
+
     def read_cached(self, name: str, size: int) -> bytes | None:
         fd = self.open_cached(name, size)
         if fd is None:
@@ -254,40 +289,98 @@ class HotTier:
         finally:
             os.close(fd)
 
-    def fill(self, name: str, data: bytes) -> bool:
-        """Cache an extent's raw bytes; False when they do not fit beside the
-        staged data. Written under a temp name and renamed, so a reader
-        never sees a partial file. Not fsynced: see ``resume``."""
+    def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
+        """Cache an extent's raw bytes (pinned: never evicted); False when
+        they do not fit beside the staged and pinned data. Written under a
+        temp name and renamed, so a reader never sees a partial file. Not
+        fsynced: see ``resume``. The room is reserved before the write, so
+        concurrent fills cannot together pass the high watermark."""
+        size = len(data)
         with self._lock:
-            if name in self._lru:
+            if name in self._lru or name in self._pinned:
+                if pin:
+                    self._pin(name)
                 return True
-            if self.staged + self.reserved + len(data) > self.high:
+            if name in self._filling:  # another thread is writing the same bytes
+                if pin:
+                    self._pin_when_filled.add(name)
+                return True
+            if self.fixed + size > self.high:
                 return False
-        self._evict_to(self.high - len(data))
-        path = self.cache_path(name)
-        tmp = path.with_name(name + _TMP)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            self.reserved += size
+            self._filling.add(name)
         try:
-            write_all(fd, memoryview(data))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+            self._evict_to(self.high)
+            path = self.cache_path(name)
+            tmp = path.with_name(name + _TMP)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                write_all(fd, memoryview(data))
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with self._lock:
+                self._filled(name, size)
+            raise
         with self._lock:
-            if name not in self._lru:
-                self.cached += len(data)
-            self._lru[name] = len(data)
+            pin = self._filled(name, size) or pin
+            self._insert(name, size, pin)
         return True
 
-    def drop_cached(self, names: Iterable[str]) -> None:
+    def _filled(self, name: str, size: int) -> bool:
+        """End a fill's reservation (lock held); True if a pin waited for it."""
+        self.reserved -= size
+        self._filling.discard(name)
+        if name in self._pin_when_filled:
+            self._pin_when_filled.discard(name)
+            return True
+        return False
+
+    def is_filling(self, name: str) -> bool:
+        return name in self._filling
+
+    def pin(self, names: Iterable[str]) -> int:
+        """Make cached files unevictable; bytes newly pinned (names not
+        cached are skipped: they get pinned when filled)."""
+        with self._lock:
+            return sum(self._pin(name) for name in names)
+
+    def _pin(self, name: str) -> int:
+        size = self._lru.pop(name, None)
+        if size is None:
+            return 0
+        self._pinned[name] = size
+        self.pinned += size
+        return size
+
+    def unpin(self, names: Iterable[str]) -> int:
+        """Make pinned files evictable again (most recently used); bytes."""
+        freed = 0
+        with self._lock:
+            for name in names:
+                size = self._pinned.pop(name, None)
+                if size is not None:
+                    self.pinned -= size
+                    self._lru[name] = size
+                    freed += size
+        return freed
+
+    def drop_cached(self, names: Iterable[str], keep_pinned: bool = False) -> tuple[int, int]:
+        """Delete cache files; with ``keep_pinned`` pinned ones stay.
+        Returns (bytes dropped, bytes kept because pinned)."""
+        dropped = kept = 0
         for name in names:
             with self._lock:
-                size = self._lru.pop(name, None)
-                if size is not None:
-                    self.cached -= size
+                if keep_pinned and name in self._pinned:
+                    kept += self._pinned[name]
+                    continue
+                dropped += self._forget(name) or 0
             try:
                 os.unlink(self.cache_path(name))
             except FileNotFoundError:
                 pass
+        return dropped, kept
 
     def rename_cached(self, old: str, new: str) -> None:
         """Compaction moved an extent: keep its cached copy under the new name."""
@@ -296,9 +389,10 @@ class HotTier:
         except FileNotFoundError:
             return
         with self._lock:
-            size = self._lru.pop(old, None)
+            pinned = old in self._pinned
+            size = self._forget(old)
             if size is not None:
-                self._lru[new] = size
+                self._insert(new, size, pinned)
 
     def evict(self, target: int | None = None) -> int:
         """Evict least recently used cache files until the tier holds at
@@ -386,7 +480,10 @@ class HotTier:
                     found.append((st.st_mtime_ns, entry.name, st.st_size))
         found.sort()
         with self._lock:
+            # Pins are the index's; the service pins these again after start.
             self._lru = OrderedDict((name, size) for _, name, size in found)
+            self._pinned = {}
+            self.pinned = 0
             self.cached = sum(size for _, _, size in found)
 
     def sweep(self, referenced: set[str]) -> int:

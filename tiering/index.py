@@ -26,6 +26,7 @@ an acknowledged write survives a crash of the process or the machine.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -38,18 +39,20 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from tiering._index_tiers import Ledger, TierRecords
 from tiering._keys import (
     SEG_KEY,
+    SEP,
     SEQ_KEY,
     bkey,
     bucket_event,
     gkey,
+    hkey,
     label,
     okey,
     pkey,
     seqkey,
     ukey,
 )
-from tiering.errors import BucketNotEmpty, NoSuchBucket, PreconditionFailed
-from tiering.meta import BucketInfo, ObjectMeta, Part, SegmentInfo, Upload, now_ms
+from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
+from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, SegmentInfo, Upload, now_ms
 
 
 def successor(prefix: str) -> str:
@@ -193,11 +196,41 @@ class Index(TierRecords):
                 raise BucketNotEmpty(BucketName=name)
             batch = self._batch()
             batch.delete(bkey(name))
+            for pin, _ in self._scan(hkey(name), hkey(name)):
+                batch.delete(pin)
             self._pending(batch, {"t": "bucket", "n": name, "d": True})
             self._write(batch)
 
     def list_buckets(self) -> list[BucketInfo]:
         return [BucketInfo.from_bytes(v) for _, v in self._scan(b"B", b"B")]
+
+    # -- pins (node-local cache policy: not in footers) ----------------------
+
+    def add_pin(self, bucket: str, prefix: str) -> bool:
+        """Record a pin; False if it was there already."""
+        with self._lock:
+            if self._db.get(bkey(bucket)) is None:
+                raise NoSuchBucket(BucketName=bucket)
+            if self._db.get(hkey(bucket, prefix)) is not None:
+                return False
+            self._db.put(hkey(bucket, prefix), b"", self._sync)
+            return True
+
+    def remove_pin(self, bucket: str, prefix: str) -> bool:
+        """Remove a pin; False if there was none."""
+        with self._lock:
+            if self._db.get(hkey(bucket, prefix)) is None:
+                return False
+            self._db.delete(hkey(bucket, prefix), self._sync)
+            return True
+
+    def list_pins(self) -> list[tuple[str, str]]:
+        """Every (bucket, prefix) pinned, in order."""
+        pins = []
+        for raw, _ in self._scan(b"H", b"H"):
+            bucket, _, prefix = raw[1:].partition(SEP)
+            pins.append((bucket.decode(), prefix.decode()))
+        return pins
 
     # -- objects -----------------------------------------------------------
 
@@ -213,13 +246,20 @@ class Index(TierRecords):
         if_match: str | None = None,
         drop_upload: Upload | None = None,
         drop_parts: list[int] = (),  # type: ignore[assignment]
+        chosen_parts: list[int] = (),  # type: ignore[assignment]
+        keep_chunks: bool = False,
         segment: SegmentInfo | None = None,
     ) -> tuple[ObjectMeta, ObjectMeta | None]:
         """Commit ``meta`` (its seq assigned here) and return it with the
         version it replaced. Conditions are checked under the lock, so a
         conditional write is atomic against concurrent writers. With
         ``drop_upload`` the same batch removes a completed multipart upload
-        and its part records. ``segment`` is a segment written for this
+        and its part records; the object's chunks are taken from the records
+        of ``chosen_parts`` as they are now, under the lock (a part flushed
+        since the caller read it has extents in place of staged files).
+        ``keep_chunks`` (a metadata-only rewrite) takes the bytes from the
+        version replaced, as they are now: a flush may have moved them since
+        the caller read it. ``segment`` is a segment written for this
         object alone (streamed straight to the capacity tier), recorded in
         the same batch."""
         with self._lock:
@@ -234,6 +274,12 @@ class Index(TierRecords):
             batch = self._batch()
             ledger = Ledger()
             seq = self._next_seq(batch)
+            if keep_chunks:
+                if old is None:
+                    raise PreconditionFailed(Condition="If-Match")
+                meta = replace(meta, chunks=old.chunks)
+            if drop_upload is not None and chosen_parts:
+                meta = replace(meta, chunks=self._current_chunks(drop_upload.upload_id, chosen_parts))
             # A new version needs its own manifest in the capacity tier, even
             # when it reuses flushed bytes (a metadata-only copy, a Complete).
             meta = replace(meta, seq=seq, manifest=None)
@@ -254,6 +300,15 @@ class Index(TierRecords):
             self._apply(batch, ledger)
             self._write(batch)
             return meta, old
+
+    def _current_chunks(self, upload_id: str, numbers: list[int]) -> tuple[Chunk, ...]:
+        chunks: list[Chunk] = []
+        for number in numbers:
+            raw = self._db.get(pkey(upload_id, number))
+            if raw is None:  # the caller read it under this upload: only Complete or Abort remove it
+                raise NoSuchUpload(UploadId=upload_id)
+            chunks.extend(Part.from_bytes(raw).chunks)
+        return tuple(chunks)
 
     def delete_object(self, bucket: str, key: str) -> ObjectMeta | None:
         """Remove the key; return what was there (None if nothing)."""
@@ -298,10 +353,20 @@ class Index(TierRecords):
     def has_objects(self, bucket: str) -> bool:
         return self._any_with_prefix(okey(bucket))
 
-    def iter_objects(self, bucket: str | None = None) -> Iterator[ObjectMeta]:
-        prefix = okey(bucket) if bucket is not None else b"O"
-        for _, value in self._scan(prefix, prefix):
+    def iter_objects(self, bucket: str | None = None, prefix: str = "") -> Iterator[ObjectMeta]:
+        """Every object (of ``bucket``, under ``prefix``), in key order."""
+        start = okey(bucket, prefix) if bucket is not None else b"O"
+        for _, value in self._scan(start, start):
             yield ObjectMeta.from_bytes(value)
+
+    def objects_page(self, bucket: str, prefix: str, after: str | None, limit: int) -> list[ObjectMeta]:
+        """Up to ``limit`` objects of ``bucket`` under ``prefix``, in key
+        order, starting after key ``after`` (for jobs walking a prefix)."""
+        start = okey(bucket, prefix) if after is None else okey(bucket, after) + b"\x00"
+        return [
+            ObjectMeta.from_bytes(value)
+            for _, value in itertools.islice(self._scan(start, okey(bucket, prefix)), limit)
+        ]
 
     def list_objects(
         self,

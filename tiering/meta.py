@@ -168,6 +168,10 @@ class BucketInfo(_Record):
     created_ms: int
     region: str = "us-east-1"
     write_through: bool = False  # acknowledge writes only once the capacity tier has them
+    # Layout overrides; None follows the node's setting.
+    compression: bool | None = None
+    part_size: int | None = None
+    small_object_size: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

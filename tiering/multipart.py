@@ -215,7 +215,8 @@ class Multipart:
             upload_id=upload_id,
         )
         meta, old = await _pool.run(
-            self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored)
+            self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored),
+            chosen_parts=[p.part_number for p in parts],
         )
         chosen_numbers = {p.part_number for p in parts}
         unused = [c for p in stored.values() if p.part_number not in chosen_numbers for c in p.chunks]

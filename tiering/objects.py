@@ -37,9 +37,11 @@ from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
+from tiering.jobs import Jobs
 from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, now_ms
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
+from tiering.policy import Policies, cache_names
 from tiering.segments import Piece, SegmentStream
 from tiering.settings import TierSettings
 from tiering.tiers import Tiers
@@ -48,6 +50,15 @@ MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call
 _READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming a GET
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
+
+
+@dataclass(slots=True)
+class ReadTally:
+    """Bytes a read produced, by the tier they came from: the hot tier
+    (staged files and cached extents) or the capacity store (fetched)."""
+
+    hot: int = 0
+    capacity: int = 0
 
 
 @dataclass(slots=True)
@@ -92,8 +103,10 @@ class ObjectService:
         self.settings = settings
         self.index = Index(data_dir / "index")
         self.hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
-        self.tiers = Tiers(self.index, self.hot, capacity, settings)
+        self.policies = Policies(self.index, settings)
+        self.tiers = Tiers(self.index, self.hot, capacity, settings, self.policies)
         self.multipart = Multipart(self)
+        self.jobs = Jobs()
 
     async def start(self) -> None:
         """Remove what a crash left half-done, then start the tiers.
@@ -104,25 +117,39 @@ class ObjectService:
         Committed writes not yet flushed are still in the flush queue: the
         flusher takes them up again."""
         await _pool.run(self.hot.resume, self.index.referenced_files)
+        await _pool.run(self._pin_cached)
         await self.tiers.start()
 
+    def _pin_cached(self) -> None:
+        """Pin again what the pins cover and the cache holds (the hot tier
+        does not remember pins across restarts; the index does)."""
+        self.policies.load()
+        for bucket, prefix in self.policies.pins():
+            self.hot.pin(cache_names(self.index.iter_objects(bucket, prefix)))
+
     async def close(self) -> None:
+        await self.jobs.stop()
         await self.tiers.stop()
         await _pool.run(self.index.close)
         await _pool.run(self.hot.mark_clean)
 
     # -- buckets -----------------------------------------------------------
 
-    async def create_bucket(self, name: str) -> BucketInfo:
+    async def create_bucket(self, name: str, **policy: object) -> BucketInfo:
+        """Create a bucket; ``policy`` sets BucketInfo policy fields (the
+        node's write-through setting is the default)."""
         check_bucket_name(name)
         info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
                           write_through=self.settings.write_through)
+        info = replace(info, **policy)  # type: ignore[arg-type]
         if not await _pool.run(self.index.create_bucket, info):
             raise BucketAlreadyOwnedByYou(BucketName=name)
+        self.policies.changed(name)
         return info
 
     async def delete_bucket(self, name: str) -> None:
         await _pool.run(self.index.delete_bucket, name)
+        self.policies.changed(name)
 
     async def bucket(self, name: str) -> BucketInfo:
         info = self.index.get_bucket(name)  # a point read: microseconds
@@ -132,6 +159,7 @@ class ObjectService:
 
     async def set_policy(self, info: BucketInfo) -> BucketInfo:
         await _pool.run(self.index.update_bucket, info)
+        self.policies.changed(info.name)
         return info
 
     async def list_buckets(self) -> list[BucketInfo]:
@@ -146,13 +174,18 @@ class ObjectService:
             raise NoSuchKey(Key=key)
         return meta
 
-    async def fetch(self, bucket: str, key: str, small: int) -> tuple[ObjectMeta, bytes | None]:
-        """The object's record and, when it is at most ``small`` bytes, its
-        whole body, in one pool call: a small GET costs one hand-off."""
+    async def fetch(
+        self, bucket: str, key: str, small: int, tally: ReadTally | None = None
+    ) -> tuple[ObjectMeta, bytes | None]:
+        """The object's record and, when it is at most ``small`` bytes and
+        all in the hot tier, its whole body, in one pool call: a small GET
+        costs one hand-off. Otherwise the body comes from :meth:`read`."""
         meta, data = await _pool.run(self._fetch, bucket, key, small)
         if meta is None:
             await self.bucket(bucket)
             raise NoSuchKey(Key=key)
+        if data is not None and tally is not None:
+            tally.hot += len(data)
         return meta, data
 
     def _fetch(self, bucket: str, key: str, small: int) -> tuple[ObjectMeta | None, bytes | None]:
@@ -241,14 +274,15 @@ class ObjectService:
     async def stage(self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece) -> Staged:
         """Take ``body`` in: into durable hot-tier files, or, when it cannot
         fit in the hot tier now, straight into a segment of its own."""
+        settings = self.policies.settings(label.bucket)
         size = integrity.expected_size
         reserved = 0
         if size is not None:
-            if not await self._make_room(size):
-                return await self._stream(body, integrity, label)
+            if not await self._make_room(size, settings.small_object_size):
+                return await self._stream(body, integrity, label, settings)
             reserved = size
         digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
-        writer = self.hot.writer(self.settings.part_size, digests, reserved)
+        writer = self.hot.writer(settings.part_size, digests, reserved)
         try:
             await _gather(body, lambda block: _pool.run(writer.write, block))
             _check_size(digests, integrity)
@@ -259,7 +293,7 @@ class ObjectService:
             raise
         return Staged(chunks, digests.md5.hexdigest(), checksum)
 
-    async def _make_room(self, size: int) -> bool:
+    async def _make_room(self, size: int, small: int) -> bool:
         """Reserve staging room; False means: stream this body past the hot
         tier (it is large). A small body waits for the flusher to free room,
         then gets SlowDown: staged data is never evicted, and the disk is
@@ -268,7 +302,7 @@ class ObjectService:
             if self.hot.over_high:
                 await _pool.run(self.hot.evict)
             return True
-        if size > self.settings.small_object_size:
+        if size > small:
             return False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _ROOM_WAIT
@@ -281,11 +315,13 @@ class ObjectService:
                 return True
         raise SlowDown("The hot tier is full of data not yet in the capacity tier; retry later")
 
-    async def _stream(self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece) -> Staged:
+    async def _stream(
+        self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece, settings: TierSettings
+    ) -> Staged:
         """Write the body into a new segment as it arrives, one part-sized
         extent at a time; memory holds a few parts, the hot tier nothing."""
         name = await _pool.run(self.index.new_segment_name)
-        stream = SegmentStream(self.tiers.capacity, name, self.settings)
+        stream = SegmentStream(self.tiers.capacity, name, settings)
         digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
         chunks: list[Chunk] = []
 
@@ -294,7 +330,7 @@ class ObjectService:
             chunks.append(await stream.add(label, len(chunks), block))
 
         try:
-            await _gather(body, put_part, self.settings.part_size)
+            await _gather(body, put_part, settings.part_size)
             _check_size(digests, integrity)
             checksum = _verify(digests, integrity)
             if not chunks:
@@ -305,12 +341,17 @@ class ObjectService:
             raise
         return Staged(tuple(chunks), digests.md5.hexdigest(), checksum, info)
 
-    async def read(self, meta: ObjectMeta, wanted: ByteRange) -> AsyncIterator[bytes]:
+    async def read(
+        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None
+    ) -> AsyncIterator[bytes]:
         """Yield the bytes of ``wanted`` in order, in blocks of about 1 MiB.
 
         Staged chunks and cached extents are read with pread; missing
         extents are fetched from the capacity tier, up to
-        ``fetch_concurrency`` of them ahead of the one being sent."""
+        ``fetch_concurrency`` of them ahead of the one being sent.
+        ``tally`` counts the bytes yielded by the tier they came from."""
+        tally = tally if tally is not None else ReadTally()
+        pin = self.policies.pinned(meta.bucket, meta.key)
         pieces = list(split_over([c.size for c in meta.chunks], wanted))
         ahead: dict[int, asyncio.Task[int | bytes]] = {}
         window = self.settings.fetch_concurrency
@@ -319,7 +360,7 @@ class ObjectService:
                 for later, _ in pieces[position : position + window]:
                     chunk = meta.chunks[later]
                     if chunk.file_id is None and later not in ahead:
-                        ahead[later] = asyncio.create_task(self._source(chunk))
+                        ahead[later] = asyncio.create_task(self._source(chunk, pin))
                 chunk = meta.chunks[index]
                 if chunk.file_id is not None:
                     try:
@@ -328,11 +369,13 @@ class ObjectService:
                         # Flushed since the lookup (the file became a cached
                         # extent): read the same version's extent instead.
                         chunk = await self._reload_chunk(meta, index)
-                        source = await self._source(chunk)
+                        source = await self._source(chunk, pin)
                 else:
                     source = await ahead.pop(index)
                 if isinstance(source, bytes):
-                    # Already in memory: one send, and no copy for a whole extent.
+                    # Fetched from the capacity tier: one send, and no copy
+                    # for a whole extent.
+                    tally.capacity += piece.end - piece.start
                     whole = piece.start == 0 and piece.end == len(source)
                     yield source if whole else source[piece.start : piece.end]
                     continue
@@ -343,6 +386,7 @@ class ObjectService:
                     while offset < piece.end:
                         length = min(_READ_BLOCK, piece.end - offset)
                         yield await _pool.run(self.hot.pread, source, offset, length)
+                        tally.hot += length
                         offset += length
                 finally:
                     os.close(source)
@@ -351,13 +395,14 @@ class ObjectService:
                 task.cancel()
                 task.add_done_callback(_close_unused)
 
-    async def _source(self, chunk: Chunk) -> int | bytes:
-        """A descriptor on the cached extent, or its bytes after a fetch."""
+    async def _source(self, chunk: Chunk, pin: bool) -> int | bytes:
+        """A descriptor on the cached extent, or its bytes after a fetch
+        (cached, pinned when ``pin``)."""
         assert chunk.extent is not None
         fd = await self.tiers.reader.open_cached(chunk.extent)
         if fd is not None:
             return fd
-        return await self.tiers.reader.fetch(chunk.extent)
+        return await self.tiers.reader.fetch(chunk.extent, pin)
 
     async def _reload_chunk(self, meta: ObjectMeta, index: int) -> Chunk:
         current = await _pool.run(self.index.get_object, meta.bucket, meta.key)
@@ -426,7 +471,7 @@ class ObjectService:
             user_meta=new.user_meta,
             last_modified_ms=now_ms(),
         )
-        meta, _ = await _pool.run(self.index.put_object, meta, if_match=source.etag)
+        meta, _ = await _pool.run(self.index.put_object, meta, if_match=source.etag, keep_chunks=True)
         await self.settle(await self.bucket(meta.bucket), meta)
         return meta
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from packer import format as seg
+from tiering._keys import bucket_from_event
 from tiering.capacity import CapacityStore
 from tiering.compact import read_footer
 from tiering.fetch import SEGMENTS
@@ -113,7 +114,7 @@ async def recover(
     buckets: dict[str, BucketInfo] = {}
     for name, (_, record) in bucket_events.items():
         if not record.get("d"):
-            buckets[name] = BucketInfo(name, record.get("c", 0), region, bool(record.get("wt", False)))
+            buckets[name] = bucket_from_event(record, region)
     for meta in objects:
         if meta.bucket not in buckets:
             buckets[meta.bucket] = BucketInfo(meta.bucket, meta.last_modified_ms, region)

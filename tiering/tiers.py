@@ -16,14 +16,20 @@ from dataclasses import asdict, dataclass
 
 from tiering import _pool
 from tiering.capacity import CapacityStore
+from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.compact import CompactionReport, Compactor
 from tiering.fetch import SEGMENTS, ExtentReader, segment_path
 from tiering.flush import Flusher
 from tiering.hot import HotTier
 from tiering.index import Index
+from tiering.jobs import Job
+from tiering.policy import Policies
+from tiering.residency import Residency
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.tiers")
+
+_PROBE = "ready-probe"  # never written: only asked for
 
 
 class ForeignSegments(Exception):
@@ -35,7 +41,8 @@ class TierStatus:
     hot_budget: int
     hot_used: int
     hot_staged: int
-    hot_cached: int
+    hot_cached: int  # clean cache, pinned included
+    hot_pinned: int
     hot_reserved: int
     high_watermark: int
     low_watermark: int
@@ -45,26 +52,32 @@ class TierStatus:
     segments: int
     capacity_bytes: int
     capacity_live: int
+    live_ratio: float  # capacity_live / stored data bytes; 1.0 when empty
     flush_queue: int
     pending_records: int  # tombstones and bucket events not yet in a segment
     segments_written: int
     last_flush_error: str | None
     capacity: str
     capacity_requests: dict[str, int]
+    capacity_bytes_read: int
+    capacity_bytes_written: int
 
 
 class Tiers:
     """The capacity store and the background work on it, for one node."""
 
-    def __init__(self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings) -> None:
+    def __init__(
+        self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, policies: Policies
+    ) -> None:
         self.index = index
         self.hot = hot
         self.capacity = capacity
         self.settings = settings
         self._layout = layout = asyncio.Lock()
         self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
-        self.flusher = Flusher(index, hot, capacity, settings, layout)
+        self.flusher = Flusher(index, hot, capacity, settings, layout, policies)
         self.compactor = Compactor(index, hot, capacity, settings, layout)
+        self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -127,22 +140,38 @@ class Tiers:
                 "or point --capacity at an empty location"
             )
 
-    async def flush(self) -> None:
-        await self.flusher.flush_all()
+    async def reachable(self, timeout: float) -> bool:
+        """True if the capacity store answers within ``timeout`` seconds
+        (one HEAD of a name that does not exist: "not found" is an answer)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.capacity.size(_PROBE)
+        except CapacityNotFound:
+            return True
+        except (TierstoreError, OSError, TimeoutError):
+            return False
+        return True
 
-    async def compact(self, threshold: float | None = None) -> CompactionReport:
-        return await self.compactor.compact(threshold)
+    async def flush(self, job: Job | None = None) -> None:
+        await self.flusher.flush_all(job)
+
+    async def compact(self, threshold: float | None = None, job: Job | None = None) -> CompactionReport:
+        return await self.compactor.compact(threshold, job)
 
     async def status(self) -> TierStatus:
         segments = await _pool.run(self.index.segments)
         queued = await _pool.run(self.index.flush_queue_length)
         records = await _pool.run(self.index.pending_records_count)
         hot = self.hot
+        stats = self.capacity.stats
+        data = sum(s.data for s in segments)
+        live = sum(s.live for s in segments)
         return TierStatus(
             hot_budget=hot.budget,
             hot_used=hot.used,
             hot_staged=hot.staged,
             hot_cached=hot.cached,
+            hot_pinned=hot.pinned,
             hot_reserved=hot.reserved,
             high_watermark=hot.high,
             low_watermark=hot.low,
@@ -151,15 +180,16 @@ class Tiers:
             cache_misses=self.reader.misses,
             segments=len(segments),
             capacity_bytes=sum(s.size for s in segments),
-            capacity_live=sum(s.live for s in segments),
+            capacity_live=live,
+            live_ratio=live / data if data else 1.0,
             flush_queue=queued,
             pending_records=records,
             segments_written=self.flusher.segments_written,
             last_flush_error=self.flusher.last_error,
             capacity=self.capacity.describe(),
-            capacity_requests=asdict(self.capacity.stats),
+            capacity_requests={
+                k: v for k, v in asdict(stats).items() if k not in ("bytes_read", "bytes_written")
+            },
+            capacity_bytes_read=stats.bytes_read,
+            capacity_bytes_written=stats.bytes_written,
         )
-
-    async def evict(self) -> int:
-        """Drop every clean cached extent (staged data stays); bytes freed."""
-        return await _pool.run(self.hot.evict, 0)

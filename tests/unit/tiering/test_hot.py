@@ -67,3 +67,40 @@ def test_cache_survives_a_process_crash_but_not_a_reboot(tmp_path: Path, monkeyp
     rebooted.resume(set)
     assert rebooted.read_cached("kept", 10) is None
     assert rebooted.cached == 0
+
+
+def test_pinned_files_are_never_evicted_and_count_against_the_budget(tmp_path: Path) -> None:
+    hot = HotTier(tmp_path, budget=1000, high=0.9, low=0.5)
+    assert hot.fill("p1", b"p" * 300, pin=True)
+    assert hot.fill("c1", b"c" * 300)
+    assert (hot.pinned, hot.cached) == (300, 600)
+    assert hot.evict(0) == 300, "only the unpinned file goes"
+    assert hot.read_cached("p1", 300) == b"p" * 300
+    assert hot.fill("p2", b"p" * 500, pin=True)
+    assert not hot.fill("p3", b"p" * 200, pin=True), "pinned data may not pass the high watermark"
+    assert hot.staging_room() == 200 and not hot.reserve(201), "writes get what pins leave"
+    assert hot.unpin(["p1", "missing"]) == 300
+    assert hot.pinned == 500 and hot.evict(0) == 300, "unpinned files are evictable again"
+
+
+def test_pin_keeps_across_rename_and_drop_can_spare_pinned_files(tmp_path: Path) -> None:
+    hot = HotTier(tmp_path, budget=1000)
+    hot.fill("old", b"x" * 100)
+    hot.fill("other", b"y" * 50)
+    assert hot.pin(["old", "not-cached"]) == 100
+    hot.rename_cached("old", "new")
+    assert hot.pinned == 100 and hot.is_cached("new") and not hot.is_cached("old")
+    assert hot.drop_cached(["new", "other"], keep_pinned=True) == (50, 100)
+    assert hot.is_cached("new") and not hot.is_cached("other")
+    assert hot.drop_cached(["new"]) == (100, 0), "a superseded extent goes, pinned or not"
+    assert (hot.pinned, hot.cached) == (0, 0)
+
+
+def test_pins_are_forgotten_by_a_restart(tmp_path: Path) -> None:
+    """The hot tier does not persist pins: the service pins again from the index."""
+    hot = HotTier(tmp_path, budget=1000)
+    hot.fill("p", b"x" * 100, pin=True)
+    hot.mark_clean()
+    again = HotTier(tmp_path, budget=1000)
+    again.resume(set)
+    assert again.cached == 100 and again.pinned == 0

@@ -230,6 +230,48 @@ def test_multipart_complete_uses_part_files_and_drops_unused(service: ObjectServ
     assert len(hot_files(tmp_path)) == 2
 
 
+def test_complete_racing_a_flush_of_its_parts_uses_the_flushed_extents(service: ObjectService) -> None:
+    """Complete reads the parts, then commits; a flush committing those parts
+    in between renames their staged files into the cache. The object must
+    point at the extents, not at files that no longer exist."""
+    part1 = os.urandom(MIN_PART_SIZE)
+    real_list_parts = service.index.list_parts
+    flushed = []
+
+    def list_parts_then_flush(upload_id: str, *args: object) -> object:
+        parts = real_list_parts(upload_id, *args)
+        if not flushed:  # the flush lands right after Complete read the parts
+            flushed.append(asyncio.run_coroutine_threadsafe(service.tiers.flush(), _loop).result())
+        return parts
+
+    async def go():
+        upload = await service.multipart.create("bkt", "race", NewObject())
+        p1 = await service.multipart.upload_part("bkt", "race", upload.upload_id, 1, body(part1), Integrity())
+        p2 = await service.multipart.upload_part("bkt", "race", upload.upload_id, 2, body(b"end"), Integrity())
+        service.index.list_parts = list_parts_then_flush  # type: ignore[method-assign]
+        meta = await service.multipart.complete(
+            "bkt", "race", upload.upload_id, [ChosenPart(1, p1.etag), ChosenPart(2, p2.etag)]
+        )
+        assert flushed and all(c.file_id is None and c.extent is not None for c in meta.chunks)
+        assert await service.read_all(meta) == part1 + b"end"
+        again = await service.head("bkt", "race")
+        assert again.chunks == meta.chunks
+
+    run(go())
+
+
+def test_metadata_rewrite_racing_a_flush_keeps_the_flushed_extents(service: ObjectService) -> None:
+    async def go():
+        source = await put(service, "m", b"metadata only")
+        await service.tiers.flush()  # the object now has an extent; `source` still names the file
+        meta = await service.rewrite_meta(source, NewObject("text/plain"))
+        assert meta.chunks[0].extent is not None and meta.chunks[0].file_id is None
+        assert meta.content_type == "text/plain"
+        assert await service.read_all(meta) == b"metadata only"
+
+    run(go())
+
+
 def test_clean_restart_skips_the_sweep_and_keeps_the_byte_count(tmp_path: Path, monkeypatch) -> None:
     svc = new_service(tmp_path, 1 << 30)
     run(svc.start())

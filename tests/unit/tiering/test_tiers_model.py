@@ -129,7 +129,7 @@ class TiersMachine(RuleBasedStateMachine):
 
     @rule()
     def evict(self) -> None:
-        self.run(self.service.tiers.evict())
+        self.run(self.service.tiers.residency.evict())
 
     @rule()
     def restart(self) -> None:
