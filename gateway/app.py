@@ -4,6 +4,8 @@ Per request: parse the scope, decide bucket and key, verify SigV4, pick the
 handler from the operation table, await it, send. Every failure, expected or
 not, leaves through one place that renders S3 XML with the request id;
 nothing reaches the client as a bare 500 page or a dropped connection.
+Once the response is out (or the client gone), the request is recorded in
+``metrics`` and the access log, with the bytes actually received and sent.
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 from gateway import routes, sigv4, xml
+from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
 from gateway.http import ClientDisconnected, Response, S3Request
+from gateway.metrics import Metrics, tier_of
 from gateway.server import StartupError
 from gateway.storage import object_service
 from tiering.errors import CapacityError
@@ -26,6 +31,10 @@ from tiering.objects import ObjectService
 from tiering.tiers import ForeignSegments
 
 log = logging.getLogger("tierstore.s3")
+
+# Recorded for a request that ended before any response went out (the client
+# disconnected, or the server was cancelling): nginx's "client closed request".
+CLIENT_CLOSED = 499
 
 
 def _has_body(scope: dict[str, Any]) -> bool:
@@ -42,6 +51,9 @@ class S3App:
         self.config = config
         self.service: ObjectService | None = None
         self._context: Context | None = None
+        self.metrics = Metrics()
+        self.access_log = AccessLog(config.access_log)
+        self._record_failed = False
 
     @property
     def started(self) -> bool:
@@ -87,54 +99,126 @@ class S3App:
                 return
 
     async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        start = time.perf_counter()
         request_id = secrets.token_hex(8).upper()
         method = scope["method"]
         resource = scope.get("path", "/")
         body_done = not _has_body(scope)
+        received = sent = status = 0
+        req: S3Request | None = None
+        error: str | None = None
 
         async def tracked_receive() -> Any:
-            nonlocal body_done
+            nonlocal body_done, received
             message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    body_done = True
+            else:
                 body_done = True
             return message
 
-        try:
-            response = await self._handle(scope, tracked_receive, request_id)
-        except ClientDisconnected:
-            return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            response = self._error(exc, resource, request_id, method)
-        response.headers += [("x-amz-request-id", request_id), ("x-amz-id-2", request_id), ("server", "tierstore")]
-        if not body_done:
-            # Answered before the body was read (an early error, often under
-            # Expect: 100-continue, when the client never sends it): the
-            # connection's next bytes are unknowable, so it must not be reused.
-            response.headers.append(("connection", "close"))
-        await response.send(send, head_only=method == "HEAD")
+        async def counted_send(message: dict[str, Any]) -> None:
+            nonlocal status, sent
+            await send(message)
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            else:
+                sent += len(message.get("body", b""))
 
-    async def _handle(self, scope: dict[str, Any], receive: Any, request_id: str) -> Response:
-        if self._context is None:
-            raise S3Error("ServiceUnavailable", "The gateway is starting or stopping; retry shortly.")
-        req = S3Request.from_scope(scope, receive, request_id)
+        try:
+            try:
+                if self._context is None:
+                    raise S3Error("ServiceUnavailable", "The gateway is starting or stopping; retry shortly.")
+                req = S3Request.from_scope(scope, tracked_receive, request_id)
+                response = await self._handle(self._context, req)
+            except ClientDisconnected:
+                error = "ClientDisconnected"
+                return
+            except asyncio.CancelledError:
+                error = "Cancelled"
+                raise
+            except Exception as exc:
+                response, error = self._error(exc, resource, request_id, method)
+            response.headers += [("x-amz-request-id", request_id), ("x-amz-id-2", request_id), ("server", "tierstore")]
+            if not body_done:
+                # Answered before the body was read (an early error, often under
+                # Expect: 100-continue, when the client never sends it): the
+                # connection's next bytes are unknowable, so it must not be reused.
+                response.headers.append(("connection", "close"))
+            try:
+                await response.send(counted_send, head_only=method == "HEAD", receive=tracked_receive)
+            except ClientDisconnected:
+                error = "ClientDisconnected"
+            except Exception as exc:  # mid-body: the server drops the connection
+                error = to_s3_error(exc).code
+                raise
+        finally:
+            # After the last byte (or the disconnect): what was sent is known.
+            self._record(scope, req, request_id, status, error, received, sent, time.perf_counter() - start)
+
+    def _record(
+        self, scope: dict[str, Any], req: S3Request | None, request_id: str, status: int,
+        error: str | None, received: int, sent: int, seconds: float,
+    ) -> None:
+        """Metrics and the access-log line of one request; never raises."""
+        try:
+            if not status:  # nothing was sent: the client left, or the task was cancelled
+                status = CLIENT_CLOSED
+            op, tally = (req.op, req.tally) if req is not None else ("Unknown", None)
+            tier = tier_of(tally)
+            hot, capacity = (tally.hot, tally.capacity) if tally is not None else (0, 0)
+            self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity)
+            if self.access_log.enabled:
+                client = scope.get("client")
+                self.access_log.write(
+                    request_id=request_id, remote=client[0] if client else None, op=op,
+                    bucket=req.bucket if req is not None else "", key=req.key if req is not None else "",
+                    status=status, error=error, bytes_in=received, bytes_out=sent, tier=tier, seconds=seconds,
+                )
+        except Exception:
+            # A bug here must not fail requests, nor flood the log once per request.
+            if not self._record_failed:
+                self._record_failed = True
+                log.exception("recording request %s failed (further failures are logged at debug level)",
+                              request_id)
+            else:
+                log.debug("recording request %s failed", request_id, exc_info=True)
+
+    async def _handle(self, ctx: Context, req: S3Request) -> Response:
         virtual_host = routes.address(req, self.config.domain)
+        # Routed before authenticating, so that even a request refused by
+        # SigV4 is counted under its operation; a routing error still comes
+        # after the authentication error, as in S3.
+        route: routes.Route | None = None
+        unroutable: S3Error | None = None
+        try:
+            route = routes.resolve(req)
+            req.op = route.op
+        except S3Error as exc:
+            unroutable = exc
         req.auth = sigv4.authenticate(
             req.method, req.raw_path, req.raw_query, req.headers,
             self.config.credentials.get, datetime.now(UTC),
             host_bucket=req.bucket if virtual_host else "",
         )
-        handler = routes.resolve(req)
-        return await handler(self._context, req)
+        if route is None:
+            assert unroutable is not None
+            raise unroutable
+        return await route.handler(ctx, req)
 
-    def _error(self, exc: Exception, resource: str, request_id: str, method: str) -> Response:
+    def _error(
+        self, exc: Exception, resource: str, request_id: str, method: str
+    ) -> tuple[Response, str | None]:
+        """The response for a failed request and its S3 error code (None for 304)."""
         err = to_s3_error(exc)
         if err.code == "InternalError":
             log.error("request %s failed", request_id, exc_info=exc)
         if err.status == 304:  # no body; the validators travel as headers
-            return Response(status=304, headers=[(k.lower(), v) for k, v in err.fields.items()
-                                                 if k.lower() in ("etag", "last-modified", "cache-control", "expires")])
+            validators = [(k.lower(), v) for k, v in err.fields.items()
+                          if k.lower() in ("etag", "last-modified", "cache-control", "expires")]
+            return Response(status=304, headers=validators), None
         headers: list[tuple[str, str]] = []
         if err.code == "SlowDown":
             headers.append(("retry-after", "1"))
@@ -142,5 +226,5 @@ class S3App:
         body = xml.error(err, resource, request_id)
         if method == "HEAD":
             headers.append(("content-length", "0"))
-            return Response(status=err.status, headers=headers, body=b"")
-        return Response(status=err.status, headers=headers, body=body, content_type="application/xml")
+            return Response(status=err.status, headers=headers, body=b""), err.code
+        return Response(status=err.status, headers=headers, body=body, content_type="application/xml"), err.code

@@ -39,6 +39,7 @@ ENV_PREFIX = "TIERSTORE_"
 CREDENTIALS_FILE = "credentials.toml"
 REDACTED = "***"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
+ACCESS_LOG_FORMATS = ("off", "text", "json")  # see gateway/accesslog.py
 
 
 def _package_version() -> str:
@@ -78,6 +79,7 @@ class Config:
     credentials: dict[str, str] = field(default_factory=dict, repr=False)
     admin_token: str = field(default="", repr=False)
     log_level: str = "info"
+    access_log: str = "text"  # one line per S3 request on stderr: off, text or json
     # Capacity-tier layout and timing (docs/configuration.md explains each).
     small_object_size: int = 4 * MiB
     part_size: int = 8 * MiB
@@ -227,6 +229,13 @@ def _log_level(name: str, raw: object, source: str) -> str:
     return level
 
 
+def _access_log(name: str, raw: object, source: str) -> str:
+    fmt = _text(name, raw, source).lower()
+    if fmt not in ACCESS_LOG_FORMATS:
+        raise _invalid(name, raw, source, f"expected one of {', '.join(ACCESS_LOG_FORMATS)}")
+    return fmt
+
+
 def _seconds(name: str, raw: object, source: str) -> float:
     try:
         value = float(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
@@ -287,6 +296,7 @@ _COERCE: dict[str, _Coercer] = {
     "domain": _domain,
     "admin_token": _optional_text,
     "log_level": _log_level,
+    "access_log": _access_log,
     "small_object_size": _size,
     "part_size": _part_size,
     "segment_size": _part_size,
@@ -312,7 +322,7 @@ def env_name(name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class _File:
+class ConfigFile:
     """The parsed --config file: scalar settings and the [credentials] table."""
 
     path: Path
@@ -323,7 +333,8 @@ class _File:
         return f"config file {self.path}, key {key!r}"
 
 
-def _read_file(path: Path) -> _File:
+def read_config_file(path: Path) -> ConfigFile:
+    """Parse and check a --config file (unknown keys are refused)."""
     try:
         with path.open("rb") as f:
             data = tomllib.load(f)
@@ -335,7 +346,7 @@ def _read_file(path: Path) -> _File:
         raise ValueError(f"config file {path} is not valid TOML: {exc}") from None
     table = data.pop("credentials", {})
     _reject_unknown_keys(path, data)
-    return _File(path, data, _credential_table(path, table))
+    return ConfigFile(path, data, _credential_table(path, table))
 
 
 def _reject_unknown_keys(path: Path, data: Mapping[str, object]) -> None:
@@ -386,7 +397,7 @@ def _env_pair(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def _pick(
-    name: str, cli: Mapping[str, object | None], env: Mapping[str, str], file: _File | None
+    name: str, cli: Mapping[str, object | None], env: Mapping[str, str], file: ConfigFile | None
 ) -> tuple[object, str] | None:
     """The winning raw value of one setting and a label saying where it came from."""
     if (value := cli.get(name)) is not None:
@@ -500,7 +511,7 @@ def load_config(
         raise ValueError(f"unknown setting {unknown[0]!r}")
     if config_file is None and (named := _env(env, env_name("config"))) is not None:
         config_file = Path(named).expanduser()
-    file = _read_file(config_file) if config_file is not None else None
+    file = read_config_file(config_file) if config_file is not None else None
 
     values: dict[str, object] = {}
     sources: dict[str, str] = {}
@@ -545,7 +556,7 @@ def _check_combinations(config: Config, sources: Mapping[str, str]) -> None:
         )
 
 
-def _with_secrets(config: Config, env: Mapping[str, str], file: _File | None) -> Config:
+def _with_secrets(config: Config, env: Mapping[str, str], file: ConfigFile | None) -> Config:
     credentials = dict(file.credentials) if file is not None else {}
     credentials.update(_env_pair(env))  # the environment wins for the same key id
     token = config.admin_token

@@ -6,13 +6,17 @@ No framework objects per request: the S3 hot path builds one small
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
 
 from gateway.errors import S3Error
+
+if TYPE_CHECKING:
+    from tiering.objects import ReadTally
 
 Scope = dict[str, Any]
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -36,6 +40,10 @@ class S3Request:
     key: str = ""
     auth: Any = None  # gateway.sigv4.AuthContext once authenticated
     body_consumed: bool = False
+    op: str = "Unknown"  # the S3 operation name once routed (gateway.routes)
+    # Bytes of object body read per tier, for a GET: set by the handler,
+    # read by the app after the response went out (metrics, access log).
+    tally: ReadTally | None = None
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Any, request_id: str) -> S3Request:
@@ -105,7 +113,11 @@ class Response:
     body: bytes | AsyncIterator[bytes] = b""
     content_type: str | None = None
 
-    async def send(self, send: Any, head_only: bool = False) -> None:
+    async def send(self, send: Any, head_only: bool = False, receive: Any = None) -> None:
+        """Send the response. With ``receive``, a streamed body stops (and
+        its iterator is closed) once the client has gone: the server drops
+        what is sent after a disconnect, so the rest would be read for
+        nothing. Raises ClientDisconnected then."""
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
         if self.content_type is not None:
             headers.append((b"content-type", self.content_type.encode("latin-1")))
@@ -116,6 +128,26 @@ class Response:
             await send({"type": "http.response.body", "body": b"" if head_only else self.body})
             return
         await send({"type": "http.response.start", "status": self.status, "headers": headers})
-        async for chunk in self.body:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        body = self.body
+        gone = asyncio.ensure_future(_disconnected(receive)) if receive is not None else None
+        try:
+            async for chunk in body:
+                if gone is not None and gone.done():
+                    raise ClientDisconnected()
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            if gone is not None:
+                gone.cancel()
+                if gone.done() and not gone.cancelled():
+                    gone.exception()  # retrieved: a failed receive is a disconnect too
+            aclose = getattr(body, "aclose", None)
+            if aclose is not None:
+                await aclose()  # runs the generator's cleanup now, not at GC
+
+
+async def _disconnected(receive: Any) -> None:
+    """Return once the client has disconnected (the request body, if any
+    is left, is read and dropped on the way)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass

@@ -1,13 +1,19 @@
-"""The S3 operation table: (resource, method, sub-resource) -> handler.
+"""The S3 operation table: (resource, method, sub-resource) -> operation
+name and handler.
 
 Addressing is decided once, here: virtual-host style when the Host is
 ``<bucket>.<domain>``, path style otherwise. The handler is then picked by a
-dictionary lookup, no pattern matching per request.
+dictionary lookup, no pattern matching per request. The operation name (S3's
+own, as in CloudTrail and the API reference) labels metrics and access-log
+lines; the few handlers that turn into another operation rename the request
+(PUT with x-amz-copy-source is CopyObject or UploadPartCopy, GET ?list-type=2
+is ListObjectsV2).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from gateway.context import Context
 from gateway.errors import S3Error
@@ -15,6 +21,12 @@ from gateway.handlers import buckets, listing, multipart, objects
 from gateway.http import Response, S3Request
 
 Handler = Callable[[Context, S3Request], Awaitable[Response]]
+
+
+class Route(NamedTuple):
+    op: str  # the S3 operation name, e.g. "GetObject"
+    handler: Handler
+
 
 # Query parameters that name a sub-resource (they select the operation);
 # all others (prefix, max-keys, response-*, X-Amz-*, ...) are arguments.
@@ -27,32 +39,32 @@ SUB_RESOURCES = frozenset({
     "uploadId", "uploads", "versioning", "versions", "website",
 })
 
-TABLE: dict[tuple[str, str, str | None], Handler] = {
-    ("service", "GET", None): buckets.list_buckets,
-    ("bucket", "PUT", None): buckets.create_bucket,
-    ("bucket", "DELETE", None): buckets.delete_bucket,
-    ("bucket", "HEAD", None): buckets.head_bucket,
-    ("bucket", "GET", None): listing.list_objects,
-    ("bucket", "GET", "location"): buckets.get_location,
-    ("bucket", "GET", "versioning"): buckets.get_versioning,
-    ("bucket", "GET", "versions"): listing.list_versions,
-    ("bucket", "GET", "acl"): buckets.get_acl,
-    ("bucket", "PUT", "acl"): buckets.put_acl,
-    ("bucket", "GET", "uploads"): multipart.list_uploads,
-    ("bucket", "POST", "delete"): objects.delete_objects,
-    ("object", "GET", None): objects.get_object,
-    ("object", "GET", "partNumber"): objects.get_object,
-    ("object", "HEAD", None): objects.head_object,
-    ("object", "HEAD", "partNumber"): objects.head_object,
-    ("object", "PUT", None): objects.put_object,
-    ("object", "DELETE", None): objects.delete_object,
-    ("object", "GET", "acl"): buckets.get_acl,
-    ("object", "PUT", "acl"): buckets.put_acl,
-    ("object", "POST", "uploads"): multipart.create_upload,
-    ("object", "PUT", "uploadId"): multipart.upload_part,
-    ("object", "POST", "uploadId"): multipart.complete_upload,
-    ("object", "DELETE", "uploadId"): multipart.abort_upload,
-    ("object", "GET", "uploadId"): multipart.list_parts,
+TABLE: dict[tuple[str, str, str | None], Route] = {
+    ("service", "GET", None): Route("ListBuckets", buckets.list_buckets),
+    ("bucket", "PUT", None): Route("CreateBucket", buckets.create_bucket),
+    ("bucket", "DELETE", None): Route("DeleteBucket", buckets.delete_bucket),
+    ("bucket", "HEAD", None): Route("HeadBucket", buckets.head_bucket),
+    ("bucket", "GET", None): Route("ListObjects", listing.list_objects),
+    ("bucket", "GET", "location"): Route("GetBucketLocation", buckets.get_location),
+    ("bucket", "GET", "versioning"): Route("GetBucketVersioning", buckets.get_versioning),
+    ("bucket", "GET", "versions"): Route("ListObjectVersions", listing.list_versions),
+    ("bucket", "GET", "acl"): Route("GetBucketAcl", buckets.get_acl),
+    ("bucket", "PUT", "acl"): Route("PutBucketAcl", buckets.put_acl),
+    ("bucket", "GET", "uploads"): Route("ListMultipartUploads", multipart.list_uploads),
+    ("bucket", "POST", "delete"): Route("DeleteObjects", objects.delete_objects),
+    ("object", "GET", None): Route("GetObject", objects.get_object),
+    ("object", "GET", "partNumber"): Route("GetObject", objects.get_object),
+    ("object", "HEAD", None): Route("HeadObject", objects.head_object),
+    ("object", "HEAD", "partNumber"): Route("HeadObject", objects.head_object),
+    ("object", "PUT", None): Route("PutObject", objects.put_object),
+    ("object", "DELETE", None): Route("DeleteObject", objects.delete_object),
+    ("object", "GET", "acl"): Route("GetObjectAcl", buckets.get_acl),
+    ("object", "PUT", "acl"): Route("PutObjectAcl", buckets.put_acl),
+    ("object", "POST", "uploads"): Route("CreateMultipartUpload", multipart.create_upload),
+    ("object", "PUT", "uploadId"): Route("UploadPart", multipart.upload_part),
+    ("object", "POST", "uploadId"): Route("CompleteMultipartUpload", multipart.complete_upload),
+    ("object", "DELETE", "uploadId"): Route("AbortMultipartUpload", multipart.abort_upload),
+    ("object", "GET", "uploadId"): Route("ListParts", multipart.list_parts),
 }
 
 _KNOWN_METHODS = {"GET", "HEAD", "PUT", "POST", "DELETE"}
@@ -74,7 +86,7 @@ def address(req: S3Request, domain: str | None) -> bool:
     return False
 
 
-def resolve(req: S3Request) -> Handler:
+def resolve(req: S3Request) -> Route:
     kind = "object" if req.key else "bucket" if req.bucket else "service"
     subs = [name for name in req.query if name in SUB_RESOURCES]
     # partNumber is also an argument of UploadPart (with uploadId).
@@ -86,9 +98,9 @@ def resolve(req: S3Request) -> Handler:
         sub = None
     else:
         raise S3Error("InvalidRequest", f"Conflicting sub-resources in query: {', '.join(sorted(subs))}")
-    handler = TABLE.get((kind, req.method, sub))
-    if handler is not None:
-        return handler
+    route = TABLE.get((kind, req.method, sub))
+    if route is not None:
+        return route
     if req.method not in _KNOWN_METHODS:
         raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.",
                       Method=req.method, ResourceType=kind.upper())

@@ -62,6 +62,7 @@ def _untoken(token: str) -> str:
 
 async def list_objects(ctx: Context, req: S3Request) -> Response:
     if req.query.get("list-type") == "2":
+        req.op = "ListObjectsV2"
         return await _list_v2(ctx, req)
     if "list-type" in req.query and req.query["list-type"] != "1":
         raise S3Error("InvalidArgument", "Invalid list type", ArgumentName="list-type")

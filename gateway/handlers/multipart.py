@@ -52,9 +52,12 @@ def _part_headers(part: Part) -> list[tuple[str, str]]:
 
 
 async def upload_part(ctx: Context, req: S3Request) -> Response:
+    copy = "x-amz-copy-source" in req.headers
+    if copy:
+        req.op = "UploadPartCopy"
     number = _int(req, "partNumber")
     upload_id = req.query["uploadId"]
-    if "x-amz-copy-source" in req.headers:
+    if copy:
         return await _upload_part_copy(ctx, req, number, upload_id)
     stream, integrity = body.prepare(req)
     part = await ctx.service.multipart.upload_part(req.bucket, req.key, upload_id, number, stream, integrity)

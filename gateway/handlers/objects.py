@@ -14,7 +14,7 @@ from tiering.conditions import check
 from tiering.errors import NotModified, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.names import check_key
-from tiering.objects import resolve_part
+from tiering.objects import ReadTally, resolve_part
 
 XML = "application/xml"
 MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them
@@ -77,13 +77,18 @@ async def _target(
 
 
 async def get_object(ctx: Context, req: S3Request) -> Response:
+    # The tally says which tier served the body (metrics, access log); it
+    # counts as the body is produced, so a streamed GET is complete once sent.
+    tally = req.tally = ReadTally()
     meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
     wanted = wanted or ByteRange(0, meta.size)
     if data is not None:
+        tally.hot += wanted.length  # fetch() answers with a body only when it is all hot
         return Response(status=status, headers=out, body=data[wanted.start : wanted.end])
     if wanted.length <= _SMALL_READ:
-        return Response(status=status, headers=out, body=await ctx.service.read_all(meta, wanted))
-    return Response(status=status, headers=out, body=ctx.service.read(meta, wanted))
+        body = b"".join([piece async for piece in ctx.service.read(meta, wanted, tally)])
+        return Response(status=status, headers=out, body=body)
+    return Response(status=status, headers=out, body=ctx.service.read(meta, wanted, tally))
 
 
 async def head_object(ctx: Context, req: S3Request) -> Response:
@@ -108,6 +113,7 @@ def _write_conditions(req: S3Request) -> dict[str, object]:
 
 async def put_object(ctx: Context, req: S3Request) -> Response:
     if "x-amz-copy-source" in req.headers:
+        req.op = "CopyObject"
         return await copy_object(ctx, req)
     new = headers.new_object(req.headers)
     conditions = _write_conditions(req)

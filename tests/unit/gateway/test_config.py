@@ -207,6 +207,18 @@ def test_bad_log_level(tmp_path: Path) -> None:
     assert _load(tmp_path, {"log_level": "DEBUG"}).log_level == "debug"
 
 
+def test_access_log(tmp_path: Path) -> None:
+    assert _load(tmp_path).access_log == "text"
+    assert _load(tmp_path, env={"TIERSTORE_ACCESS_LOG": "JSON"}).access_log == "json"
+    path = _toml(tmp_path, 'access_log = "off"\n')
+    assert _load(tmp_path, config_file=path).access_log == "off"
+    assert _load(tmp_path, env={"TIERSTORE_ACCESS_LOG": "json"}, config_file=path).access_log == "json"
+    with pytest.raises(ValueError, match=r"access_log 'yaml' \(from TIERSTORE_ACCESS_LOG\): expected one of off"):
+        _load(tmp_path, env={"TIERSTORE_ACCESS_LOG": "yaml"})
+    with pytest.raises(ValueError, match="access_log"):
+        _load(tmp_path, config_file=_toml(tmp_path, "access_log = false\n"))
+
+
 def test_capacity_keys_come_in_pairs(tmp_path: Path) -> None:
     env = {"TIERSTORE_CAPACITY_ACCESS_KEY": "AK"}
     with pytest.raises(ValueError, match=r"capacity_access_key is set .* capacity_secret_key"):

@@ -1,0 +1,158 @@
+"""The access log: one line per S3 request on the ``tierstore.access`` logger.
+
+Fields, in order: time (UTC, ms), request_id, remote (client address),
+op (S3 operation), bucket, key, status, error (S3 error code), bytes_in
+(request body), bytes_out (response body as sent), tier (hot, capacity or
+none), duration_ms (request head to last byte sent).
+
+Formats (setting ``access_log``):
+
+- ``text``: ``name=value`` pairs separated by spaces. A value that is not
+  plain printable ASCII (or holds a space, ``"``, ``=`` or ``\\``) is quoted,
+  with ``"`` and ``\\`` escaped and every control, line-separator and
+  format character written as ``\\n``, ``\\xNN`` or ``\\uNNNN``: an object
+  key is client data, and one holding a newline must not forge a second
+  line, nor a bidi override hide what follows. An absent value is ``-``
+  (a value that is literally ``-`` is quoted).
+- ``json``: one JSON object per line, ASCII only (non-ASCII is ``\\u``
+  escaped, so U+2028 and friends cannot split a line either); absent values
+  are null.
+- ``off``: nothing is formatted or logged.
+
+Lines go through Python logging, so deployments can route them anywhere;
+by default (the logger has no handler of its own) they go to stderr as bare
+lines, independent of the log level of the other loggers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+
+from gateway.config import ACCESS_LOG_FORMATS as FORMATS
+
+LOGGER_NAME = "tierstore.access"
+
+# Written as is in text mode; anything else is quoted and escaped.
+_PLAIN = re.compile(r"[!#-<>-\[\]-~]+")
+# Escaped inside quotes: C0 and C1 controls, DEL, the quote and backslash,
+# line and paragraph separators, bidi and other invisible format characters,
+# and lone surrogates (not encodable to the log stream).
+_ESCAPE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\"\\\\\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u206f\ud800-\udfff\ufeff\ufff9-\ufffb]"
+)
+_SHORT = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_JSON_STRING = json.JSONEncoder(ensure_ascii=True).encode  # str -> "..." with \uXXXX escapes
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _json(value: str | None) -> str:
+    """A JSON string (ASCII, so no raw line separator either) or null."""
+    return "null" if value is None else _JSON_STRING(value)
+
+
+def text_value(value: object) -> str:
+    """One value as written in a text-format line."""
+    if value is None:
+        return "-"
+    if not isinstance(value, str):
+        return str(value)
+    if value != "-" and _PLAIN.fullmatch(value):
+        return value
+    return '"' + _ESCAPE.sub(_escape_char, value) + '"'
+
+
+def install_handler(logger: logging.Logger | None = None) -> None:
+    """Send the access log to stderr, one bare line per request, unless a
+    handler is already configured for it (idempotent)."""
+    logger = logger or logging.getLogger(LOGGER_NAME)
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler()  # sys.stderr
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    # Not through the root logger: its format would prefix every line
+    # (and break JSON lines), and its level is the application log's.
+    logger.propagate = False
+
+
+class AccessLog:
+    """Writes access-log lines in one of FORMATS.
+
+    Without ``logger``, logs to ``tierstore.access`` and installs the default
+    stderr handler on it (see :func:`install_handler`)."""
+
+    def __init__(self, fmt: str = "text", logger: logging.Logger | None = None) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"access log format {fmt!r} is not one of {', '.join(FORMATS)}")
+        self.format = fmt
+        self.enabled = fmt != "off"
+        if logger is None:
+            logger = logging.getLogger(LOGGER_NAME)
+            if self.enabled:
+                install_handler(logger)
+        self._logger = logger
+        self._second = -1
+        self._second_text = ""
+
+    def write(
+        self,
+        *,
+        request_id: str,
+        remote: str | None,
+        op: str,
+        bucket: str,
+        key: str,
+        status: int,
+        error: str | None,
+        bytes_in: int,
+        bytes_out: int,
+        tier: str,
+        seconds: float,
+    ) -> None:
+        """Log one request (nothing when the format is off)."""
+        logger = self._logger
+        if not self.enabled or not logger.isEnabledFor(logging.INFO):
+            return
+        ms = round(seconds * 1000, 3)
+        # request_id, op, status, the byte counts and tier are the gateway's
+        # own (hex, operation names, ints): only client data is escaped.
+        if self.format == "json":
+            line = (
+                f'{{"time":"{self._now()}","request_id":"{request_id}","remote":{_json(remote)},'
+                f'"op":{_json(op)},"bucket":{_json(bucket or None)},"key":{_json(key or None)},'
+                f'"status":{status},"error":{_json(error)},"bytes_in":{bytes_in},"bytes_out":{bytes_out},'
+                f'"tier":"{tier}","duration_ms":{ms}}}'
+            )
+        else:
+            line = (
+                f"time={self._now()} request_id={request_id} remote={text_value(remote)} op={text_value(op)} "
+                f"bucket={text_value(bucket or None)} key={text_value(key or None)} status={status} "
+                f"error={text_value(error)} bytes_in={bytes_in} bytes_out={bytes_out} tier={tier} "
+                f"duration_ms={ms}"
+            )
+        # A record of our own instead of logger.info(): the same handlers and
+        # filters, without the stack walk that looks for the caller (about a quarter
+        # of the cost). The line is the message as is, never %-formatted.
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, (), None))
+
+    def _now(self) -> str:
+        """ISO 8601 UTC with milliseconds; the seconds part is formatted
+        once per second."""
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._second_text}.{int((now - second) * 1000):03d}Z"

@@ -1,0 +1,361 @@
+"""Metrics of the S3 data plane: Prometheus series and the ``/stats`` view.
+
+One :class:`Metrics` per ``S3App``, with a registry of its own (never the
+process-wide default: tests run several apps in one process). The app calls
+:meth:`Metrics.observe` once per request, after the response went out; the
+admin API calls :meth:`Metrics.render` for ``/metrics`` and
+:meth:`Metrics.stats` for ``/stats``.
+
+Per request the cost is one dictionary lookup (the label children of each
+(operation, status, tier) are looked up once and kept) and a handful of
+counter increments. The tier state (hot-tier bytes, capacity segments, flush
+queue, jobs) is not tracked here: it is read at scrape time from the mapping
+the admin API passes in, so nothing can drift from ``/tiers``.
+
+``/stats`` derives everything from the same series ``/metrics`` exposes;
+latency percentiles are estimated from the duration histogram's buckets the
+way PromQL's ``histogram_quantile`` does (see :func:`quantile`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from tiering.objects import ReadTally
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Seconds. 0.2 ms (a small hot GET on loopback) to 30 s (a large object from
+# a slow capacity store), about x1.6 a step: an estimate interpolated inside
+# one bucket is off by less than the bucket's width, ~40 % at worst, and the
+# 26 buckets keep a series small. Slower requests land in +Inf.
+LATENCY_BUCKETS = (
+    0.0002, 0.0004, 0.0007, 0.001, 0.0015, 0.0025, 0.004, 0.007,
+    0.01, 0.015, 0.025, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4, 0.7,
+    1.0, 1.5, 2.5, 4.0, 7.0, 10.0, 15.0, 30.0,
+)
+
+# The tier a request was served from; "none" when it read no object body.
+HOT, CAPACITY, NONE = "hot", "capacity", "none"
+
+_REQUESTS = "tierstore_s3_requests"
+_DURATION = "tierstore_s3_request_duration_seconds"
+_RECEIVED = "tierstore_s3_received_bytes"
+_SENT = "tierstore_s3_sent_bytes"
+_READS = "tierstore_object_reads"
+_SERVED = "tierstore_served_bytes"
+
+
+def tier_of(tally: ReadTally | None) -> str:
+    """The tier a request was served from: any byte fetched from the
+    capacity store makes it a capacity read (the request waited on it)."""
+    if tally is None:
+        return NONE
+    if tally.capacity:
+        return CAPACITY
+    if tally.hot:
+        return HOT
+    return NONE
+
+
+def quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """Estimate the ``q`` quantile from cumulative histogram buckets.
+
+    ``buckets`` are (upper bound, cumulative count) sorted by bound, the last
+    one ``+Inf``. As PromQL's ``histogram_quantile``: find the first bucket
+    whose count reaches ``q`` of the total and interpolate linearly between
+    its lower and upper bound (the first bucket starts at 0); a rank in the
+    ``+Inf`` bucket answers the highest finite bound. None when empty.
+    """
+    if not 0 <= q <= 1:
+        raise ValueError(f"quantile {q} is not between 0 and 1")
+    if not buckets or not buckets[-1][1]:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if math.isinf(upper):
+                return lower
+            if count == below:  # q = 0 on an empty first bucket
+                return lower
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return lower  # counts not cumulative; never with our own histogram
+
+
+@dataclass(slots=True)
+class _Series:
+    """The label children one (operation, status, tier) updates."""
+
+    requests: Any
+    duration: Any
+    received: Any
+    sent: Any
+    reads: Any  # None unless the tier is hot or capacity
+
+
+class Metrics:
+    """Per-request metrics of one S3 data plane, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.started = time.time()
+        self._started_monotonic = time.monotonic()
+        r = self.registry
+        self._requests = Counter(_REQUESTS, "S3 requests by operation and HTTP status.",
+                                 ("operation", "code"), registry=r)
+        self._duration = Histogram(_DURATION, "S3 request time, from the request head to the last "
+                                   "byte of the response, by operation and served tier.",
+                                   ("operation", "tier"), buckets=LATENCY_BUCKETS, registry=r)
+        self._received = Counter(_RECEIVED, "Request body bytes received, by S3 operation.",
+                                 ("operation",), registry=r)
+        self._sent = Counter(_SENT, "Response body bytes sent, by S3 operation.",
+                             ("operation",), registry=r)
+        self._reads = Counter(_READS, "Object GETs by the tier that served them (capacity when "
+                              "any byte came from the capacity store).", ("tier",), registry=r)
+        self._served = Counter(_SERVED, "Object body bytes served, by the tier they came from.",
+                               ("tier",), registry=r)
+        self._served_hot = self._served.labels(HOT)
+        self._served_capacity = self._served.labels(CAPACITY)
+        self._series: dict[tuple[str, int, str], _Series] = {}
+
+    # -- per request ----------------------------------------------------
+
+    def observe(
+        self,
+        op: str,
+        status: int,
+        tier: str,
+        seconds: float,
+        received: int,
+        sent: int,
+        served_hot: int = 0,
+        served_capacity: int = 0,
+    ) -> None:
+        """Record one finished request."""
+        series = self._series.get((op, status, tier))
+        if series is None:
+            series = self._new_series(op, status, tier)
+        series.requests.inc()
+        series.duration.observe(seconds)
+        if received:
+            series.received.inc(received)
+        if sent:
+            series.sent.inc(sent)
+        if series.reads is not None:
+            series.reads.inc()
+        if served_hot:
+            self._served_hot.inc(served_hot)
+        if served_capacity:
+            self._served_capacity.inc(served_capacity)
+
+    def _new_series(self, op: str, status: int, tier: str) -> _Series:
+        series = _Series(
+            requests=self._requests.labels(op, str(status)),
+            duration=self._duration.labels(op, tier),
+            received=self._received.labels(op),
+            sent=self._sent.labels(op),
+            reads=self._reads.labels(tier) if tier in (HOT, CAPACITY) else None,
+        )
+        self._series[(op, status, tier)] = series
+        return series
+
+    # -- views ----------------------------------------------------------
+
+    def render(
+        self,
+        tier_status: Mapping[str, object] | None = None,
+        jobs_by_state: Mapping[str, int] | None = None,
+    ) -> bytes:
+        """The Prometheus text exposition (serve it with CONTENT_TYPE): the
+        request series plus gauges and counters read from ``tier_status``
+        (the ``/tiers`` body) and ``jobs_by_state`` at this moment."""
+        extra: list[Metric] = [GaugeMetricFamily(
+            "tierstore_start_time_seconds", "When this gateway started serving S3 (Unix time).",
+            value=self.started)]
+        if tier_status is not None:
+            extra += _tier_families(tier_status)
+        if jobs_by_state is not None:
+            jobs = GaugeMetricFamily("tierstore_jobs", "Admin jobs by state.", labels=("state",))
+            for state, count in sorted(jobs_by_state.items()):
+                jobs.add_metric((state,), count)
+            extra.append(jobs)
+        return generate_latest(_Scrape(self.registry, extra))
+
+    def stats(self) -> dict[str, object]:
+        """The ``/stats`` body of the admin API without its "capacity" part."""
+        requests: dict[str, dict[str, int]] = {}
+        buckets: dict[str, dict[float, float]] = {}
+        reads = {HOT: 0, CAPACITY: 0}
+        served = {HOT: 0, CAPACITY: 0}
+
+        def entry(op: str) -> dict[str, int]:
+            if op not in requests:
+                requests[op] = {"count": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0}
+            return requests[op]
+
+        for family in self.registry.collect():
+            for sample in family.samples:
+                name, labels, value = sample.name, sample.labels, int(sample.value)
+                if name == _REQUESTS + "_total":
+                    row = entry(labels["operation"])
+                    row["count"] += value
+                    if int(labels["code"]) >= 400:
+                        row["errors"] += value
+                elif name == _RECEIVED + "_total":
+                    entry(labels["operation"])["bytes_in"] += value
+                elif name == _SENT + "_total":
+                    entry(labels["operation"])["bytes_out"] += value
+                elif name == _DURATION + "_bucket":
+                    # Summed over tiers: a percentile per operation.
+                    per_op = buckets.setdefault(labels["operation"], {})
+                    bound = float(labels["le"])
+                    per_op[bound] = per_op.get(bound, 0) + sample.value
+                elif name == _READS + "_total" and labels["tier"] in reads:
+                    reads[labels["tier"]] += value
+                elif name == _SERVED + "_total" and labels["tier"] in served:
+                    served[labels["tier"]] += value
+
+        out: dict[str, object] = {}
+        for op in sorted(requests):
+            cumulative = sorted(buckets.get(op, {}).items())
+            out[op] = dict(requests[op], latency_ms={
+                name: _ms(quantile(q, cumulative)) for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+            })
+        return {
+            "since": _iso(self.started),
+            "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
+            "requests": out,
+            "hit_ratio": {
+                "objects": _ratio(reads[HOT], reads[HOT] + reads[CAPACITY]),
+                "bytes": _ratio(served[HOT], served[HOT] + served[CAPACITY]),
+            },
+            "served": {tier: {"objects": reads[tier], "bytes": served[tier]} for tier in (HOT, CAPACITY)},
+        }
+
+
+class _Scrape:
+    """The registry's series plus the families read at this scrape.
+
+    The client library's ``*_created`` samples (a creation time per series)
+    are left out: they double the series count and Prometheus, which sees a
+    counter reset by itself, has no use for them. (The library's switch for
+    this is process-wide; this one is per registry.)"""
+
+    def __init__(self, registry: CollectorRegistry, extra: Iterable[Metric]) -> None:
+        self._registry = registry
+        self._extra = extra
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():  # fresh objects on every collect
+            metric.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield metric
+        yield from self._extra
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def _ratio(part: int, whole: int) -> float | None:
+    return None if not whole else round(part / whole, 6)
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --------------------------------------------------------------------------
+# Scrape-time families from the /tiers body
+
+
+# (metric, help, key in the /tiers body); bytes unless the name says otherwise.
+_GAUGES = (
+    ("tierstore_hot_budget_bytes", "Byte budget of the hot tier.", "hot_budget"),
+    ("tierstore_hot_used_bytes", "Bytes the hot tier holds or has promised (staged, cached, reserved).",
+     "hot_used"),
+    ("tierstore_capacity_segments", "Segments in the capacity store.", "segments"),
+    ("tierstore_capacity_stored_bytes", "Bytes of the segments in the capacity store.", "capacity_bytes"),
+    ("tierstore_capacity_live_bytes", "Bytes of the capacity store's segments still referenced by the "
+     "namespace (the rest is for compaction).", "capacity_live"),
+    ("tierstore_capacity_live_ratio", "Live fraction of the capacity store's segment data (1 when empty).",
+     "live_ratio"),
+    ("tierstore_flush_queue_items", "Staged writes waiting for the flusher.", "flush_queue"),
+    ("tierstore_pending_records", "Tombstones and bucket events not yet written to a segment.",
+     "pending_records"),
+)
+_COUNTERS = (
+    ("tierstore_hot_evicted_bytes", "Bytes evicted from the hot tier.", "evicted"),
+    ("tierstore_capacity_segments_written", "Segments the flusher and compactor wrote.", "segments_written"),
+    ("tierstore_capacity_read_bytes", "Bytes read from the capacity store.", "capacity_bytes_read"),
+    ("tierstore_capacity_written_bytes", "Bytes written to the capacity store.", "capacity_bytes_written"),
+)
+# (metric, help, label, {label value: key}); a labelled gauge or counter.
+_HOT_STATES = {"staged": "hot_staged", "cached": "hot_cached", "pinned": "hot_pinned",
+               "reserved": "hot_reserved"}
+_WATERMARKS = {"high": "high_watermark", "low": "low_watermark"}
+_LOOKUPS = {"hit": "cache_hits", "miss": "cache_misses"}
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _labelled(
+    family: GaugeMetricFamily | CounterMetricFamily, status: Mapping[str, object], keys: Mapping[str, str]
+) -> Iterator[Metric]:
+    for label, key in keys.items():
+        if (value := _number(status.get(key))) is not None:
+            family.add_metric((label,), value)
+    if family.samples:
+        yield family
+
+
+def _tier_families(status: Mapping[str, object]) -> Iterator[Metric]:
+    """Families for the keys ``status`` has; missing keys are left out."""
+    for name, doc, key in _GAUGES:
+        if (value := _number(status.get(key))) is not None:
+            yield GaugeMetricFamily(name, doc, value=value)
+    for name, doc, key in _COUNTERS:
+        if (value := _number(status.get(key))) is not None:
+            yield CounterMetricFamily(name, doc, value=value)
+    yield from _labelled(GaugeMetricFamily(
+        "tierstore_hot_bytes", "Hot-tier bytes by state (pinned bytes count in cached too).",
+        labels=("state",)), status, _HOT_STATES)
+    yield from _labelled(GaugeMetricFamily(
+        "tierstore_hot_watermark_bytes", "Eviction starts above the high watermark and stops at the low one.",
+        labels=("level",)), status, _WATERMARKS)
+    yield from _labelled(CounterMetricFamily(
+        "tierstore_hot_cache_lookups", "Lookups of capacity extents in the hot tier, by result.",
+        labels=("result",)), status, _LOOKUPS)
+    if "last_flush_error" in status:
+        yield GaugeMetricFamily("tierstore_flush_failing", "1 while the last flush attempt failed.",
+                                value=1 if status["last_flush_error"] else 0)
+    kinds = status.get("capacity_requests")
+    if isinstance(kinds, Mapping):
+        requests = CounterMetricFamily(
+            "tierstore_capacity_requests", "Requests to the capacity store, by kind (one per logical "
+            "request; retried attempts are counted in tierstore_capacity_retries_total).", labels=("kind",))
+        for kind, count in sorted(kinds.items()):
+            if (value := _number(count)) is None:
+                continue
+            if kind == "retries":
+                yield CounterMetricFamily("tierstore_capacity_retries", "Retried capacity-store attempts.",
+                                          value=value)
+            else:
+                requests.add_metric((str(kind),), value)
+        if requests.samples:
+            yield requests
