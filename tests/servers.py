@@ -109,5 +109,22 @@ class Gateway:
         response.raise_for_status()
         return response
 
+    def run_job(self, kind: str, **body: object) -> dict:
+        """Run an admin job to its end (``?wait=true``); its result."""
+        job = self.admin("POST", f"/jobs/{kind}", params={"wait": "true"}, json=body or None).json()
+        assert job["state"] == "succeeded", job
+        return job["result"]
+
+    def flush(self) -> dict:
+        """Flush everything staged; the /tiers status after it."""
+        self.run_job("flush")
+        return self.admin("GET", "/tiers").json()
+
+    def evict(self) -> dict:
+        return self.run_job("evict")
+
+    def compact(self, threshold: float | None = None) -> dict:
+        return self.run_job("compact", **({"threshold": threshold} if threshold is not None else {}))
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

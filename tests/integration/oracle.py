@@ -371,7 +371,10 @@ def tiers(gw: Gateway) -> dict[str, Any]:
 
 
 def flush(gw: Gateway) -> dict[str, Any]:
-    return admin(gw, "POST", "/flush").json()
+    """Flush everything staged; the /tiers status after it."""
+    job = admin(gw, "POST", "/jobs/flush", params={"wait": "true"}).json()
+    assert job["state"] == "succeeded", job
+    return tiers(gw)
 
 
 # -- a local-directory capacity store ----------------------------------------

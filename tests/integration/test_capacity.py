@@ -78,11 +78,11 @@ def test_round_trips_staged_cached_and_cold(tiered: Gateway, client, tbucket: st
         client.put_object(Bucket=tbucket, Key=key, Body=data, Metadata={"origin": key})
     for key, data in objects.items():
         assert get(client, tbucket, key) == data, f"{key} (staged)"
-    status = tiered.admin("POST", "/flush").json()
+    status = tiered.flush()
     assert status["flush_queue"] == 0 and status["hot_staged"] == 0
     for key, data in objects.items():
         assert get(client, tbucket, key) == data, f"{key} (cached)"
-    tiered.admin("POST", "/evict")
+    tiered.evict()
     before = tiered.admin("GET", "/tiers").json()
     for key, data in objects.items():
         response = client.get_object(Bucket=tbucket, Key=key)
@@ -99,11 +99,11 @@ def test_small_objects_share_segments(tiered: Gateway, client, tbucket: str) -> 
     before = tiered.admin("GET", "/tiers").json()
     for i in range(300):
         client.put_object(Bucket=tbucket, Key=f"small/{i:04d}", Body=pattern(10_000 + i, i))
-    after = tiered.admin("POST", "/flush").json()
+    after = tiered.flush()
     assert after["segments_written"] - before["segments_written"] == 1
     puts = after["capacity_requests"]["puts"] - before["capacity_requests"]["puts"]
     assert puts == 1, "300 small objects cost one capacity PUT"
-    tiered.admin("POST", "/evict")
+    tiered.evict()
     for i in range(0, 300, 37):
         assert get(client, tbucket, f"small/{i:04d}") == pattern(10_000 + i, i)
 
@@ -111,8 +111,8 @@ def test_small_objects_share_segments(tiered: Gateway, client, tbucket: str) -> 
 def test_cold_range_reads_fetch_only_the_extents_they_touch(tiered: Gateway, client, tbucket: str) -> None:
     data = pattern(40 * MiB + 3, 7)
     client.put_object(Bucket=tbucket, Key="ranged", Body=data)
-    tiered.admin("POST", "/flush")
-    tiered.admin("POST", "/evict")
+    tiered.flush()
+    tiered.evict()
     before = tiered.admin("GET", "/tiers").json()
     boundary = 8 * MiB  # the part size
     for start, end in [(boundary - 10, boundary + 10), (3 * boundary - 1, 3 * boundary), (0, 0)]:
@@ -133,13 +133,13 @@ def test_multipart_parts_flushed_before_complete(tiered: Gateway, client, tbucke
     for number, part in enumerate(parts, 1):
         etags.append(client.upload_part(Bucket=tbucket, Key="mp", UploadId=upload, PartNumber=number,
                                         Body=part)["ETag"])
-        tiered.admin("POST", "/flush")  # the open upload's parts move to the capacity tier
+        tiered.flush()  # the open upload's parts move to the capacity tier
     client.complete_multipart_upload(
         Bucket=tbucket, Key="mp", UploadId=upload,
         MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]},
     )
-    tiered.admin("POST", "/flush")
-    tiered.admin("POST", "/evict")
+    tiered.flush()
+    tiered.evict()
     assert get(client, tbucket, "mp") == b"".join(parts)
     assert get(client, tbucket, "mp", PartNumber=2) == parts[1]
 
@@ -147,16 +147,16 @@ def test_multipart_parts_flushed_before_complete(tiered: Gateway, client, tbucke
 def test_overwrite_and_delete_then_compaction(tiered: Gateway, client, tbucket: str) -> None:
     for i in range(40):
         client.put_object(Bucket=tbucket, Key=f"k{i}", Body=pattern(50_000, i))
-    tiered.admin("POST", "/flush")
+    tiered.flush()
     for i in range(30):
         if i % 2:
             client.delete_object(Bucket=tbucket, Key=f"k{i}")
         else:
             client.put_object(Bucket=tbucket, Key=f"k{i}", Body=b"new %d" % i)
-    tiered.admin("POST", "/flush")
-    report = tiered.admin("POST", "/compact", params={"threshold": 0.9}).json()
+    tiered.flush()
+    report = tiered.compact(0.9)
     assert report["rewritten"] + report["deleted"] >= 1
-    tiered.admin("POST", "/evict")
+    tiered.evict()
     for i in range(40):
         if i < 30 and i % 2:
             with pytest.raises(client.exceptions.NoSuchKey):
@@ -173,8 +173,8 @@ def test_s3fs_reads_cold_objects(tiered: Gateway, client, tbucket: str) -> None:
 
     data = pattern(20 * MiB + 5, 3)
     client.put_object(Bucket=tbucket, Key="dir/blob", Body=data)
-    tiered.admin("POST", "/flush")
-    tiered.admin("POST", "/evict")
+    tiered.flush()
+    tiered.evict()
     fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=tiered.endpoint,
                            use_listings_cache=False, skip_instance_cache=True)
     with fs.open(f"{tbucket}/dir/blob", "rb", block_size=MiB) as f:
@@ -191,7 +191,7 @@ def test_write_through_bucket_acks_after_the_capacity_store(tiered: Gateway, cli
     after = tiered.admin("GET", "/tiers").json()
     assert after["segments_written"] > before["segments_written"]
     assert after["flush_queue"] == 0
-    tiered.admin("POST", "/evict")
+    tiered.evict()
     assert get(client, tbucket, "durable") == b"in the capacity store before the ack"
     client.copy_object(Bucket=tbucket, Key="copied", CopySource={"Bucket": tbucket, "Key": "durable"})
     assert tiered.admin("GET", "/tiers").json()["flush_queue"] == 0
@@ -206,20 +206,20 @@ def test_write_through_bucket_acks_after_the_capacity_store(tiered: Gateway, cli
 def test_segments_of_footer_records_alone_are_merged(tiered: Gateway, client, tbucket: str) -> None:
     for i in range(3):
         client.put_object(Bucket=tbucket, Key=f"r{i}", Body=b"x" * 1000)
-    tiered.admin("POST", "/flush")
-    tiered.admin("POST", "/compact")  # settle earlier tests' leftovers first
+    tiered.flush()
+    tiered.compact()  # settle earlier tests' leftovers first
     before = tiered.admin("GET", "/tiers").json()["segments"]
     for i in range(2):  # each flush of a delete alone makes a segment of one tombstone
         client.delete_object(Bucket=tbucket, Key=f"r{i}")
-        tiered.admin("POST", "/flush")
+        tiered.flush()
     client.copy_object(Bucket=tbucket, Key="r2", CopySource={"Bucket": tbucket, "Key": "r2"},
                        Metadata={"v": "2"}, MetadataDirective="REPLACE")  # a manifest alone
-    assert tiered.admin("POST", "/flush").json()["segments"] == before + 3
-    report = tiered.admin("POST", "/compact").json()
+    assert tiered.flush()["segments"] == before + 3
+    report = tiered.compact()
     assert report["merged"] >= 2
-    tiered.admin("POST", "/compact")  # deletes what the first pass left unused
+    tiered.compact()  # deletes what the first pass left unused
     assert tiered.admin("GET", "/tiers").json()["segments"] <= before + 1
-    tiered.admin("POST", "/evict")
+    tiered.evict()
     head = client.head_object(Bucket=tbucket, Key="r2")
     assert head["Metadata"] == {"v": "2"}
     assert get(client, tbucket, "r2") == b"x" * 1000

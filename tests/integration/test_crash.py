@@ -135,9 +135,10 @@ def in_thread(call) -> tuple[threading.Thread, list]:  # type: ignore[no-untyped
     return thread, outcome
 
 
-def admin_post(gw: Gateway, path: str) -> httpx.Response:
+def admin_post(gw: Gateway, path: str, body: dict | None = None) -> httpx.Response:
     return httpx.post(
-        gw.admin_url + path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=120
+        gw.admin_url + path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=120,
+        params={"wait": "true"}, json=body,
     )
 
 
@@ -328,7 +329,7 @@ def test_kill_during_flush(node: Node, tmp_path: Path) -> None:
                 + [("flushed", f"r{prev}/large/1")],
             )
         before = set(segment_files(node.cap))
-        thread, outcome = in_thread(lambda gw=gw: admin_post(gw, "/flush"))
+        thread, outcome = in_thread(lambda gw=gw: admin_post(gw, "/jobs/flush"))
         kill_when(node, moment, before)
         thread.join(30)
         interrupted += not (outcome and outcome[0][0] == "ok")
@@ -382,7 +383,7 @@ def test_kill_during_compaction(node: Node, tmp_path: Path) -> None:
     interrupted = 0
     for round_, moment in enumerate(COMPACT_MOMENTS, start=1):
         before = set(segment_files(node.cap))
-        thread, outcome = in_thread(lambda gw=gw: admin_post(gw, "/compact?threshold=0.99"))
+        thread, outcome = in_thread(lambda gw=gw: admin_post(gw, "/jobs/compact", {"threshold": 0.99}))
         kill_when(node, moment, before)
         thread.join(30)
         interrupted += not (outcome and outcome[0][0] == "ok")
@@ -396,7 +397,7 @@ def test_kill_during_compaction(node: Node, tmp_path: Path) -> None:
         f"only {interrupted} of {len(COMPACT_MOMENTS)} kills interrupted a compaction"
     )
 
-    report = admin_post(gw, "/compact?threshold=0.99").json()
+    report = admin_post(gw, "/jobs/compact", {"threshold": 0.99}).json()["result"]
     assert report["rewritten"] + report["deleted"] > 0, report
     node.finish()
     _check_rebuild(node, tmp_path, "rebuilt", write=True)  # the node's disk is lost after all that

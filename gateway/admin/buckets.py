@@ -1,0 +1,163 @@
+"""Admin routes for buckets and their policies, objects' whereabouts, and pins."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from fastapi import APIRouter, Response
+
+from gateway.admin.context import AdminContext
+from gateway.admin.errors import AdminError, responses
+from gateway.admin.models import (
+    Bucket,
+    BucketList,
+    BucketPolicy,
+    NewBucket,
+    ObjectLocation,
+    Pin,
+    PinList,
+    bucket_view,
+    location_view,
+)
+from tiering.errors import (
+    BucketAlreadyOwnedByYou,
+    BucketNotEmpty,
+    InvalidBucketName,
+    NoSuchBucket,
+    NoSuchKey,
+)
+from tiering.meta import BucketInfo
+from tiering.objects import ObjectService
+
+
+def _no_bucket(name: str) -> AdminError:
+    return AdminError("NoSuchBucket", f"bucket {name!r} does not exist")
+
+
+def _view(service: ObjectService, info: BucketInfo) -> Bucket:
+    policies = service.policies
+    return bucket_view(info, policies.resolve(info), policies.bucket_pinned(info.name))
+
+
+def _check(service: ObjectService, policy: BucketPolicy) -> None:
+    """Combinations a field's own bounds cannot express."""
+    small = policy.small_object_size
+    if small is not None and small > service.settings.segment_size:
+        raise AdminError(
+            "InvalidRequest",
+            f"small_object_size {small} is larger than the segment size {service.settings.segment_size}",
+        )
+
+
+async def _set_pinned(service: ObjectService, name: str, pinned: bool | None) -> None:
+    """The bucket's ``pinned`` policy is the pin of its whole key space."""
+    if pinned is None or pinned == service.policies.bucket_pinned(name):
+        return
+    if pinned:
+        # What is cached already is pinned now; later reads and flushes too.
+        await service.tiers.residency.hold(name, "")
+    else:
+        await service.tiers.residency.unpin(name, "")
+
+
+def router(ctx: AdminContext) -> APIRouter:
+    api = APIRouter()
+
+    @api.get("/buckets", tags=["buckets"], response_model=BucketList)
+    async def list_buckets() -> BucketList:
+        """Every bucket with its effective policy."""
+        service = ctx.service()
+        return BucketList(buckets=[_view(service, b) for b in await service.list_buckets()])
+
+    @api.post(
+        "/buckets",
+        tags=["buckets"],
+        status_code=201,
+        response_model=Bucket,
+        responses=responses("InvalidBucketName", "BucketAlreadyExists", "InvalidRequest"),
+    )
+    async def create_bucket(new: NewBucket) -> Bucket:
+        """Create a managed bucket with a policy (unset fields follow the
+        node's settings)."""
+        service = ctx.service()
+        _check(service, new)
+        fields = new.model_dump(exclude={"name", "pinned"}, exclude_none=True)
+        try:
+            info = await service.create_bucket(new.name, **fields)
+        except InvalidBucketName as exc:
+            raise AdminError("InvalidBucketName", exc.message or f"invalid bucket name {new.name!r}") from None
+        except BucketAlreadyOwnedByYou:
+            raise AdminError("BucketAlreadyExists", f"bucket {new.name!r} already exists") from None
+        await _set_pinned(service, new.name, new.pinned)
+        return _view(service, info)
+
+    @api.get("/buckets/{name}", tags=["buckets"], response_model=Bucket,
+             responses=responses("NoSuchBucket"))
+    async def get_bucket(name: str) -> Bucket:
+        """A bucket and its effective policy."""
+        service = ctx.service()
+        try:
+            return _view(service, await service.bucket(name))
+        except NoSuchBucket:
+            raise _no_bucket(name) from None
+
+    @api.patch("/buckets/{name}", tags=["buckets"], response_model=Bucket,
+               responses=responses("NoSuchBucket", "InvalidRequest"))
+    async def patch_bucket(name: str, policy: BucketPolicy) -> Bucket:
+        """Change a bucket's policy, e.g. ``{"write_through": true}``. New
+        writes follow it; data already written keeps its layout."""
+        service = ctx.service()
+        _check(service, policy)
+        try:
+            info = await service.bucket(name)
+            changes = policy.model_dump(exclude={"pinned"}, exclude_none=True)
+            if changes:
+                info = await service.set_policy(replace(info, **changes))
+        except NoSuchBucket:
+            raise _no_bucket(name) from None
+        await _set_pinned(service, name, policy.pinned)
+        return _view(service, info)
+
+    @api.delete("/buckets/{name}", tags=["buckets"], status_code=204,
+                responses=responses("NoSuchBucket", "BucketNotEmpty"))
+    async def delete_bucket(name: str) -> Response:
+        """Delete an empty bucket (and its pins)."""
+        try:
+            await ctx.service().delete_bucket(name)
+        except NoSuchBucket:
+            raise _no_bucket(name) from None
+        except BucketNotEmpty:
+            raise AdminError("BucketNotEmpty", f"bucket {name!r} is not empty") from None
+        return Response(status_code=204)
+
+    @api.get("/objects/{bucket}/{key:path}", tags=["objects"], response_model=ObjectLocation,
+             responses=responses("NoSuchBucket", "NoSuchKey"))
+    async def locate(bucket: str, key: str) -> ObjectLocation:
+        """Where one object lives: staged, cached in the hot tier, or only in
+        the capacity store, chunk by chunk with its segment and extent."""
+        service = ctx.service()
+        try:
+            meta = await service.head(bucket, key)
+        except NoSuchBucket:
+            raise _no_bucket(bucket) from None
+        except NoSuchKey:
+            raise AdminError("NoSuchKey", f"no object {key!r} in bucket {bucket!r}") from None
+        states = service.tiers.residency.states(meta)
+        return location_view(meta, states, service.policies.pinned(bucket, key))
+
+    @api.get("/pins", tags=["pins"], response_model=PinList)
+    async def list_pins() -> PinList:
+        """Every pinned bucket/prefix (start a pin with ``POST /jobs/pin``)."""
+        pins = ctx.service().policies.pins()
+        return PinList(pins=[Pin(bucket=b, prefix=p) for b, p in pins])
+
+    @api.delete("/pins", tags=["pins"], status_code=204, responses=responses("NoSuchPin"))
+    async def delete_pin(bucket: str, prefix: str = "") -> Response:
+        """Unpin: what the pin covered stays cached but may be evicted again."""
+        try:
+            await ctx.service().tiers.residency.unpin(bucket, prefix)
+        except KeyError:
+            raise AdminError("NoSuchPin", f"{bucket}/{prefix} is not pinned") from None
+        return Response(status_code=204)
+
+    return api

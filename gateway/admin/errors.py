@@ -1,0 +1,130 @@
+"""The admin API's one error shape and the handlers that produce it.
+
+Every failure, ours or FastAPI's (404, 405, a body that does not validate),
+leaves as ``{"error": {"code": ..., "message": ...}}`` with a CamelCase code a
+script can switch on; the table below is the one place the codes live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+# code -> HTTP status
+CODES = {
+    "InvalidRequest": 400,
+    "InvalidBucketName": 400,
+    "Unauthorized": 401,
+    "NotFound": 404,
+    "NoSuchBucket": 404,
+    "NoSuchKey": 404,
+    "NoSuchJob": 404,
+    "NoSuchPin": 404,
+    "MethodNotAllowed": 405,
+    "BucketAlreadyExists": 409,
+    "BucketNotEmpty": 409,
+    "JobFinished": 409,
+    "Unavailable": 503,
+}
+
+# RFC 6750 section 3: a 401 for a bearer-protected resource names the scheme.
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tierstore-admin"'}
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """What every admin API error looks like."""
+
+    error: ErrorDetail
+
+
+class AdminError(Exception):
+    """An admin API failure; ``code`` is a key of :data:`CODES`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.status = CODES[code]
+        self.message = message
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = {"error": {"code": code, "message": message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# The statuses Starlette raises by itself, and their codes.
+_HTTP_CODES = {401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed"}
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_admin_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, AdminError)
+        headers = CHALLENGE if exc.status == 401 else None
+        return error_response(exc.status, exc.code, exc.message, headers)
+
+    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        code = _HTTP_CODES.get(exc.status_code, "InvalidRequest")
+        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+
+    async def on_invalid(_: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body') or 'body'}: {e.get('msg')}"
+            for e in exc.errors()
+        )
+        return error_response(400, "InvalidRequest", problems or "invalid request")
+
+    app.add_exception_handler(AdminError, on_admin_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(RequestValidationError, on_invalid)
+
+
+# For route decorators: the error answers a route may give, in the schema.
+def responses(*codes: str) -> dict[int | str, dict[str, object]]:
+    out: dict[int | str, dict[str, object]] = {}
+    for code in codes:
+        status = CODES[code]
+        entry = out.setdefault(status, {"model": ErrorBody, "description": ""})
+        entry["description"] = ", ".join(filter(None, [str(entry["description"]), code]))
+    return out
+
+
+def fix_schema(app: FastAPI) -> None:
+    """FastAPI documents request validation failures as 422 with its own
+    body; this API answers them 400 with :class:`ErrorBody`. Make the
+    OpenAPI schema say what the server does."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, object]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        for operations in schema["paths"].values():  # type: ignore[union-attr]
+            for operation in operations.values():
+                answers = operation.get("responses", {})
+                if answers.pop("422", None) is not None:
+                    answers.setdefault("400", {
+                        "description": "InvalidRequest",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                    })
+        components = schema.get("components", {}).get("schemas", {})  # type: ignore[union-attr]
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+

@@ -1,0 +1,127 @@
+"""Admin routes for actions (each starts a job) and for jobs themselves.
+
+``POST /jobs/<kind>`` answers 202 with the job at once; with ``?wait=true``
+it answers when the job has ended, 200 with its final state (a failed job
+is still a 200: the job resource was served; its ``state`` says how it went).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, Body, Response
+
+from gateway.admin.context import AdminContext
+from gateway.admin.errors import AdminError, responses
+from gateway.admin.models import CompactRequest, EvictRequest, JobList, JobView, Pin, job_view
+from tiering.errors import NoSuchBucket
+from tiering.jobs import Job, JobFinished, Work
+
+# Longest a ?wait=true request holds on; the job goes on after it.
+WAIT_LIMIT = 3600.0
+
+
+def router(ctx: AdminContext) -> APIRouter:
+    api = APIRouter()
+
+    async def start(kind: str, params: Mapping[str, Any], work: Work, wait: bool, response: Response) -> JobView:
+        service = ctx.service()
+        job = service.jobs.start(kind, params, work)
+        if wait:
+            await service.jobs.wait(job.id, WAIT_LIMIT)
+        response.status_code = 200 if job.done else 202
+        return job_view(job)
+
+    async def known_bucket(name: str) -> None:
+        try:
+            await ctx.service().bucket(name)
+        except NoSuchBucket:
+            raise AdminError("NoSuchBucket", f"bucket {name!r} does not exist") from None
+
+    @api.post("/jobs/flush", tags=["jobs"], status_code=202, response_model=JobView)
+    async def flush(response: Response, wait: bool = False) -> JobView:
+        """Write every staged object and pending footer record to the
+        capacity store now. Progress counts objects and bytes."""
+        tiers = ctx.service().tiers
+
+        async def work(job: Job) -> dict[str, Any]:
+            await tiers.flush(job)
+            return {"objects": job.items_done, "bytes": job.bytes_done}
+
+        return await start("flush", {}, work, wait, response)
+
+    @api.post("/jobs/compact", tags=["jobs"], status_code=202, response_model=JobView)
+    async def compact(
+        response: Response, request: CompactRequest | None = Body(None), wait: bool = False
+    ) -> JobView:
+        """Delete unused segments and rewrite those whose live fraction is
+        under ``threshold`` (default: the configured one)."""
+        tiers = ctx.service().tiers
+        threshold = request.threshold if request else None
+
+        async def work(job: Job) -> dict[str, Any]:
+            return asdict(await tiers.compact(threshold, job))
+
+        return await start("compact", {"threshold": threshold}, work, wait, response)
+
+    @api.post("/jobs/evict", tags=["jobs"], status_code=202, response_model=JobView,
+              responses=responses("NoSuchBucket"))
+    async def evict(
+        response: Response, request: EvictRequest | None = Body(None), wait: bool = False
+    ) -> JobView:
+        """Drop cached extents from the hot tier: all of them, or those of a
+        bucket and prefix. Staged writes and pinned data stay."""
+        request = request or EvictRequest()
+        if request.bucket is not None:
+            await known_bucket(request.bucket)
+        residency = ctx.service().tiers.residency
+
+        async def work(job: Job) -> dict[str, Any]:
+            return asdict(await residency.evict(request.bucket, request.prefix, job))
+
+        return await start("evict", request.model_dump(), work, wait, response)
+
+    @api.post("/jobs/pin", tags=["jobs"], status_code=202, response_model=JobView,
+              responses=responses("NoSuchBucket"))
+    async def pin(response: Response, request: Pin, wait: bool = False) -> JobView:
+        """Pin a bucket/prefix: record it, then pull everything under it into
+        the hot tier, where it is never evicted. Fails, keeping what it
+        pinned, when the data does not fit."""
+        await known_bucket(request.bucket)
+        residency = ctx.service().tiers.residency
+
+        async def work(job: Job) -> dict[str, Any]:
+            return asdict(await residency.pin(request.bucket, request.prefix, job))
+
+        return await start("pin", request.model_dump(), work, wait, response)
+
+    @api.get("/jobs", tags=["jobs"], response_model=JobList)
+    async def list_jobs() -> JobList:
+        """Running jobs and the most recent finished ones, newest first."""
+        return JobList(jobs=[job_view(job) for job in ctx.service().jobs.list()])
+
+    def find(job_id: str) -> Job:
+        job = ctx.service().jobs.get(job_id)
+        if job is None:
+            raise AdminError("NoSuchJob", f"no job {job_id!r} (finished jobs are kept until 100 newer ones end)")
+        return job
+
+    @api.get("/jobs/{job_id}", tags=["jobs"], response_model=JobView, responses=responses("NoSuchJob"))
+    async def get_job(job_id: str) -> JobView:
+        """A job's state, progress (items, bytes), rate, ETA, errors and result."""
+        return job_view(find(job_id))
+
+    @api.post("/jobs/{job_id}/cancel", tags=["jobs"], response_model=JobView,
+              responses=responses("NoSuchJob", "JobFinished"))
+    async def cancel_job(job_id: str) -> JobView:
+        """Stop a running job; what it already did stays done."""
+        job = find(job_id)
+        try:
+            await ctx.service().jobs.cancel(job.id)
+        except JobFinished as exc:
+            raise AdminError("JobFinished", str(exc)) from None
+        return job_view(job)
+
+    return api

@@ -1,0 +1,226 @@
+"""Request and response bodies of the admin API, and the views that build
+them from the tiering layer's types. The OpenAPI schema (and so
+docs/admin-api.md) is generated from these."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from gateway.config import parse_size
+from tiering.jobs import Job
+from tiering.meta import BucketInfo, ObjectMeta
+from tiering.settings import TierSettings
+
+MiB = 1024 * 1024
+MIN_PART = 5 * MiB  # S3's smallest multipart part; extents are never smaller
+MAX_PART = 256 * MiB  # an extent is fetched into memory whole
+
+
+def iso(seconds: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC with milliseconds, or None."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _size(value: object) -> object:
+    if isinstance(value, str):
+        return parse_size(value)  # its ValueError becomes a 400 naming the field
+    return value
+
+
+Size = Annotated[int, BeforeValidator(_size)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BucketPolicy(Strict):
+    """A bucket's tiering policy; fields left out stay as they are (or take
+    the node's setting, at creation)."""
+
+    write_through: bool | None = Field(
+        None, description="Acknowledge writes once the capacity store has them."
+    )
+    compression: bool | None = Field(None, description="zstd per extent where it saves space.")
+    part_size: Size | None = Field(
+        None, ge=MIN_PART, le=MAX_PART, description='Extent size of large objects: bytes or "8M".'
+    )
+    small_object_size: Size | None = Field(
+        None, gt=0, description='Objects up to this size are packed into shared segments.'
+    )
+    pinned: bool | None = Field(
+        None, description="Keep every object of the bucket in the hot tier (never evicted)."
+    )
+
+
+class NewBucket(BucketPolicy):
+    name: str
+
+
+class Bucket(BaseModel):
+    """A bucket and its effective policy (node settings where it has none)."""
+
+    name: str
+    created: str
+    region: str
+    write_through: bool
+    compression: bool
+    part_size: int
+    small_object_size: int
+    pinned: bool
+
+
+def bucket_view(info: BucketInfo, settings: TierSettings, pinned: bool) -> Bucket:
+    return Bucket(
+        name=info.name,
+        created=iso(info.created_ms / 1000) or "",
+        region=info.region,
+        write_through=info.write_through,
+        compression=settings.compression,
+        part_size=settings.part_size,
+        small_object_size=settings.small_object_size,
+        pinned=pinned,
+    )
+
+
+class BucketList(BaseModel):
+    buckets: list[Bucket]
+
+
+class ChunkView(BaseModel):
+    size: int
+    state: Literal["staged", "cached", "capacity"]
+    file_id: str | None = None
+    segment: str | None = None
+    offset: int | None = None
+    stored: int | None = None
+    codec: str | None = None
+
+
+class ObjectLocation(BaseModel):
+    """Where one object's bytes are."""
+
+    bucket: str
+    key: str
+    size: int
+    etag: str
+    last_modified: str
+    seq: int
+    pinned: bool
+    where: Literal["hot", "staged", "capacity", "partly-hot"]
+    chunks: list[ChunkView]
+
+
+def location_view(meta: ObjectMeta, states: list[str], pinned: bool) -> ObjectLocation:
+    chunks = [
+        ChunkView(
+            size=c.size,
+            state=state,  # type: ignore[arg-type]
+            file_id=c.file_id,
+            segment=c.extent.segment if c.extent else None,
+            offset=c.extent.offset if c.extent else None,
+            stored=c.extent.stored if c.extent else None,
+            codec=c.extent.codec if c.extent else None,
+        )
+        for c, state in zip(meta.chunks, states, strict=True)
+    ]
+    kinds = set(states)
+    if kinds <= {"staged"} and kinds:
+        where = "staged"
+    elif "capacity" not in kinds:
+        where = "hot"
+    elif kinds == {"capacity"}:
+        where = "capacity"
+    else:
+        where = "partly-hot"
+    return ObjectLocation(
+        bucket=meta.bucket,
+        key=meta.key,
+        size=meta.size,
+        etag=meta.etag,
+        last_modified=iso(meta.last_modified_ms / 1000) or "",
+        seq=meta.seq,
+        pinned=pinned,
+        where=where,  # type: ignore[arg-type]
+        chunks=chunks,
+    )
+
+
+class Pin(Strict):
+    bucket: str
+    prefix: str = ""
+
+
+class PinList(BaseModel):
+    pins: list[Pin]
+
+
+class CompactRequest(Strict):
+    threshold: float | None = Field(
+        None, ge=0, le=1, description="Rewrite segments whose live fraction is below this."
+    )
+
+
+class EvictRequest(Strict):
+    bucket: str | None = Field(None, description="Leave out to evict the whole cache.")
+    prefix: str = ""
+
+
+class Progress(BaseModel):
+    items_done: int
+    items_total: int | None
+    bytes_done: int
+    bytes_total: int | None
+    fraction: float | None
+
+
+class JobView(BaseModel):
+    """A background job: what it does, how far it got, how it ended."""
+
+    id: str
+    kind: str
+    params: dict[str, Any]
+    state: Literal["running", "succeeded", "failed", "cancelled"]
+    created: str
+    started: str | None
+    finished: str | None
+    progress: Progress
+    rate_bytes_per_s: float | None
+    eta_s: float | None
+    errors: list[str]
+    result: dict[str, Any] | None
+
+
+def job_view(job: Job) -> JobView:
+    errors = list(job.errors)
+    if job.errors_dropped:
+        errors.append(f"... and {job.errors_dropped} more")
+    return JobView(
+        id=job.id,
+        kind=job.kind,
+        params=job.params,
+        state=job.state.value,  # type: ignore[arg-type]
+        created=iso(job.created) or "",
+        started=iso(job.started),
+        finished=iso(job.finished),
+        progress=Progress(
+            items_done=job.items_done,
+            items_total=job.items_total,
+            bytes_done=job.bytes_done,
+            bytes_total=job.bytes_total,
+            fraction=job.fraction,
+        ),
+        rate_bytes_per_s=job.rate,
+        eta_s=job.eta,
+        errors=errors,
+        result=job.result,
+    )
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
