@@ -1,5 +1,9 @@
 """The ``tierstore`` command line (console script and ``python -m gateway``).
 
+This module holds the app and the commands that run on the gateway's own
+machine and data dir (``serve``, ``recover``, ``check``); the commands that
+talk to a running gateway are in ``gateway/cli_admin.py`` (docs/cli.md).
+
 Flags default to None so that "not given" is distinguishable from a value and
 the environment and the --config file can fill in (see ``gateway/config.py``).
 Errors a user can fix print one line on stderr, never a traceback: exit 2 for
@@ -11,14 +15,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-from gateway import server
-from gateway.config import VERSION, load_config
+from gateway import cli_admin
+from gateway._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
+from gateway.config import VERSION, Config, load_config
 
 app = typer.Typer(
     name="tierstore",
@@ -29,14 +35,7 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-EXIT_CONFIG = 2
-EXIT_STARTUP = 1
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells expect after Ctrl-C
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"tierstore: {message}", err=True)
-    raise typer.Exit(code)
+GATEWAY_PANEL = "Gateway"
 
 
 def _show_version(value: bool) -> None:
@@ -58,7 +57,7 @@ def _root(
 
 
 # Help texts avoid square brackets: typer renders them as rich markup.
-# Storage flags are shared with commands added later (e.g. `recover`).
+# The flags of `serve` and `recover`, grouped into SERVE_OPTIONS etc. below.
 Host = Annotated[str | None, typer.Option(help="S3 listen address. (default: 127.0.0.1)")]
 Port = Annotated[int | None, typer.Option(help="S3 port; 0 picks a free one. (default: 9100)")]
 AdminHost = Annotated[
@@ -99,19 +98,27 @@ ConfigFile = Annotated[
     Path | None, typer.Option("--config", help='TOML file of settings, e.g. hot_size = "512G".')
 ]
 SmallObjectSize = Annotated[
-    str | None, typer.Option(help="Objects up to this size are packed into shared segments. (default: 4M)")
+    str | None,
+    typer.Option(help="Objects up to this size are packed into shared segments. (default: 4M)"),
 ]
 PartSize = Annotated[
-    str | None, typer.Option(help="Larger objects are split into extents of this size, at least 5M. (default: 8M)")
+    str | None,
+    typer.Option(
+        help="Larger objects are split into extents of this size, at least 5M. (default: 8M)"
+    ),
 ]
 SegmentSize = Annotated[
-    str | None, typer.Option(help="Target size of a packed segment in the capacity store. (default: 64M)")
+    str | None,
+    typer.Option(help="Target size of a packed segment in the capacity store. (default: 64M)"),
 ]
 FlushDelay = Annotated[
     float | None, typer.Option(help="Seconds a write may wait before it is flushed. (default: 5)")
 ]
 Compression = Annotated[
-    bool | None, typer.Option("--compression/--no-compression", help="zstd per extent where it saves space. (default: on)")
+    bool | None,
+    typer.Option(
+        "--compression/--no-compression", help="zstd per extent where it saves space. (default: on)"
+    ),
 ]
 WriteThrough = Annotated[
     bool | None,
@@ -122,86 +129,93 @@ WriteThrough = Annotated[
     ),
 ]
 CompactThreshold = Annotated[
-    float | None, typer.Option(help="Rewrite segments whose live fraction falls below this. (default: 0.5)")
+    float | None,
+    typer.Option(help="Rewrite segments whose live fraction falls below this. (default: 0.5)"),
 ]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
+AccessLog = Annotated[
+    str | None,
+    typer.Option(help="One line per S3 request on stderr: off, text or json. (default: text)"),
+]
 
 
-@app.command()
-def serve(
-    host: Host = None,
-    port: Port = None,
-    admin_host: AdminHost = None,
-    admin_port: AdminPort = None,
-    data_dir: DataDir = None,
-    hot_size: HotSize = None,
-    capacity: Capacity = None,
-    capacity_endpoint: CapacityEndpoint = None,
-    capacity_region: CapacityRegion = None,
-    capacity_access_key: CapacityAccessKey = None,
-    capacity_secret_key: CapacitySecretKey = None,
-    region: Region = None,
-    domain: Domain = None,
-    config_file: ConfigFile = None,
-    log_level: LogLevel = None,
-    small_object_size: SmallObjectSize = None,
-    part_size: PartSize = None,
-    segment_size: SegmentSize = None,
-    flush_delay: FlushDelay = None,
-    compression: Compression = None,
-    write_through: WriteThrough = None,
-    compact_threshold: CompactThreshold = None,
-) -> None:
+SERVE_OPTIONS = (
+    option("host", Host),
+    option("port", Port),
+    option("admin_host", AdminHost),
+    option("admin_port", AdminPort),
+)
+# What `recover` needs to reach the data dir and the capacity store.
+STORAGE_OPTIONS = (
+    option("data_dir", DataDir),
+    option("capacity", Capacity),
+    option("capacity_endpoint", CapacityEndpoint),
+    option("capacity_region", CapacityRegion),
+    option("capacity_access_key", CapacityAccessKey),
+    option("capacity_secret_key", CapacitySecretKey),
+    option("region", Region),
+    option("config_file", ConfigFile),
+)
+TUNING_OPTIONS = (
+    option("hot_size", HotSize),
+    option("domain", Domain),
+    option("log_level", LogLevel),
+    option("access_log", AccessLog),
+    option("small_object_size", SmallObjectSize),
+    option("part_size", PartSize),
+    option("segment_size", SegmentSize),
+    option("flush_delay", FlushDelay),
+    option("compression", Compression),
+    option("write_through", WriteThrough),
+    option("compact_threshold", CompactThreshold),
+)
+
+
+@contextmanager
+def _loaded_config(config_file: Path | None = None, **flags: object) -> Iterator[Config]:
+    """The Config from the flags given (None = not given), the environment and the file."""
+    try:
+        config = load_config(flags, config_file=config_file)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    yield config
+
+
+@app.command(rich_help_panel=GATEWAY_PANEL)
+@with_options("config", (*SERVE_OPTIONS, *STORAGE_OPTIONS, *TUNING_OPTIONS), _loaded_config)
+def serve(config: Config) -> None:
     """Serve S3 and the admin API (Ctrl-C to stop).
 
     Every flag is also TIERSTORE_<NAME> in the environment and <name> in the
     --config file; flags win over the environment over the file.
     """
-    flags = dict(locals())
-    config_path = flags.pop("config_file")
-    try:
-        config = load_config(flags, config_file=config_path)
-    except ValueError as exc:
-        _fail(str(exc), EXIT_CONFIG)
+    from gateway import server  # imported here: uvicorn and FastAPI take a second to load
+
     _configure_logging(config.log_level)
     try:
         server.run(config)
     except server.StartupError as exc:
-        _fail(str(exc), EXIT_STARTUP)
+        fail(str(exc), EXIT_FAILED)
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers were in place
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
-@app.command()
-def recover(
-    data_dir: DataDir = None,
-    capacity: Capacity = None,
-    capacity_endpoint: CapacityEndpoint = None,
-    capacity_region: CapacityRegion = None,
-    capacity_access_key: CapacityAccessKey = None,
-    capacity_secret_key: CapacitySecretKey = None,
-    region: Region = None,
-    config_file: ConfigFile = None,
-) -> None:
+@app.command(rich_help_panel=GATEWAY_PANEL)
+@with_options("config", STORAGE_OPTIONS, _loaded_config)
+def recover(config: Config) -> None:
     """Rebuild the index of an empty --data-dir from the capacity store.
 
     Reads every segment footer; the newest version of each key wins, deleted
     keys stay deleted. Run it with the gateway stopped.
     """
-    flags = dict(locals())
-    config_path = flags.pop("config_file")
-    try:
-        config = load_config(flags, config_file=config_path)
-    except ValueError as exc:
-        _fail(str(exc), EXIT_CONFIG)
     from gateway.storage import run_recover
 
     try:
         report = asyncio.run(run_recover(config, _progress_printer()))
     except (ValueError, RuntimeError) as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), EXIT_FAILED)
     typer.echo(
         f"recovered {report.objects} objects ({report.bytes} bytes) in {report.buckets} buckets "
         f"from {report.segments} segments; {report.deleted} deleted keys stay deleted"
@@ -221,7 +235,7 @@ def _progress_printer() -> Callable[[int, int], None]:
     return show
 
 
-@app.command()
+@app.command(rich_help_panel=GATEWAY_PANEL)
 def check(data_dir: DataDir = None) -> None:
     """Check a stopped gateway's data dir: index and hot-tier files agree.
 
@@ -231,15 +245,15 @@ def check(data_dir: DataDir = None) -> None:
 
     path = data_dir or Path("tierstore-data")
     if not (path / "index").exists():
-        _fail(f"{path} holds no tierstore index", EXIT_CONFIG)
+        fail(f"{path} holds no tierstore index", EXIT_USAGE)
     try:
         problems = fsck.check(path)
     except Exception as exc:  # e.g. the index is locked by a running gateway
-        _fail(f"cannot check {path}: {exc}", 1)
+        fail(f"cannot check {path}: {exc}", EXIT_FAILED)
     for problem in problems:
         typer.echo(problem)
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
     typer.echo(f"{path}: consistent")
 
 
@@ -247,6 +261,9 @@ def _configure_logging(level: str) -> None:
     # "trace" is uvicorn's level below DEBUG; for our own loggers it is DEBUG.
     numeric = logging.DEBUG if level == "trace" else getattr(logging, level.upper())
     logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+cli_admin.register(app)
 
 
 def main() -> None:

@@ -4,11 +4,16 @@ The real ``S3App`` is not needed here: ``FakeS3App`` has its interface
 (raw ASGI app + startup/shutdown/started), so these tests pin down what
 ``serve()`` promises: both ports answer, /health follows the data plane,
 /config needs the token, and ``stop`` shuts everything down in order.
+
+The admin commands are tested without a gateway too: against nothing (a free
+port) and against ``FakeApi``, answers from a table through httpx's
+MockTransport; tests/integration/test_cli_admin.py runs them for real.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -17,11 +22,16 @@ from typing import Any
 
 import httpx
 import pytest
+import typer
 from typer.testing import CliRunner
 
-from gateway import cli, server
+from gateway import cli, cli_admin, server
 from gateway.admin import build_admin_app
+from gateway.admin_client import AdminClient
+from gateway.cli_admin import S3Location, parse_object_url, parse_s3_url
+from gateway.cli_target import resolve_target
 from gateway.config import VERSION, Config, credentials_path, load_config
+from tests.servers import free_port
 
 
 @pytest.fixture(autouse=True)
@@ -300,6 +310,32 @@ def test_serve_flags_reach_the_config(tmp_path: Path, monkeypatch: pytest.Monkey
     assert config.domain == "s3.local"
 
 
+def test_serve_access_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = _capture_run(monkeypatch)
+    result = runner.invoke(cli.app, ["serve", "--data-dir", str(tmp_path), "--access-log", "json"])
+    assert result.exit_code == 0, result.output
+    assert started[0].access_log == "json"
+    bad = runner.invoke(cli.app, ["serve", "--data-dir", str(tmp_path), "--access-log", "loud"])
+    assert bad.exit_code == 2 and "--access-log" in bad.stderr
+
+
+def test_recover_shares_the_storage_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway import storage
+
+    seen: list[Config] = []
+
+    async def fake_recover(config: Config, progress: object) -> object:
+        seen.append(config)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(storage, "run_recover", fake_recover)
+    args = ["--data-dir", str(tmp_path), "--capacity", "s3://cap/prefix", "--region", "eu-west-1"]
+    result = runner.invoke(cli.app, ["recover", *args])
+    assert (result.exit_code, result.stderr) == (1, "tierstore: stop here\n")
+    assert (seen[0].capacity, seen[0].region) == ("s3://cap/prefix", "eu-west-1")
+    assert "--hot-size" not in runner.invoke(cli.app, ["recover", "--help"]).stdout
+
+
 def test_startup_error_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def busy(_: Config) -> None:
         raise server.StartupError("cannot listen for S3 on 127.0.0.1:9100: Address already in use")
@@ -308,3 +344,369 @@ def test_startup_error_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     result = runner.invoke(cli.app, ["serve", "--data-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert result.stderr.strip().endswith("Address already in use")
+
+
+# --------------------------------------------------------------------------
+# Admin API commands, without a gateway: option resolution, s3:// URLs, errors
+
+
+@pytest.mark.parametrize(
+    ("url", "location"),
+    [
+        ("s3://b", S3Location("b", "")),
+        ("s3://b/", S3Location("b", "")),
+        ("s3://b/data/train/", S3Location("b", "data/train/")),
+        ("s3://b/a?x=1#frag", S3Location("b", "a?x=1#frag")),  # key characters, not URL syntax
+    ],
+)
+def test_s3_urls(url: str, location: S3Location) -> None:
+    assert parse_s3_url(url) == location
+
+
+@pytest.mark.parametrize("url", ["b/prefix", "s3:///prefix", "http://b/k", ""])
+def test_bad_s3_urls(url: str) -> None:
+    with pytest.raises(ValueError, match="expected s3://bucket"):
+        parse_s3_url(url)
+
+
+def test_object_url_needs_a_key() -> None:
+    assert parse_object_url("s3://b/k/../x") == S3Location("b", "k/../x")
+    with pytest.raises(ValueError, match="no key"):
+        parse_object_url("s3://b/")
+
+
+def _write_token(data_dir: Path, token: str) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    credentials_path(data_dir).write_text(f'admin_token = "{token}"\n')
+
+
+def test_token_precedence_flag_env_file_credentials(tmp_path: Path) -> None:
+    _write_token(tmp_path / "data", "from-credentials")
+    toml = tmp_path / "gw.toml"
+    toml.write_text(f'data_dir = "{tmp_path / "data"}"\n')
+
+    def token(flag: str | None, env: dict[str, str]) -> tuple[str, str]:
+        target = resolve_target(
+            admin_url=None, token=flag, config_file=toml, data_dir=None, env=env
+        )
+        return target.token, target.token_source
+
+    assert token(None, {}) == ("from-credentials", str(tmp_path / "data" / "credentials.toml"))
+    toml.write_text(f'data_dir = "{tmp_path / "data"}"\nadmin_token = "from-file"\n')
+    assert token(None, {}) == ("from-file", f"config file {toml}, key 'admin_token'")
+    env = {"TIERSTORE_ADMIN_TOKEN": "from-env"}
+    assert token(None, env) == ("from-env", "TIERSTORE_ADMIN_TOKEN")
+    assert token("from-flag", env) == ("from-flag", "--token")
+    assert token(None, {"TIERSTORE_ADMIN_TOKEN": ""})[0] == "from-file"  # empty = unset
+
+
+def test_generated_token_follows_the_data_dir(tmp_path: Path) -> None:
+    for name in ("flag", "env", "file"):
+        _write_token(tmp_path / name, f"token-{name}")
+    toml = tmp_path / "gw.toml"
+    toml.write_text(f'data_dir = "{tmp_path / "file"}"\n')
+    env = {"TIERSTORE_DATA_DIR": str(tmp_path / "env")}
+
+    def token(data_dir: Path | None, env: dict[str, str]) -> str:
+        return resolve_target(
+            admin_url=None, token=None, config_file=toml, data_dir=data_dir, env=env
+        ).token
+
+    assert token(tmp_path / "flag", env) == "token-flag"
+    assert token(None, env) == "token-env"
+    assert token(None, {}) == "token-file"
+
+
+def test_default_data_dir_is_the_gateways(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write_token(tmp_path / "tierstore-data", "generated")
+    target = resolve_target(admin_url=None, token=None, config_file=None, data_dir=None, env={})
+    assert (target.url, target.token) == ("http://127.0.0.1:9101", "generated")
+
+
+def test_url_precedence_flag_env_file_default(tmp_path: Path) -> None:
+    toml = tmp_path / "gw.toml"
+    toml.write_text('admin_host = "0.0.0.0"\nadmin_port = 9201\n')
+
+    def url(flag: str | None, env: dict[str, str], config: Path | None = toml) -> str:
+        return resolve_target(
+            admin_url=flag, token="t", config_file=config, data_dir=None, env=env
+        ).url
+
+    assert url(None, {}, config=None) == "http://127.0.0.1:9101"
+    assert url(None, {}) == "http://127.0.0.1:9201"  # a wildcard listener is reached on loopback
+    assert url(None, {"TIERSTORE_ADMIN_PORT": "9301"}) == "http://127.0.0.1:9301"
+    assert url(None, {"TIERSTORE_CONFIG": str(toml)}, config=None) == "http://127.0.0.1:9201"
+    env = {"TIERSTORE_ADMIN_URL": "http://gw.local:9401/"}
+    assert url(None, env) == "http://gw.local:9401"
+    assert url("https://[::1]:9501", env) == "https://[::1]:9501"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--admin-url", "gw:9101"], "invalid admin URL 'gw:9101' (from --admin-url)"),
+        (["--config", "missing.toml"], "config file missing.toml does not exist"),
+        (["--data-dir", "nowhere"], "no admin token: pass --token"),
+    ],
+)
+def test_bad_target_exits_2_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if "--data-dir" not in flags:
+        flags = [*flags, "--token", "t"]
+    result = runner.invoke(cli.app, ["status", *flags])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tierstore: {message}")
+    assert result.stderr.count("\n") == 1
+
+
+def test_nothing_listening_exits_1_with_a_hint() -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # free: nothing listens there
+    for args in (["status"], ["buckets"], ["flush"], ["jobs", "wait", "j1"]):
+        result = runner.invoke(cli.app, [*args, "--admin-url", url, "--token", "t"])
+        assert result.exit_code == 1, args
+        assert result.stderr == (
+            f"tierstore: no gateway answers at {url}: is `tierstore serve` running?\n"
+        )
+        assert result.stdout == ""
+
+
+# A fake admin API: answers from a table, through httpx's MockTransport.
+
+Answer = httpx.Response | Callable[[httpx.Request], httpx.Response]
+
+
+class FakeApi:
+    """The admin API as the CLI sees it; records every request."""
+
+    def __init__(self) -> None:
+        self.routes: dict[tuple[str, str], list[Answer]] = {}
+        self.requests: list[httpx.Request] = []
+
+    def on(self, method: str, path: str, *answers: Answer) -> None:
+        """Answer ``method path`` with ``answers`` in turn, repeating the last."""
+        self.routes[(method, path)] = list(answers)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path = request.url.raw_path.decode().partition("?")[0]  # as sent: still quoted
+        answers = self.routes.get((request.method, path))
+        if not answers:
+            return _api_error(404, "NotFound", f"no route {request.method} {path}")
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        return answer(request) if callable(answer) else answer
+
+    def body(self, index: int = -1) -> object:
+        content = self.requests[index].content
+        return json.loads(content) if content else None
+
+
+def _api_error(status: int, code: str, message: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"code": code, "message": message}})
+
+
+def _job(state: str = "running", done: int = 0, **fields: object) -> dict[str, object]:
+    job: dict[str, object] = {
+        "id": "j1", "kind": "flush", "params": {}, "state": state,
+        "created": "2026-12-03T07:10:00.000Z", "started": "2026-12-03T07:10:00.000Z",
+        "finished": None if state == "running" else "2026-12-03T07:10:02.500Z",
+        "progress": {"items_done": done, "items_total": 4, "bytes_done": done << 20,
+                     "bytes_total": 4 << 20, "fraction": done / 4},
+        "rate_bytes_per_s": 1 << 20, "eta_s": 4 - done, "errors": [], "result": None,
+    }
+    job.update(fields)
+    return job
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
+    fake = FakeApi()
+
+    def client(url: str, token: str) -> AdminClient:
+        return AdminClient(url, token, transport=httpx.MockTransport(fake))
+
+    monkeypatch.setattr(cli_admin, "AdminClient", client)
+    monkeypatch.setattr(cli_admin, "POLL_INTERVAL", 0)
+    return fake
+
+
+def _admin(*args: str) -> Any:
+    return runner.invoke(cli.app, [*args, "--admin-url", "http://gw:9101", "--token", "tok"])
+
+
+def test_the_resolved_url_and_token_are_used(
+    api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api.on("GET", "/buckets", httpx.Response(200, json={"buckets": []}))
+    _write_token(tmp_path / "data", "generated")
+    monkeypatch.setenv("TIERSTORE_ADMIN_URL", "http://env-host:9201")
+    result = runner.invoke(cli.app, ["buckets", "--data-dir", str(tmp_path / "data")])
+    assert result.exit_code == 0, result.output
+    (request,) = api.requests
+    assert str(request.url) == "http://env-host:9201/buckets"
+    assert request.headers["authorization"] == "Bearer generated"
+    assert "no buckets" in result.stdout
+
+
+def test_refused_token_names_where_it_came_from(api: FakeApi) -> None:
+    api.on("GET", "/tiers", _api_error(401, "Unauthorized", "invalid admin token"))
+    result = _admin("status")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        "tierstore: the admin API refused the token from --token (invalid admin token)"
+    )
+    assert "Traceback" not in result.output
+
+
+def test_api_errors_print_the_apis_message(api: FakeApi) -> None:
+    api.on("GET", "/buckets/nope", _api_error(404, "NoSuchBucket", "no bucket named 'nope'"))
+    result = _admin("buckets", "show", "nope")
+    assert (result.exit_code, result.stderr) == (1, "tierstore: no bucket named 'nope'\n")
+
+
+def test_an_answer_that_is_not_the_admin_api(api: FakeApi) -> None:
+    api.on("GET", "/pins", httpx.Response(403, text="<Error><Code>AccessDenied</Code></Error>"))
+    result = _admin("pins")
+    assert result.exit_code == 1
+    assert "HTTP 403 Forbidden" in result.stderr and "admin port" in result.stderr
+
+
+def test_json_prints_the_document_and_nothing_else(api: FakeApi) -> None:
+    bucket = {"name": "b", "created": "2026-12-03T07:10:00Z", "region": "us-east-1",
+              "write_through": False, "compression": True, "part_size": 8 << 20,
+              "small_object_size": 4 << 20, "pinned": False}
+    api.on("GET", "/buckets", httpx.Response(200, json={"buckets": [bucket]}))
+    for args in (["buckets", "--json"], ["buckets", "list", "--json"]):
+        result = _admin(*args)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout) == {"buckets": [bucket]}
+    table = _admin("buckets")
+    assert "8.0 MiB" in table.stdout and "4.0 MiB" in table.stdout
+
+
+def test_bucket_flags_send_only_what_is_given(api: FakeApi) -> None:
+    api.on("PATCH", "/buckets/b", httpx.Response(200, json={"name": "b"}))
+    api.on("POST", "/buckets", httpx.Response(201, json={"name": "b"}))
+    assert _admin("buckets", "set", "b", "--write-through", "--part-size", "16M").exit_code == 0
+    assert api.body() == {"write_through": True, "part_size": 16 << 20}
+    assert _admin("buckets", "create", "b", "--no-compression", "--pinned").exit_code == 0
+    assert api.body() == {"name": "b", "compression": False, "pinned": True}
+    nothing = _admin("buckets", "set", "b")
+    assert nothing.exit_code == 2 and "nothing to change" in nothing.stderr
+    bad = _admin("buckets", "create", "b", "--small-object-size", "lots")
+    assert bad.exit_code == 2 and bad.stderr.startswith("tierstore: --small-object-size: invalid")
+
+
+def test_job_commands_send_their_scope(api: FakeApi) -> None:
+    for kind in ("flush", "compact", "evict", "pin"):
+        api.on("POST", f"/jobs/{kind}", httpx.Response(202, json=_job()))
+    cases = [
+        (["flush"], None),
+        (["compact", "--threshold", "0.25"], {"threshold": 0.25}),
+        (["evict"], {}),
+        (["evict", "s3://b"], {"bucket": "b"}),
+        (["pin", "s3://b/train/"], {"bucket": "b", "prefix": "train/"}),
+    ]
+    for args, body in cases:
+        result = _admin(*args, "--no-wait")
+        assert result.exit_code == 0, (args, result.output)
+        assert result.stdout == "j1\n"  # just the id, for scripts
+        assert "tierstore jobs wait j1" in result.stderr
+        assert api.body() == body
+    assert _admin("compact", "--threshold", "2").exit_code == 2
+
+
+def test_wait_follows_the_job_to_success(api: FakeApi) -> None:
+    done = _job("succeeded", 4, result={"segments_written": 2, "bytes_written": 3 << 20})
+    api.on("POST", "/jobs/flush", httpx.Response(202, json=_job()))
+    polls = (_job(done=1), _job(done=3), done)
+    api.on("GET", "/jobs/j1", *(httpx.Response(200, json=j) for j in polls))
+    result = _admin("flush")
+    assert result.exit_code == 0, result.output
+    assert [r.url.path for r in api.requests] == ["/jobs/flush", *["/jobs/j1"] * 3]
+    assert "flush job j1 succeeded in 0:02" in result.stdout
+    assert "3.0 MiB" in result.stdout  # bytes in results read as sizes
+
+
+def test_wait_with_json_prints_the_final_job(api: FakeApi) -> None:
+    done = _job("succeeded", 4, result={"evicted_bytes": 5})
+    api.on("POST", "/jobs/evict", httpx.Response(202, json=_job()))
+    api.on("GET", "/jobs/j1", httpx.Response(200, json=done))
+    result = _admin("evict", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == done
+
+
+@pytest.mark.parametrize("state", ["failed", "cancelled"])
+def test_a_job_that_does_not_succeed_exits_1(api: FakeApi, state: str) -> None:
+    api.on("GET", "/jobs/j1", httpx.Response(200, json=_job(state, 1, errors=["disk full"])))
+    result = _admin("jobs", "wait", "j1")
+    assert result.exit_code == 1
+    assert result.stderr.strip().endswith(f"tierstore: job j1 {state}: disk full")
+
+
+def test_ctrl_c_stops_waiting_not_the_job(api: FakeApi) -> None:
+    def interrupt(_: httpx.Request) -> httpx.Response:
+        raise KeyboardInterrupt
+
+    api.on("POST", "/jobs/compact", httpx.Response(202, json=_job(kind="compact")))
+    api.on("GET", "/jobs/j1", interrupt)
+    result = _admin("compact")
+    assert result.exit_code == 130
+    assert "job j1 keeps running (`tierstore jobs cancel j1` cancels it)" in result.stderr
+    assert not any(r.url.path.endswith("/cancel") for r in api.requests)
+
+
+def test_where_quotes_the_key(api: FakeApi) -> None:
+    obj = {"bucket": "b", "key": "a b/../c", "size": 10, "where": "hot", "chunks": [
+        {"size": 10, "state": "cached", "file_id": "f1", "segment": None, "offset": None,
+         "stored": None, "codec": None}]}
+    api.on("GET", "/objects/b/a%20b/%2E%2E/c", httpx.Response(200, json=obj))
+    result = _admin("where", "s3://b/a b/../c")
+    assert result.exit_code == 0, result.output
+    assert api.requests[0].url.raw_path == b"/objects/b/a%20b/%2E%2E/c"
+    assert "s3://b/a b/../c" in result.stdout and "cached" in result.stdout
+
+
+def test_api_text_is_not_rich_markup(api: FakeApi) -> None:
+    failed = _job("failed", 1, errors=["key [/x] [bold]gone"], params={"prefix": "[/p]"})
+    api.on("GET", "/jobs/j1", httpx.Response(200, json=failed))
+    api.on("GET", "/jobs", httpx.Response(200, json={"jobs": [failed]}))
+    for args, code, shown in [
+        (["jobs"], 0, "prefix=[/p]"),
+        (["jobs", "show", "j1"], 0, "key [/x] [bold]gone"),
+        (["jobs", "wait", "j1"], 1, "key [/x] [bold]gone"),
+    ]:
+        result = _admin(*args)
+        assert (result.exit_code, shown in result.stdout) == (code, True), result.output
+
+
+def test_unpin_and_delete_print_empty_json(api: FakeApi) -> None:
+    api.on("DELETE", "/pins", httpx.Response(204))
+    api.on("DELETE", "/buckets/b", httpx.Response(204))
+    result = _admin("unpin", "s3://b/p/", "--json")
+    assert (result.exit_code, result.stdout.strip()) == (0, "{}")
+    assert dict(api.requests[-1].url.params) == {"bucket": "b", "prefix": "p/"}
+    assert _admin("buckets", "delete", "b").stdout == "deleted bucket b\n"
+
+
+# --------------------------------------------------------------------------
+# docs/cli.md
+
+
+def _command_paths(command: Any, path: str) -> list[str]:
+    """``tierstore``, ``tierstore buckets``, ``tierstore buckets create``, ..."""
+    paths = [path]
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        paths += _command_paths(sub, f"{path} {name}")
+    return paths
+
+
+def test_every_command_is_documented() -> None:
+    docs = (Path(__file__).parents[3] / "docs" / "cli.md").read_text(encoding="utf-8")
+    paths = _command_paths(typer.main.get_command(cli.app), "tierstore")
+    assert len(paths) > 20
+    missing = [p for p in paths if f"$ {p} --help" not in docs]
+    assert not missing, f"docs/cli.md lacks the --help output of: {', '.join(missing)}"

@@ -1,0 +1,208 @@
+"""A client of the admin API (docs/admin-api.md): one method per endpoint the CLI uses.
+
+Synchronous on purpose: a command makes a few requests in a row and sleeps
+between polls of a job, nothing runs concurrently. Every failure is one of
+two exceptions, which the CLI turns into a one-line message: :class:`ApiError`
+when the API answered with its error envelope, :class:`Unreachable` when no
+HTTP answer came at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+from urllib.parse import quote
+
+import httpx
+
+JSON = dict[str, Any]
+
+DEFAULT_TIMEOUT = 30.0  # seconds; job actions answer at once (202), only waiting takes long
+
+
+class ApiError(Exception):
+    """The API answered ``{"error": {"code", "message"}}`` with an HTTP error status."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class Unreachable(Exception):
+    """No HTTP answer from the admin URL: nothing listens there, or it timed out."""
+
+    def __init__(self, url: str, reason: str, *, refused: bool) -> None:
+        super().__init__(reason)
+        self.url = url
+        self.reason = reason
+        self.refused = refused
+
+
+class AdminClient:
+    """The admin API of one gateway, authenticated with its bearer token."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout,
+            transport=transport,
+            # The admin API listens on loopback unless configured otherwise; an
+            # HTTP(S)_PROXY meant for the internet must not capture it.
+            trust_env=False,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # -- state ---------------------------------------------------------------
+
+    def tiers(self) -> JSON:
+        return self._call("GET", "/tiers")
+
+    def stats(self) -> JSON:
+        return self._call("GET", "/stats")
+
+    def object(self, bucket: str, key: str) -> JSON:
+        return self._call("GET", f"/objects/{quote(bucket, safe='')}/{_key_path(key)}")
+
+    # -- buckets -------------------------------------------------------------
+
+    def buckets(self) -> JSON:
+        return self._call("GET", "/buckets")
+
+    def create_bucket(self, name: str, policy: JSON) -> JSON:
+        return self._call("POST", "/buckets", json={"name": name, **policy})
+
+    def bucket(self, name: str) -> JSON:
+        return self._call("GET", f"/buckets/{quote(name, safe='')}")
+
+    def update_bucket(self, name: str, policy: JSON) -> JSON:
+        return self._call("PATCH", f"/buckets/{quote(name, safe='')}", json=policy)
+
+    def delete_bucket(self, name: str) -> None:
+        self._call("DELETE", f"/buckets/{quote(name, safe='')}")
+
+    # -- pins ----------------------------------------------------------------
+
+    def pins(self) -> JSON:
+        return self._call("GET", "/pins")
+
+    def unpin(self, bucket: str, prefix: str) -> None:
+        self._call("DELETE", "/pins", params={"bucket": bucket, "prefix": prefix})
+
+    # -- jobs ----------------------------------------------------------------
+
+    def flush(self) -> JSON:
+        return self._call("POST", "/jobs/flush")
+
+    def compact(self, threshold: float | None) -> JSON:
+        body = {} if threshold is None else {"threshold": threshold}
+        return self._call("POST", "/jobs/compact", json=body)
+
+    def evict(self, bucket: str | None, prefix: str) -> JSON:
+        return self._call("POST", "/jobs/evict", json=_scope(bucket, prefix))
+
+    def pin(self, bucket: str, prefix: str) -> JSON:
+        return self._call("POST", "/jobs/pin", json=_scope(bucket, prefix))
+
+    def jobs(self) -> JSON:
+        return self._call("GET", "/jobs")
+
+    def job(self, job_id: str) -> JSON:
+        return self._call("GET", f"/jobs/{quote(job_id, safe='')}")
+
+    def cancel_job(self, job_id: str) -> JSON:
+        return self._call("POST", f"/jobs/{quote(job_id, safe='')}/cancel")
+
+    # -- transport -----------------------------------------------------------
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: JSON | None = None,
+        params: dict[str, str] | None = None,
+    ) -> JSON:
+        """One request; the JSON object answered ({} for 204), or ApiError / Unreachable."""
+        try:
+            response = self._http.request(method, path, json=json, params=params)
+        except httpx.ConnectError as exc:
+            raise Unreachable(self.url, str(exc), refused=True) from exc
+        except httpx.TimeoutException as exc:
+            reason = f"no answer within {self.timeout:g} s"
+            raise Unreachable(self.url, reason, refused=False) from exc
+        except httpx.HTTPError as exc:
+            raise Unreachable(self.url, str(exc) or type(exc).__name__, refused=False) from exc
+        if response.status_code >= 400:
+            raise _api_error(response)
+        if response.status_code == 204 or not response.content:
+            return {}
+        return _json_object(response)
+
+
+def _scope(bucket: str | None, prefix: str) -> JSON:
+    """The ``{"bucket", "prefix"}`` body of evict and pin, leaving out what is not given."""
+    body: JSON = {}
+    if bucket is not None:
+        body["bucket"] = bucket
+    if prefix:
+        body["prefix"] = prefix
+    return body
+
+
+def _key_path(key: str) -> str:
+    """Percent-encode an object key for the URL path, keeping its slashes.
+
+    A ``.`` or ``..`` segment is encoded too: HTTP clients remove dot segments
+    from paths (RFC 3986, section 5.2.4), which would name another key.
+    """
+    segments = quote(key, safe="/").split("/")
+    return "/".join(s.replace(".", "%2E") if s in (".", "..") else s for s in segments)
+
+
+def _api_error(response: httpx.Response) -> ApiError:
+    try:
+        error = response.json()["error"]
+        return ApiError(response.status_code, str(error["code"]), str(error["message"]))
+    except (ValueError, KeyError, TypeError):
+        # Not the admin API's envelope: a proxy, or --admin-url names another server.
+        reason = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+        return ApiError(
+            response.status_code,
+            "UnexpectedAnswer",
+            f"{reason} from {response.url}, not an admin API error: "
+            "is the address the gateway's admin port?",
+        )
+
+
+def _json_object(response: httpx.Response) -> JSON:
+    try:
+        document = response.json()
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        raise ApiError(
+            response.status_code,
+            "UnexpectedAnswer",
+            f"{response.url} answered something other than a JSON object: "
+            "is the address the gateway's admin port?",
+        )
+    return document

@@ -1,0 +1,397 @@
+"""How the CLI shows admin API answers to a person: rich tables and a job progress bar.
+
+Each renderer takes one API document (see docs/admin-api.md) and prints it on
+stdout; ``--json`` bypasses them. They read fields with ``.get`` and show a
+dash for what is missing, so a gateway one version older or newer than the
+CLI still gets a readable answer instead of a traceback. The progress bar
+goes to stderr, keeping stdout for the result.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+from rich.text import Text
+
+NONE = "-"
+PIPE_WIDTH = 200
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+# --------------------------------------------------------------------------
+# Values
+
+
+def size(value: object) -> str:
+    """Bytes in binary units, as sizes are given to the gateway: ``8.0 MiB``."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return NONE
+    if abs(value) < 1024:
+        return f"{value:g} B"
+    for unit in _UNITS:
+        value /= 1024
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            break
+    return f"{value:.1f} {unit}"
+
+
+def percent(value: object) -> str:
+    """A 0..1 fraction as a percentage; a dash for null (e.g. no reads yet)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return NONE
+    return f"{value * 100:.1f}%"
+
+
+def duration(seconds: object) -> str:
+    """``75`` -> ``1:15``; ``4000`` -> ``1:06:40``."""
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return NONE
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02}:{secs:02}" if hours else f"{minutes}:{secs:02}"
+
+
+def when(value: object) -> str:
+    """An API time (ISO 8601 UTC) to the second, for tables."""
+    if not isinstance(value, str):
+        return NONE
+    return value.replace("T", " ").split(".")[0].removesuffix("Z")
+
+
+def number(value: object) -> str:
+    return NONE if value is None else str(value)
+
+
+def s3_url(bucket: object, prefix: object = "") -> str:
+    return f"s3://{bucket}/{prefix or ''}"
+
+
+def _elapsed(job: Mapping[str, Any]) -> float | None:
+    try:
+        start = datetime.fromisoformat(job["started"])
+        end = datetime.fromisoformat(job["finished"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (end - start).total_seconds()
+
+
+# --------------------------------------------------------------------------
+# Building blocks
+
+
+def print_json(document: object) -> None:
+    """``--json``: the API's document, and nothing else on stdout."""
+    print(json.dumps(document, indent=2))
+
+
+def _out() -> Console:
+    # Made per use: under test runners sys.stdout changes between commands. Piped
+    # into a file or grep, tables take the width they need: no wrapped names.
+    # No markup: what the API answers (keys, messages) may hold [brackets].
+    return Console(
+        highlight=False, markup=False, width=None if sys.stdout.isatty() else PIPE_WIDTH
+    )
+
+
+def _titled(title: str | None, table: Table) -> RenderableType:
+    # A title line of its own: a table title wider than the table would wrap.
+    return table if title is None else Group(Text(title, style="bold"), table)
+
+
+def _pairs(title: str, rows: Iterable[tuple[str, str]]) -> RenderableType:
+    """A two-column table of labelled values under a title; values are not rich markup."""
+    table = Table(show_header=False)
+    table.add_column(style="dim")
+    table.add_column()
+    for label, value in rows:
+        table.add_row(Text(label.replace("_", " ")), Text(value))
+    return _titled(title, table)
+
+
+def _table(
+    title: str | None,
+    columns: Iterable[str],
+    rows: Iterable[Iterable[str]],
+    numeric: Iterable[str] = (),
+) -> RenderableType:
+    """A table with a header; the ``numeric`` columns are right-aligned."""
+    table = Table()
+    right = set(numeric)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*map(Text, row))  # not markup: keys and messages may hold [brackets]
+    return _titled(title, table)
+
+
+def _value(key: str, value: object) -> str:
+    """A result or parameter value; counts of bytes read as sizes."""
+    if "bytes" in key and isinstance(value, int) and not isinstance(value, bool):
+        return size(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return number(value)
+
+
+# --------------------------------------------------------------------------
+# status and stats
+
+
+def status(document: Mapping[str, Any]) -> None:
+    """``tierstore status``: the ``tiers``, ``stats`` and ``jobs`` documents together."""
+    tiers, stats = document.get("tiers", {}), document.get("stats", {})
+    budget, used = tiers.get("hot_budget"), tiers.get("hot_used")
+    share = used / budget if isinstance(used, int) and isinstance(budget, int) and budget else None
+    hot = [
+        ("budget", size(budget)),
+        ("used", f"{size(used)} ({percent(share)})"),
+        ("staged", size(tiers.get("hot_staged"))),
+        ("cached", size(tiers.get("hot_cached"))),
+        ("pinned", size(tiers.get("hot_pinned"))),
+        ("watermarks", f"high {size(tiers.get('high_watermark'))}, "
+                       f"low {size(tiers.get('low_watermark'))}"),
+    ]
+    capacity = [
+        ("store", number(tiers.get("capacity"))),
+        ("segments", number(tiers.get("segments"))),
+        ("bytes", size(tiers.get("capacity_bytes"))),
+        ("live ratio", percent(tiers.get("live_ratio"))),
+        ("flush queue", number(tiers.get("flush_queue"))),
+    ]
+    if tiers.get("last_flush_error"):
+        capacity.append(("last flush error", str(tiers["last_flush_error"])))
+    hits = stats.get("hit_ratio", {})
+    jobs = document.get("jobs", {}).get("jobs", [])
+    traffic = [
+        ("hit ratio", f"objects {percent(hits.get('objects'))}, "
+                      f"bytes {percent(hits.get('bytes'))}"),
+        ("jobs running", str(sum(1 for job in jobs if job.get("state") == "running"))),
+        ("uptime", duration(stats.get("uptime_s"))),
+    ]
+    console = _out()
+    for title, rows in (("hot tier", hot), ("capacity tier", capacity), ("gateway", traffic)):
+        console.print(_pairs(title, rows))
+
+
+def stats(document: Mapping[str, Any]) -> None:
+    """``tierstore stats``: one row per S3 operation."""
+    requests: Mapping[str, Any] = document.get("requests", {})
+    columns = (
+        "operation", "count", "errors", "bytes in", "bytes out", "p50 ms", "p90 ms", "p99 ms"
+    )
+    rows = []
+    for operation, op in sorted(requests.items()):
+        latency = op.get("latency_ms", {})
+        rows.append([
+            operation, number(op.get("count")), number(op.get("errors")),
+            size(op.get("bytes_in")), size(op.get("bytes_out")),
+            *(_ms(latency.get(q)) for q in ("p50", "p90", "p99")),
+        ])
+    title = f"requests since {when(document.get('since'))}"
+    console = _out()
+    if rows:
+        console.print(_table(title, columns, rows, numeric=columns[1:]))
+    else:
+        console.print(f"no requests since {when(document.get('since'))}")
+
+
+def _ms(value: object) -> str:
+    return f"{value:.1f}" if isinstance(value, int | float) else NONE
+
+
+# --------------------------------------------------------------------------
+# buckets, pins, objects
+
+
+def _policy_cells(bucket: Mapping[str, Any]) -> list[str]:
+    write = {True: "through", False: "back"}.get(bucket.get("write_through"), NONE)
+    return [
+        write,
+        {True: "on", False: "off"}.get(bucket.get("compression"), NONE),
+        size(bucket.get("part_size")),
+        size(bucket.get("small_object_size")),
+        {True: "yes", False: "no"}.get(bucket.get("pinned"), NONE),
+    ]
+
+
+def buckets(document: Mapping[str, Any]) -> None:
+    """``tierstore buckets list``."""
+    columns = ("bucket", "created", "write", "compression", "part size", "small objects", "pinned")
+    rows = [
+        [str(b.get("name")), when(b.get("created")), *_policy_cells(b)]
+        for b in document.get("buckets", [])
+    ]
+    console = _out()
+    if rows:
+        console.print(_table(None, columns, rows, numeric=("part size", "small objects")))
+    else:
+        console.print("no buckets")
+
+
+def bucket(document: Mapping[str, Any]) -> None:
+    """``tierstore buckets show`` (and what create and set answer)."""
+    labels = ("write", "compression", "part size", "small object size", "pinned")
+    rows = [("created", when(document.get("created"))), ("region", number(document.get("region")))]
+    rows += zip(labels, _policy_cells(document), strict=True)
+    _out().print(_pairs(f"bucket {document.get('name')}", rows))
+
+
+def pins(document: Mapping[str, Any]) -> None:
+    """``tierstore pins``: one s3:// URL a line, easy to feed to other commands."""
+    urls = [s3_url(p.get("bucket"), p.get("prefix")) for p in document.get("pins", [])]
+    print("\n".join(urls) if urls else "nothing is pinned")
+
+
+def where(document: Mapping[str, Any]) -> None:
+    """``tierstore where``: the object, then one row per chunk."""
+    rows = [
+        ("size", size(document.get("size"))),
+        ("etag", number(document.get("etag"))),
+        ("last modified", when(document.get("last_modified"))),
+        ("where", number(document.get("where"))),
+        ("pinned", {True: "yes", False: "no"}.get(document.get("pinned"), NONE)),
+    ]
+    console = _out()
+    console.print(_pairs(s3_url(document.get("bucket"), document.get("key")), rows))
+    columns = ("#", "size", "state", "file", "segment", "offset", "stored", "codec")
+    chunk_rows = [
+        [str(i), size(c.get("size")), number(c.get("state")), number(c.get("file_id")),
+         number(c.get("segment")), number(c.get("offset")), size(c.get("stored")),
+         number(c.get("codec"))]
+        for i, c in enumerate(document.get("chunks", []))
+    ]
+    if chunk_rows:
+        console.print(_table("chunks", columns, chunk_rows, numeric=("size", "offset", "stored")))
+
+
+# --------------------------------------------------------------------------
+# jobs
+
+
+def _progress_text(job: Mapping[str, Any]) -> str:
+    """``12/40 items  1.2 MiB/8.0 MiB  3.4 MiB/s  ETA 0:12``, leaving out what is unknown."""
+    progress = job.get("progress") or {}
+    items = f"{progress.get('items_done', 0)}"
+    if progress.get("items_total") is not None:
+        items += f"/{progress['items_total']}"
+    parts = [f"{items} items", size(progress.get("bytes_done", 0))]
+    if progress.get("bytes_total") is not None:
+        parts[-1] += f"/{size(progress['bytes_total'])}"
+    if job.get("rate_bytes_per_s") is not None:
+        parts.append(f"{size(job['rate_bytes_per_s'])}/s")
+    if job.get("eta_s") is not None:
+        parts.append(f"ETA {duration(job['eta_s'])}")
+    return "  ".join(parts)
+
+
+def _params(job: Mapping[str, Any]) -> str:
+    params = job.get("params") or {}
+    return " ".join(f"{k}={v}" for k, v in params.items()) or NONE
+
+
+def jobs(document: Mapping[str, Any]) -> None:
+    """``tierstore jobs list``: newest first, as the API orders them."""
+    columns = ("job", "kind", "state", "done", "progress", "created", "params")
+    rows = [
+        [str(j.get("id")), str(j.get("kind")), str(j.get("state")),
+         percent((j.get("progress") or {}).get("fraction")), _progress_text(j),
+         when(j.get("created")), _params(j)]
+        for j in document.get("jobs", [])
+    ]
+    console = _out()
+    if rows:
+        console.print(_table(None, columns, rows, numeric=("done",)))
+    else:
+        console.print("no jobs")
+
+
+def job(document: Mapping[str, Any]) -> None:
+    """``tierstore jobs show`` and ``jobs cancel``: everything about one job."""
+    rows = [
+        ("kind", number(document.get("kind"))),
+        ("params", _params(document)),
+        ("state", number(document.get("state"))),
+        ("created", when(document.get("created"))),
+        ("started", when(document.get("started"))),
+        ("finished", when(document.get("finished"))),
+        ("done", percent((document.get("progress") or {}).get("fraction"))),
+        ("progress", _progress_text(document)),
+    ]
+    rows += [(k, _value(k, v)) for k, v in (document.get("result") or {}).items()]
+    rows += [("error", e) for e in document.get("errors") or []]
+    _out().print(_pairs(f"job {document.get('id')}", rows))
+
+
+def job_started(document: Mapping[str, Any]) -> None:
+    """``--no-wait``: only the id on stdout, for scripts; how to follow it on stderr."""
+    job_id = document.get("id")
+    print(job_id)
+    print(
+        f"started {document.get('kind')} job {job_id}: `tierstore jobs wait {job_id}` follows it, "
+        f"`tierstore jobs cancel {job_id}` cancels it",
+        file=sys.stderr,
+    )
+
+
+def job_finished(document: Mapping[str, Any]) -> None:
+    """After waiting: how the job ended and its result."""
+    took = _elapsed(document)
+    title = f"{document.get('kind')} job {document.get('id')} {document.get('state')}"
+    if took is not None:
+        title += f" in {duration(took)}"
+    rows = [(k, _value(k, v)) for k, v in (document.get("result") or {}).items()]
+    rows += [("error", e) for e in document.get("errors") or []]
+    console = _out()
+    if rows:
+        console.print(_pairs(title, rows))
+    else:
+        console.print(title)
+
+
+class JobProgress:
+    """A live progress bar on stderr, fed each ``GET /jobs/{id}`` answer.
+
+    The bar follows the job's ``fraction`` and pulses while it is unknown;
+    rate and ETA are the gateway's, which sees every step, not the CLI's
+    estimate from the samples it polled.
+    """
+
+    def __init__(self, job: Mapping[str, Any]) -> None:
+        self._progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            TextColumn("{task.fields[detail]}", markup=False),
+            console=Console(stderr=True, highlight=False),
+        )
+        self._task = self._progress.add_task(f"{job.get('kind')} {job.get('id')}", detail="")
+        self.update(job)
+
+    def __enter__(self) -> JobProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._progress.stop()
+
+    def update(self, job: Mapping[str, Any]) -> None:
+        fraction = (job.get("progress") or {}).get("fraction")
+        self._progress.update(
+            self._task,
+            total=None if fraction is None else 1.0,
+            completed=fraction or 0.0,
+            detail=_progress_text(job),
+        )

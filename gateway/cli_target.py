@@ -1,0 +1,160 @@
+"""Where the CLI finds a running gateway's admin API, and the token it needs.
+
+The address: ``--admin-url``, then ``TIERSTORE_ADMIN_URL``, then the
+``admin_host``/``admin_port`` the gateway itself would use
+(``TIERSTORE_ADMIN_HOST``/``TIERSTORE_ADMIN_PORT``, then the ``--config``
+file), then ``http://127.0.0.1:9101``.
+
+The token: ``--token``, then ``TIERSTORE_ADMIN_TOKEN``, then ``admin_token`` in
+the ``--config`` file, then the token the gateway generated on first start in
+``<data dir>/credentials.toml``; the data dir is ``--data-dir``, then
+``TIERSTORE_DATA_DIR``, then ``data_dir`` in the file, then ``./tierstore-data``.
+
+Unlike :func:`gateway.config.load_config` this never writes anything: a client
+must not generate a token of its own. Errors are ``ValueError`` with a
+one-line message; the CLI exits 2 with it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from gateway.config import Config, credentials_path, env_name, read_config_file, stored_secrets
+
+_DEFAULTS = Config()  # the gateway's own defaults: admin_host, admin_port, data_dir
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The admin API to talk to; ``token_source`` says where the token came from."""
+
+    url: str
+    token: str = field(repr=False)
+    token_source: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """One place a value can come from, e.g. ``("--token", "abc")``."""
+
+    label: str
+    value: object
+
+
+def resolve_target(
+    *,
+    admin_url: str | None,
+    token: str | None,
+    config_file: Path | None,
+    data_dir: Path | None,
+    env: Mapping[str, str] = os.environ,
+) -> Target:
+    """Apply the precedence rules of the module docstring, once, for every command."""
+    if config_file is None and (named := env.get(env_name("config"))):
+        config_file = Path(named).expanduser()  # as for the gateway: TIERSTORE_CONFIG
+    file = read_config_file(config_file).values if config_file is not None else {}
+    label = f"config file {config_file}"
+    url = _url(admin_url, env, file, label)
+    found = _token(token, data_dir, env, file, label)
+    return Target(url=url, token=str(found.value), token_source=found.label)
+
+
+def _env(env: Mapping[str, str], name: str) -> _Source | None:
+    value = env.get(env_name(name)) or None  # empty counts as unset, as for the gateway
+    return None if value is None else _Source(env_name(name), value)
+
+
+def _file(file: Mapping[str, object], label: str, key: str) -> _Source | None:
+    return _Source(f"{label}, key {key!r}", file[key]) if key in file else None
+
+
+def _url(flag: str | None, env: Mapping[str, str], file: Mapping[str, object], label: str) -> str:
+    if flag:
+        return _checked_url(flag, "--admin-url")
+    if (given := _env(env, "admin_url")) is not None:
+        return _checked_url(str(given.value), given.label)
+    host = _env(env, "admin_host") or _file(file, label, "admin_host")
+    port = _env(env, "admin_port") or _file(file, label, "admin_port")
+    return _url_of(
+        _host(host) if host else _DEFAULTS.admin_host,
+        _port(port) if port else _DEFAULTS.admin_port,
+    )
+
+
+def _checked_url(url: str, source: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"invalid admin URL {url!r} (from {source}): expected http://host:port")
+    return url.rstrip("/")
+
+
+def _host(source: _Source) -> str:
+    if not isinstance(source.value, str):
+        raise ValueError(f"invalid admin_host {source.value!r} (from {source.label})")
+    # A gateway listening on every address is reached on loopback.
+    return _WILDCARDS.get(source.value.strip(), source.value.strip())
+
+
+def _port(source: _Source) -> int:
+    raw = source.value
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw)
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 65535:
+        raise ValueError(f"invalid admin_port {source.value!r} (from {source.label})")
+    if raw == 0:
+        raise ValueError(
+            f"admin_port is 0 (from {source.label}): the gateway picked a free port, "
+            "pass the address it printed with --admin-url"
+        )
+    return raw
+
+
+def _url_of(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _token(
+    flag: str | None,
+    data_dir: Path | None,
+    env: Mapping[str, str],
+    file: Mapping[str, object],
+    label: str,
+) -> _Source:
+    if flag:
+        return _Source("--token", flag)
+    found = _env(env, "admin_token") or _file(file, label, "admin_token")
+    if found is not None:
+        if not isinstance(found.value, str) or not found.value.strip():
+            raise ValueError(f"invalid admin_token (from {found.label}): expected a string")
+        return found
+    return _generated_token(_data_dir(data_dir, env, file, label))
+
+
+def _data_dir(
+    flag: Path | None, env: Mapping[str, str], file: Mapping[str, object], label: str
+) -> Path:
+    if flag is not None:
+        return flag.expanduser()
+    found = _env(env, "data_dir") or _file(file, label, "data_dir")
+    if found is None:
+        return _DEFAULTS.data_dir
+    if not isinstance(found.value, str) or not found.value.strip():
+        raise ValueError(f"invalid data_dir {found.value!r} (from {found.label})")
+    return Path(found.value).expanduser()
+
+
+def _generated_token(data_dir: Path) -> _Source:
+    path = credentials_path(data_dir)
+    token = stored_secrets(data_dir).get("admin_token")
+    if token is None:
+        why = "holds no admin_token" if path.exists() else "does not exist"
+        raise ValueError(
+            f"no admin token: pass --token, set TIERSTORE_ADMIN_TOKEN or admin_token in --config, "
+            f"or point --data-dir at the gateway's data dir ({path} {why})"
+        )
+    return _Source(str(path), token)
