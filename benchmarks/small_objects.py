@@ -41,8 +41,10 @@ BUCKET = "bench-small"
 @contextlib.contextmanager
 def target(name: str) -> Iterator[tuple[str, int]]:
     """(endpoint, server pid) of a fresh server of kind ``name``."""
-    if name == "tierstore":
-        with temp_dir("small") as tmp, gateway(tmp / "data") as gw:
+    if name in ("tierstore", "tierstore-quiet"):
+        # -quiet: the access log off, to weigh what one line per request costs.
+        extra = ("--access-log", "off") if name == "tierstore-quiet" else ()
+        with temp_dir("small") as tmp, gateway(tmp / "data", extra_args=extra) as gw:
             yield gw.endpoint, gw.proc.pid
     elif name == "moto":
         with moto_server() as (endpoint, pid):
@@ -206,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds per phase instead of a fixed object count")
     ap.add_argument("--size", type=int, default=64 * 1024, help="object size in bytes (default 65536)")
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (default 16)")
-    ap.add_argument("--targets", default="tierstore,moto", help="comma-separated: tierstore, moto")
+    ap.add_argument("--targets", default="tierstore,moto", help="comma-separated: tierstore, tierstore-quiet (no access log), moto")
     ap.add_argument("--json", type=Path, help="also write the summaries as JSON here")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()

@@ -13,26 +13,27 @@ from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
 from tiering import fsck
 
 
-@pytest.fixture(scope="session")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """One gateway process for the session; tests use their own buckets."""
-    gw = Gateway(tmp_path_factory.mktemp("gw") / "data").start()
+def running_gateway(data_dir: Path, *args: str) -> Iterator[Gateway]:
+    """For fixtures (``yield from``): a gateway on ``data_dir`` with extra
+    ``serve`` flags, stopped afterwards, its data directory then checked."""
+    gw = Gateway(data_dir, extra_args=list(args)).start()
     try:
         yield gw
     finally:
         gw.stop()
     assert_consistent(gw)
+
+
+@pytest.fixture(scope="session")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """One gateway process for the session; tests use their own buckets."""
+    yield from running_gateway(tmp_path_factory.mktemp("gw") / "data")
 
 
 @pytest.fixture
 def fresh_gateway(tmp_path: Path) -> Iterator[Gateway]:
     """A gateway of the test's own, for restarts and crash tests."""
-    gw = Gateway(tmp_path / "data").start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
-    assert_consistent(gw)
+    yield from running_gateway(tmp_path / "data")
 
 
 def assert_consistent(gw: Gateway) -> None:

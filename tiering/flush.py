@@ -31,8 +31,8 @@ from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.jobs import Job
 from tiering.meta import Chunk, SegmentInfo, now_ms
-from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, segment_info
 from tiering.policy import Policies
+from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, segment_info
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.flush")

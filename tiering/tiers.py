@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 
 from tiering import _pool
 from tiering.capacity import CapacityStore
-from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.compact import CompactionReport, Compactor
+from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.fetch import SEGMENTS, ExtentReader, segment_path
 from tiering.flush import Flusher
 from tiering.hot import HotTier

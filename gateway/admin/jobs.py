@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Response
 
@@ -54,7 +54,7 @@ def router(ctx: AdminContext) -> APIRouter:
 
     @api.post("/jobs/compact", tags=["jobs"], status_code=202, response_model=JobView)
     async def compact(
-        response: Response, request: CompactRequest | None = Body(None), wait: bool = False
+        response: Response, request: Annotated[CompactRequest | None, Body()] = None, wait: bool = False
     ) -> JobView:
         """Delete unused segments and rewrite those whose live fraction is
         under ``threshold`` (default: the configured one)."""
@@ -69,7 +69,7 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.post("/jobs/evict", tags=["jobs"], status_code=202, response_model=JobView,
               responses=responses("NoSuchBucket"))
     async def evict(
-        response: Response, request: EvictRequest | None = Body(None), wait: bool = False
+        response: Response, request: Annotated[EvictRequest | None, Body()] = None, wait: bool = False
     ) -> JobView:
         """Drop cached extents from the hot tier: all of them, or those of a
         bucket and prefix. Staged writes and pinned data stay."""

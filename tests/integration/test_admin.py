@@ -13,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import assert_consistent, make_client
+from tests.conftest import assert_consistent, make_client, running_gateway
 from tests.integration.test_capacity import capacity_args
 from tests.servers import ADMIN_TOKEN, Gateway, free_port
 
@@ -26,12 +26,7 @@ OPEN = {("GET", "/health"), ("GET", "/ready"), ("GET", "/openapi.json"), ("GET",
 def gw(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("admin")
     args = capacity_args("s3", moto_endpoint, root, f"cap-admin-{os.getpid()}")
-    gateway = Gateway(root / "data", extra_args=[*args, "--flush-delay", "3600"]).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
-    assert_consistent(gateway)
+    yield from running_gateway(root / "data", *args, "--flush-delay", "3600")
 
 
 @pytest.fixture(scope="module")
@@ -72,18 +67,20 @@ def test_probes_are_open_and_say_what_is_ready(gw: Gateway) -> None:
     assert ready.json() == {"status": "ready", "checks": {"index": "ok", "capacity": "ok"}}
 
 
-def test_ready_is_503_when_the_capacity_store_goes_away(tmp_path: Path) -> None:
+def test_with_the_capacity_store_gone_ready_is_503_and_a_stuck_job_can_be_cancelled(tmp_path: Path) -> None:
     from moto.server import ThreadedMotoServer
 
     port = free_port()
     moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     moto.start()
     stopped = False
-    gateway = Gateway(
-        tmp_path / "data",
-        extra_args=capacity_args("s3", f"http://127.0.0.1:{port}", tmp_path, "gone"),
-    ).start()
+    args = capacity_args("s3", f"http://127.0.0.1:{port}", tmp_path, "gone")
+    gateway = Gateway(tmp_path / "data", extra_args=[*args, "--flush-delay", "3600"]).start()
     try:
+        make_client(gateway.endpoint).create_bucket(Bucket="cold")
+        make_client(gateway.endpoint).put_object(Bucket="cold", Key="k", Body=b"c" * 10_000)
+        gateway.flush()
+        gateway.evict()
         assert httpx.get(f"{gateway.admin_url}/ready").status_code == 200
         moto.stop()
         stopped = True
@@ -91,10 +88,18 @@ def test_ready_is_503_when_the_capacity_store_goes_away(tmp_path: Path) -> None:
         assert ready.status_code == 503
         assert ready.json() == {"status": "unavailable", "checks": {"index": "ok", "capacity": "unreachable"}}
         assert httpx.get(f"{gateway.admin_url}/health").status_code == 200, "alive, just not ready"
+
+        job = call(gateway, "POST", "/jobs/pin", json={"bucket": "cold"}).json()
+        time.sleep(0.5)  # the fetch is retrying against a store that is not there
+        assert call(gateway, "GET", f"/jobs/{job['id']}").json()["state"] == "running"
+        cancelled = call(gateway, "POST", f"/jobs/{job['id']}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+        assert cancelled.json()["finished"] is not None
     finally:
         gateway.stop()
         if not stopped:
             moto.stop()
+    assert_consistent(gateway)
 
 
 def test_every_route_but_the_probes_needs_the_token(gw: Gateway) -> None:

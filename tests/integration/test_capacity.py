@@ -16,7 +16,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tests.conftest import assert_consistent, make_client
+from tests.conftest import make_client, running_gateway
 from tests.servers import Gateway
 
 MiB = 1024 * 1024
@@ -39,12 +39,7 @@ def tiered(request: pytest.FixtureRequest, moto_endpoint: str, tmp_path_factory)
     long so tests decide when data moves (POST /flush)."""
     root = tmp_path_factory.mktemp(f"tiered-{request.param}")
     args = capacity_args(request.param, moto_endpoint, root, f"cap-{request.param}-{os.getpid()}")
-    gw = Gateway(root / "data", extra_args=[*args, "--flush-delay", "3600"]).start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
-    assert_consistent(gw)
+    yield from running_gateway(root / "data", *args, "--flush-delay", "3600")
 
 
 @pytest.fixture(scope="module")

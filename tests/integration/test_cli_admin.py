@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import assert_consistent, make_client
+from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway
 
 MiB = 1024 * 1024
@@ -28,14 +28,7 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
     The long flush delay lets the tests decide when staged data moves.
     """
-    gateway = Gateway(
-        tmp_path_factory.mktemp("cli") / "data", extra_args=["--flush-delay", "3600"]
-    ).start()
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
-    assert_consistent(gateway)
+    yield from running_gateway(tmp_path_factory.mktemp("cli") / "data", "--flush-delay", "3600")
 
 
 @pytest.fixture(scope="module")

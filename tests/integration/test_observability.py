@@ -12,30 +12,20 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.conftest import assert_consistent, make_client
+from tests.conftest import make_client, running_gateway
 from tests.servers import ACCESS_KEY, Gateway
 
 _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 
-def _start(data_dir: Path, *args: str) -> Iterator[Gateway]:
-    gw = Gateway(data_dir, extra_args=list(args)).start()
-    try:
-        yield gw
-    finally:
-        gw.stop()
-    assert_consistent(gw)
-
-
 @pytest.fixture(scope="module")
 def text_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    yield from _start(tmp_path_factory.mktemp("access-text") / "data")  # text is the default
+    yield from running_gateway(tmp_path_factory.mktemp("access-text") / "data")  # text is the default
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +33,7 @@ def json_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("access-json")
     config = root / "tierstore.toml"
     config.write_text('access_log = "json"\n')
-    yield from _start(root / "data", "--config", str(config))
+    yield from running_gateway(root / "data", "--config", str(config))
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +41,7 @@ def off_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("access-off")
     config = root / "tierstore.toml"
     config.write_text('access_log = "off"\n')
-    yield from _start(root / "data", "--config", str(config))
+    yield from running_gateway(root / "data", "--config", str(config))
 
 
 def _text_fields(line: str) -> dict[str, str]:
