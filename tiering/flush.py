@@ -114,14 +114,8 @@ class Flusher:
         tier (or superseded). ServiceUnavailable after ``timeout``."""
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(seq, []).append(future)
-        self.request()
         try:
-            await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            raise ServiceUnavailable(
-                "The capacity store did not take the write in time"
-                + (f" ({self.last_error})" if self.last_error else "")
-            ) from None
+            await self._wait(future, timeout, "write")
         finally:
             waiting = self._waiters.get(seq)
             if waiting is not None and future in waiting:
@@ -135,16 +129,21 @@ class Flusher:
         after ``timeout``."""
         future = asyncio.get_running_loop().create_future()
         self._record_waiters.append((seq, future))
+        try:
+            await self._wait(future, timeout, "delete")
+        finally:
+            self._record_waiters = [(s, f) for s, f in self._record_waiters if f is not future]
+
+    async def _wait(self, future: asyncio.Future[None], timeout: float, what: str) -> None:
+        """Start a round and wait for ``future`` (set when the round wrote it)."""
         self.request()
         try:
             await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise ServiceUnavailable(
-                "The capacity store did not take the delete in time"
+                f"The capacity store did not take the {what} in time"
                 + (f" ({self.last_error})" if self.last_error else "")
             ) from None
-        finally:
-            self._record_waiters = [(s, f) for s, f in self._record_waiters if f is not future]
 
     async def _settle_records(self) -> None:
         if not self._record_waiters:
