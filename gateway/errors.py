@@ -83,6 +83,8 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     t.InvalidPart: "InvalidPart",
     t.InvalidPartOrder: "InvalidPartOrder",
     t.SlowDown: "SlowDown",
+    t.AccessDenied: "AccessDenied",
+    t.NotSupported: "NotImplemented",
     # The capacity store failed after retries: the client may retry (503),
     # the message says which store and why (never its credentials).
     t.CapacityError: "ServiceUnavailable",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,9 +14,10 @@ from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
 from tiering import fsck
 
 
+@contextlib.contextmanager
 def running_gateway(data_dir: Path, *args: str) -> Iterator[Gateway]:
-    """For fixtures (``yield from``): a gateway on ``data_dir`` with extra
-    ``serve`` flags, stopped afterwards, its data directory then checked."""
+    """A gateway on ``data_dir`` with extra ``serve`` flags, stopped
+    afterwards, its data directory then checked."""
     gw = Gateway(data_dir, extra_args=list(args)).start()
     try:
         yield gw
@@ -27,13 +29,15 @@ def running_gateway(data_dir: Path, *args: str) -> Iterator[Gateway]:
 @pytest.fixture(scope="session")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """One gateway process for the session; tests use their own buckets."""
-    yield from running_gateway(tmp_path_factory.mktemp("gw") / "data")
+    with running_gateway(tmp_path_factory.mktemp("gw") / "data") as gw:
+        yield gw
 
 
 @pytest.fixture
 def fresh_gateway(tmp_path: Path) -> Iterator[Gateway]:
     """A gateway of the test's own, for restarts and crash tests."""
-    yield from running_gateway(tmp_path / "data")
+    with running_gateway(tmp_path / "data") as gw:
+        yield gw
 
 
 def assert_consistent(gw: Gateway) -> None:

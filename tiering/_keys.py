@@ -34,6 +34,16 @@ def hkey(bucket: str, prefix: str | None = None) -> bytes:
     return base if prefix is None else base + prefix.encode()
 
 
+def mkey(mount: str) -> bytes:
+    return b"M" + mount.encode()
+
+
+def nkey(mount: str, key: str | None = None) -> bytes:
+    """A mounted object's last known description."""
+    base = b"N" + mount.encode() + SEP
+    return base if key is None else base + key.encode()
+
+
 def seqkey(tag: bytes, seq: int) -> bytes:
     return tag + seq.to_bytes(8, "big")
 

@@ -324,27 +324,33 @@ class S3Store:
 
     # ---- objects ----------------------------------------------------------
 
-    async def put(self, name: str, data: bytes | memoryview) -> None:
+    async def put(self, name: str, data: bytes | memoryview, **object_args: Any) -> None:
+        """Write ``name`` in one PUT; ``object_args`` (ContentType, Metadata,
+        ...) go to S3 as they are."""
         key = self._key(name)
         body = data if isinstance(data, bytes) else bytes(data)
         await self._call(
-            "put_object", name, self._c().put_object, Bucket=self.bucket, Key=key, Body=body
+            "put_object", name, self._c().put_object, Bucket=self.bucket, Key=key, Body=body,
+            **object_args,
         )
         self.stats.bytes_written += len(body)
 
     def upload(self, name: str) -> CapacityUpload:
         return S3Upload(self, name, self._key(name))
 
-    async def get_range(self, name: str, start: int, end: int) -> bytes:
+    async def get_range(self, name: str, start: int, end: int, if_match: str | None = None) -> bytes:
+        """Bytes [start, end) of ``name``; with ``if_match`` (an ETag) only of
+        that version (else CapacityError with code PreconditionFailed)."""
         key = self._key(name)
         check_range(start, end)
         if start == end:
             return b""
         want = end - start
+        condition = {"IfMatch": if_match} if if_match is not None else {}
 
         async def fetch() -> bytes:
             response = await self._c().get_object(
-                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}"
+                Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}", **condition
             )
             data = await _read_body(response)
             content_range = response.get("ContentRange")

@@ -34,10 +34,11 @@ class S3Upload:
     that never filled one part is sent with a single PUT at ``complete``.
     """
 
-    def __init__(self, store: S3Store, name: str, key: str) -> None:
+    def __init__(self, store: S3Store, name: str, key: str, object_args: dict[str, Any] | None = None) -> None:
         self._store = store
         self._name = name
         self._key = key
+        self._object_args = object_args or {}  # ContentType, Metadata, ... of the object
         self._buffer = bytearray()
         self._size = 0
         self._upload_id: str | None = None
@@ -79,7 +80,7 @@ class S3Upload:
                 # Under one part: a single PUT, also for an empty object.
                 data = bytes(self._buffer)
                 self._buffer = bytearray()
-                await store.put(self._name, data)
+                await store.put(self._name, data, **self._object_args)
                 self._state = "complete"
                 return len(data)
             if self._buffer:
@@ -181,6 +182,7 @@ class S3Upload:
                 Bucket=store.bucket,
                 Key=self._key,
                 ChecksumAlgorithm="CRC32",
+                **self._object_args,
             )
             self._upload_id = response["UploadId"]
             self._checksum = response.get("ChecksumAlgorithm")

@@ -101,6 +101,14 @@ class InvalidPartOrder(TierstoreError):
     pass
 
 
+class AccessDenied(TierstoreError):
+    """The bucket refuses this operation (a write to a read-only mount)."""
+
+
+class NotSupported(TierstoreError):
+    """A valid request this gateway does not carry out here (501)."""
+
+
 class SlowDown(TierstoreError):
     """The hot tier cannot take more data right now; the client should retry."""
 

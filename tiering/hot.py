@@ -19,6 +19,7 @@ them through the pool. Counters are guarded by one lock.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import threading
@@ -507,6 +508,13 @@ class HotTier:
     @staticmethod
     def sync_dir(path: Path) -> None:
         sync_dir(path)
+
+
+def close_unused(task: asyncio.Task[int | bytes]) -> None:
+    """Done-callback of a read-ahead the response no longer needs: close the
+    descriptor it opened, if it opened one."""
+    if not task.cancelled() and task.exception() is None and isinstance(task.result(), int):
+        os.close(task.result())  # type: ignore[arg-type]
 
 
 def _boot_id() -> str:

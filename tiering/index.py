@@ -45,6 +45,8 @@ from tiering._keys import (
     bucket_event,
     gkey,
     hkey,
+    mkey,
+    nkey,
     label,
     okey,
     pkey,
@@ -52,7 +54,17 @@ from tiering._keys import (
     ukey,
 )
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
-from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, SegmentInfo, Upload, now_ms
+from tiering.meta import (
+    BucketInfo,
+    Chunk,
+    Mount,
+    MountedObject,
+    ObjectMeta,
+    Part,
+    SegmentInfo,
+    Upload,
+    now_ms,
+)
 
 
 def successor(prefix: str) -> str:
@@ -96,7 +108,8 @@ class Index(TierRecords):
     """rocksdict-backed namespace: buckets, objects, uploads and parts."""
 
     def __init__(self, path: Path) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+        # Owner only: the index holds mounts' source credentials.
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         self._db = Rdict(str(path), options)
@@ -168,9 +181,9 @@ class Index(TierRecords):
         return BucketInfo.from_bytes(raw) if raw is not None else None
 
     def create_bucket(self, info: BucketInfo) -> bool:
-        """Create the bucket; False if it already exists."""
+        """Create the bucket; False if it (or a mount of that name) exists."""
         with self._lock:
-            if self._db.get(bkey(info.name)) is not None:
+            if self._db.get(bkey(info.name)) is not None or self._db.get(mkey(info.name)) is not None:
                 return False
             batch = self._batch()
             batch.put(bkey(info.name), info.to_bytes())
@@ -203,6 +216,48 @@ class Index(TierRecords):
 
     def list_buckets(self) -> list[BucketInfo]:
         return [BucketInfo.from_bytes(v) for _, v in self._scan(b"B", b"B")]
+
+    # -- mounts (node-local: the source bucket is the record of its objects) -
+
+    def add_mount(self, mount: Mount) -> bool:
+        """Record a mount; False if the name is taken (by a bucket or mount)."""
+        with self._lock:
+            if self._db.get(bkey(mount.name)) is not None or self._db.get(mkey(mount.name)) is not None:
+                return False
+            self._db.put(mkey(mount.name), mount.to_bytes(), self._sync)
+            return True
+
+    def get_mount(self, name: str) -> Mount | None:
+        raw = self._db.get(mkey(name))
+        return Mount.from_bytes(raw) if raw is not None else None
+
+    def list_mounts(self) -> list[Mount]:
+        return [Mount.from_bytes(v) for _, v in self._scan(b"M", b"M")]
+
+    def remove_mount(self, name: str) -> list[MountedObject]:
+        """Forget a mount and what it knew of its objects; those objects."""
+        with self._lock:
+            batch = self._batch()
+            batch.delete(mkey(name))
+            known = []
+            for raw_key, value in self._scan(nkey(name), nkey(name)):
+                known.append(MountedObject.from_bytes(value))
+                batch.delete(raw_key)
+            for pin, _ in self._scan(hkey(name), hkey(name)):
+                batch.delete(pin)
+            self._write(batch)
+            return known
+
+    def get_mounted(self, mount: str, key: str) -> MountedObject | None:
+        raw = self._db.get(nkey(mount, key))
+        return MountedObject.from_bytes(raw) if raw is not None else None
+
+    def put_mounted(self, mount: str, obj: MountedObject) -> None:
+        # Not synced: a lost record costs one revalidation, never data.
+        self._db.put(nkey(mount, obj.key), obj.to_bytes())
+
+    def delete_mounted(self, mount: str, key: str) -> None:
+        self._db.delete(nkey(mount, key))
 
     # -- pins (node-local cache policy: not in footers) ----------------------
 

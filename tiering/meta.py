@@ -175,6 +175,43 @@ class BucketInfo(_Record):
 
 
 @dataclass(frozen=True, slots=True)
+class Mount(_Record):
+    """A gateway bucket over an existing S3 bucket/prefix, its objects in
+    their native layout, read through and cached (written through when
+    ``read_write``)."""
+
+    name: str
+    bucket: str
+    prefix: str
+    created_ms: int
+    endpoint: str | None = None
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    freshness: float | None = None  # None: immutable; else seconds a validation holds
+    serve_stale: bool = True  # serve cached objects while the source is unreachable
+    read_write: bool = False  # writes go through to the source; else AccessDenied
+
+    @property
+    def source(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class MountedObject(_Record):
+    """An object of a mount as the source last described it."""
+
+    key: str
+    size: int
+    etag: str
+    last_modified_ms: int
+    validated_ms: int
+    content_type: str = "binary/octet-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+    user_meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Upload(_Record):
     """An open multipart upload and what CreateMultipartUpload fixed for it."""
 

@@ -64,6 +64,7 @@ class Multipart:
     ) -> Upload:
         check_key(key)
         await self._service.bucket(bucket)
+        self._service.mounts.managed_only(bucket, "Multipart upload")
         if checksum_type is not None:
             if checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
                 raise InvalidRequest(f"Value for x-amz-checksum-type header is invalid: {checksum_type}")

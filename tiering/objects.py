@@ -26,6 +26,7 @@ from tiering.errors import (
     BadDigest,
     BucketAlreadyOwnedByYou,
     EntityTooLarge,
+    NotSupported,
     IncompleteBody,
     InvalidRange,
     NoSuchBucket,
@@ -34,10 +35,11 @@ from tiering.errors import (
     SlowDown,
 )
 from tiering.fetch import segment_path
-from tiering.hot import HotTier
+from tiering.hot import HotTier, close_unused
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Jobs
+from tiering.mounts import Mounts
 from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, now_ms
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
@@ -106,6 +108,7 @@ class ObjectService:
         self.policies = Policies(self.index, settings)
         self.tiers = Tiers(self.index, self.hot, capacity, settings, self.policies)
         self.multipart = Multipart(self)
+        self.mounts = Mounts(self.index, self.hot, settings, region)
         self.jobs = Jobs()
 
     async def start(self) -> None:
@@ -119,6 +122,7 @@ class ObjectService:
         await _pool.run(self.hot.resume, self.index.referenced_files)
         await _pool.run(self._pin_cached)
         await self.tiers.start()
+        await self.mounts.start()
 
     def _pin_cached(self) -> None:
         """Pin again what the pins cover and the cache holds (the hot tier
@@ -129,6 +133,7 @@ class ObjectService:
 
     async def close(self) -> None:
         await self.jobs.stop()
+        await self.mounts.close()
         await self.tiers.stop()
         await _pool.run(self.index.close)
         await _pool.run(self.hot.mark_clean)
@@ -148,11 +153,13 @@ class ObjectService:
         return info
 
     async def delete_bucket(self, name: str) -> None:
+        self.mounts.managed_only(name, "DeleteBucket (unmount instead)")
         await _pool.run(self.index.delete_bucket, name)
         self.policies.changed(name)
 
     async def bucket(self, name: str) -> BucketInfo:
-        info = self.index.get_bucket(name)  # a point read: microseconds
+        """A managed bucket, or a mount (read-only, see ``tiering.mounts``)."""
+        info = self.index.get_bucket(name) or self.mounts.bucket(name)  # point reads: microseconds
         if info is None:
             raise NoSuchBucket(BucketName=name)
         return info
@@ -163,11 +170,15 @@ class ObjectService:
         return info
 
     async def list_buckets(self) -> list[BucketInfo]:
-        return await _pool.run(self.index.list_buckets)
+        managed = await _pool.run(self.index.list_buckets)
+        mounted = [self.mounts.bucket(m.name) for m in self.mounts.all()]
+        return sorted([*managed, *mounted], key=lambda b: b.name)  # type: ignore[arg-type]
 
     # -- objects -----------------------------------------------------------
 
     async def head(self, bucket: str, key: str) -> ObjectMeta:
+        if self.mounts.get(bucket) is not None:
+            return await self.mounts.head(bucket, key)
         meta = await _pool.run(self.index.get_object, bucket, key)
         if meta is None:
             await self.bucket(bucket)
@@ -180,6 +191,8 @@ class ObjectService:
         """The object's record and, when it is at most ``small`` bytes and
         all in the hot tier, its whole body, in one pool call: a small GET
         costs one hand-off. Otherwise the body comes from :meth:`read`."""
+        if self.mounts.get(bucket) is not None:
+            return await self.mounts.head(bucket, key), None
         meta, data = await _pool.run(self._fetch, bucket, key, small)
         if meta is None:
             await self.bucket(bucket)
@@ -222,8 +235,13 @@ class ObjectService:
     ) -> ObjectMeta:
         check_key(key)
         info = await self.bucket(bucket)
+        self.mounts.writable(bucket)
         if integrity.expected_size is not None and integrity.expected_size > MAX_PUT_SIZE:
             raise EntityTooLarge(ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PUT_SIZE)
+        if self.mounts.get(bucket) is not None:
+            if if_none_match or if_match is not None:
+                raise NotSupported("Conditional writes to a mounted bucket are not supported")
+            return await self._put_mounted(bucket, key, body, new, integrity)
         if if_none_match and self.index.get_object(bucket, key) is not None:
             # Checked again atomically at commit; failing early saves the upload.
             check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
@@ -232,6 +250,29 @@ class ObjectService:
         meta = await self.commit(meta, staged.segment, if_none_match=if_none_match, if_match=if_match)
         await self.settle(info, meta)
         return meta
+
+    async def _put_mounted(
+        self, bucket: str, key: str, body: AsyncIterator[bytes], new: NewObject, integrity: Integrity
+    ) -> ObjectMeta:
+        """A write through a read-write mount: streamed to the source as it
+        arrives (hashed on the way), completed only once the digests check."""
+        upload = await self.mounts.open_upload(bucket, key, new)
+        digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
+
+        async def send(block: bytes) -> None:
+            await _pool.run(digests.update, block)
+            await upload.write(block)
+
+        try:
+            await _gather(body, send)
+            _check_size(digests, integrity)
+            checksum = _verify(digests, integrity)
+            await upload.complete()
+        except BaseException:
+            await upload.abort()
+            raise
+        meta = await self.mounts.committed(bucket, key)
+        return replace(meta, checksum=checksum)  # for the answer; the source keeps its own
 
     async def settle(self, info: BucketInfo, meta: ObjectMeta) -> None:
         """After a commit: wake the flusher when a segment's worth waits; on
@@ -351,6 +392,10 @@ class ObjectService:
         ``fetch_concurrency`` of them ahead of the one being sent.
         ``tally`` counts the bytes yielded by the tier they came from."""
         tally = tally if tally is not None else ReadTally()
+        if self.mounts.get(meta.bucket) is not None:
+            async for block in self.mounts.read(meta, wanted, tally):
+                yield block
+            return
         pin = self.policies.pinned(meta.bucket, meta.key)
         pieces = list(split_over([c.size for c in meta.chunks], wanted))
         ahead: dict[int, asyncio.Task[int | bytes]] = {}
@@ -393,7 +438,7 @@ class ObjectService:
         finally:
             for task in ahead.values():
                 task.cancel()
-                task.add_done_callback(_close_unused)
+                task.add_done_callback(close_unused)
 
     async def _source(self, chunk: Chunk, pin: bool) -> int | bytes:
         """A descriptor on the cached extent, or its bytes after a fetch
@@ -417,6 +462,9 @@ class ObjectService:
     async def delete(self, bucket: str, key: str) -> None:
         """Idempotent, like S3: deleting a missing key succeeds."""
         info = await self.bucket(bucket)
+        if self.mounts.get(bucket) is not None:
+            await self.mounts.delete(bucket, key)
+            return
         old = await _pool.run(self.index.delete_object, bucket, key)
         if old is not None:
             await self.forget(old.chunks)
@@ -427,6 +475,10 @@ class ObjectService:
         info = await self.bucket(bucket)
         for key in keys:
             check_key(key)
+        if self.mounts.get(bucket) is not None:
+            for key in keys:
+                await self.mounts.delete(bucket, key)
+            return
         removed = await _pool.run(self.index.delete_objects, bucket, keys)
         for old in removed:
             await self.forget(old.chunks)
@@ -451,8 +503,13 @@ class ObjectService:
         (MetadataDirective REPLACE), None keeps the source's."""
         check_key(key)
         info = await self.bucket(bucket)
+        self.mounts.writable(bucket)
         new = new or NewObject(source.content_type, dict(source.headers), dict(source.user_meta))
         algorithm = checksum_algorithm or (source.checksum.algorithm if source.checksum else None)
+        if self.mounts.get(bucket) is not None:
+            body = self.read(source, ByteRange(0, source.size))
+            integrity = Integrity(checksum_algorithm=algorithm, expected_size=source.size)
+            return await self._put_mounted(bucket, key, body, new, integrity)
         staged = await self.stage(
             self.read(source, ByteRange(0, source.size)),
             Integrity(checksum_algorithm=algorithm, expected_size=source.size),
@@ -464,6 +521,8 @@ class ObjectService:
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
+        if self.mounts.get(source.bucket) is not None:
+            return await self.copy(source, source.bucket, source.key, new)
         meta = replace(
             source,
             content_type=new.content_type,
@@ -479,6 +538,8 @@ class ObjectService:
         self, bucket: str, prefix: str = "", delimiter: str = "", marker: str = "", max_keys: int = 1000
     ) -> ListPage:
         await self.bucket(bucket)
+        if self.mounts.get(bucket) is not None:
+            return await self.mounts.list_objects(bucket, prefix, delimiter, marker, max_keys)
         return await _pool.run(self.index.list_objects, bucket, prefix, delimiter, marker, max_keys)
 
 
@@ -509,12 +570,6 @@ async def _gather(
 def _check_size(digests: Digests, integrity: Integrity) -> None:
     if integrity.expected_size is not None and digests.size != integrity.expected_size:
         raise IncompleteBody("You did not provide the number of bytes specified by the Content-Length HTTP header.")
-
-
-def _close_unused(task: asyncio.Task[int | bytes]) -> None:
-    """A read-ahead the response no longer needs: close its descriptor."""
-    if not task.cancelled() and task.exception() is None and isinstance(task.result(), int):
-        os.close(task.result())  # type: ignore[arg-type]
 
 
 def _verify(writer: Digests, integrity: Integrity) -> Checksum | None:

@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import metrics
-from gateway.admin import buckets, jobs
+from gateway.admin import buckets, jobs, mounts
 from gateway.admin.context import AdminContext, S3Status
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
 from gateway.admin.models import iso
@@ -117,6 +117,7 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
 
     api.include_router(buckets.router(ctx))
     api.include_router(jobs.router(ctx))
+    api.include_router(mounts.router(ctx))
     app.include_router(api)
     fix_schema(app)
     return app

@@ -25,10 +25,12 @@ CODES = {
     "NoSuchKey": 404,
     "NoSuchJob": 404,
     "NoSuchPin": 404,
+    "NoSuchMount": 404,
     "MethodNotAllowed": 405,
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,
     "JobFinished": 409,
+    "SourceUnavailable": 502,
     "Unavailable": 503,
 }
 

@@ -10,8 +10,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gateway.config import parse_size
+from tiering.capacity import CapacityStats
 from tiering.jobs import Job
-from tiering.meta import BucketInfo, ObjectMeta
+from tiering.meta import BucketInfo, Mount, ObjectMeta
 from tiering.settings import TierSettings
 
 MiB = 1024 * 1024
@@ -149,6 +150,60 @@ def location_view(meta: ObjectMeta, states: list[str], pinned: bool) -> ObjectLo
         where=where,  # type: ignore[arg-type]
         chunks=chunks,
     )
+
+
+class NewMount(Strict):
+    """A gateway bucket over an existing S3 bucket/prefix."""
+
+    name: str = Field(description="The gateway bucket name (S3 naming rules).")
+    source: str = Field(description="s3://bucket or s3://bucket/prefix")
+    endpoint: str | None = Field(None, description="http(s) URL of a non-AWS S3 (MinIO, Ceph RGW).")
+    region: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    freshness: Literal["immutable"] | Annotated[float, Field(gt=0, le=86400 * 365)] = Field(
+        60.0, description='"immutable", or seconds a validation with the source holds.'
+    )
+    serve_stale: bool = Field(True, description="Serve cached objects while the source is unreachable.")
+    read_write: bool = Field(False, description="Write PUT, copy and DELETE through to the source.")
+
+
+class MountView(BaseModel):
+    name: str
+    source: str
+    endpoint: str | None
+    region: str | None
+    access_key: str | None
+    secret_key: str | None  # "***" when set
+    freshness: Literal["immutable"] | float
+    serve_stale: bool
+    read_write: bool
+    created: str
+    source_requests: dict[str, int] = Field(description="Requests made of the source since start, by kind.")
+    source_bytes_read: int
+
+
+def mount_view(mount: Mount, stats: CapacityStats) -> MountView:
+    return MountView(
+        name=mount.name,
+        source=mount.source,
+        endpoint=mount.endpoint,
+        region=mount.region,
+        access_key=mount.access_key,
+        secret_key="***" if mount.secret_key else None,
+        freshness="immutable" if mount.freshness is None else mount.freshness,
+        serve_stale=mount.serve_stale,
+        read_write=mount.read_write,
+        created=iso(mount.created_ms / 1000) or "",
+        source_requests={
+            "gets": stats.gets, "heads": stats.heads, "lists": stats.lists, "retries": stats.retries,
+        },
+        source_bytes_read=stats.bytes_read,
+    )
+
+
+class MountList(BaseModel):
+    mounts: list[MountView]
 
 
 class Pin(Strict):

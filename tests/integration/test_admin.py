@@ -26,7 +26,8 @@ OPEN = {("GET", "/health"), ("GET", "/ready"), ("GET", "/openapi.json"), ("GET",
 def gw(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("admin")
     args = capacity_args("s3", moto_endpoint, root, f"cap-admin-{os.getpid()}")
-    yield from running_gateway(root / "data", *args, "--flush-delay", "3600")
+    with running_gateway(root / "data", *args, "--flush-delay", "3600") as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")

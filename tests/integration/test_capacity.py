@@ -39,7 +39,8 @@ def tiered(request: pytest.FixtureRequest, moto_endpoint: str, tmp_path_factory)
     long so tests decide when data moves (POST /flush)."""
     root = tmp_path_factory.mktemp(f"tiered-{request.param}")
     args = capacity_args(request.param, moto_endpoint, root, f"cap-{request.param}-{os.getpid()}")
-    yield from running_gateway(root / "data", *args, "--flush-delay", "3600")
+    with running_gateway(root / "data", *args, "--flush-delay", "3600") as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,8 @@ def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
     The long flush delay lets the tests decide when staged data moves.
     """
-    yield from running_gateway(tmp_path_factory.mktemp("cli") / "data", "--flush-delay", "3600")
+    with running_gateway(tmp_path_factory.mktemp("cli") / "data", "--flush-delay", "3600") as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S+)')
 
 @pytest.fixture(scope="module")
 def text_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    yield from running_gateway(tmp_path_factory.mktemp("access-text") / "data")  # text is the default
+    with running_gateway(tmp_path_factory.mktemp("access-text") / "data") as gw:  # text is the default
+        yield gw
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,8 @@ def json_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("access-json")
     config = root / "tierstore.toml"
     config.write_text('access_log = "json"\n')
-    yield from running_gateway(root / "data", "--config", str(config))
+    with running_gateway(root / "data", "--config", str(config)) as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +43,8 @@ def off_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     root = tmp_path_factory.mktemp("access-off")
     config = root / "tierstore.toml"
     config.write_text('access_log = "off"\n')
-    yield from running_gateway(root / "data", "--config", str(config))
+    with running_gateway(root / "data", "--config", str(config)) as gw:
+        yield gw
 
 
 def _text_fields(line: str) -> dict[str, str]:

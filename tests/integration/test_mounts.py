@@ -1,0 +1,339 @@
+"""Mounted buckets: a data set uploaded straight to a moto S3 server (never
+through the gateway) read through a real gateway with boto3 and s3fs;
+ranged reads fetch only the pieces they touch; the source's changes are
+seen after the freshness window; an outage serves what is cached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+import s3fs
+from botocore.exceptions import ClientError
+from typer.testing import CliRunner
+
+from gateway.cli import app as cli_app
+from tests.conftest import make_client, running_gateway
+from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
+
+MiB = 1024 * 1024
+PIECE = 8 * MiB  # the gateway's default part size: the unit mounts cache in
+
+
+def direct(endpoint: str):  # type: ignore[no-untyped-def]
+    """A client of the source itself, bypassing the gateway."""
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="testing",
+        aws_secret_access_key="testing", region_name="us-east-1",
+    )
+
+
+def admin(gw: Gateway, method: str, path: str, **kwargs: object) -> httpx.Response:
+    return httpx.request(method, gw.admin_url + path, timeout=60,
+                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, **kwargs)  # type: ignore[arg-type]
+
+
+def mount(gw: Gateway, name: str, source: str, endpoint: str, **options: object) -> dict:
+    body = {"name": name, "source": source, "endpoint": endpoint,
+            "access_key": "testing", "secret_key": "testing", **options}
+    response = admin(gw, "POST", "/mounts", json=body)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def source_stats(gw: Gateway, name: str) -> dict:
+    view = admin(gw, "GET", f"/mounts/{name}").json()
+    return {**view["source_requests"], "bytes": view["source_bytes_read"]}
+
+
+@pytest.fixture(scope="module")
+def dataset(moto_endpoint: str) -> dict[str, bytes]:
+    """s3://datasets/imagenet/...: written directly to the source."""
+    src = direct(moto_endpoint)
+    src.create_bucket(Bucket="datasets")
+    files = {f"train/{i:03d}.jpg": os.urandom(10_000 + i) for i in range(25)}
+    files |= {f"val/{i:03d}.jpg": os.urandom(5_000) for i in range(5)}
+    files["README"] = b"a data set"
+    for key, data in files.items():
+        src.put_object(Bucket="datasets", Key=f"imagenet/{key}", Body=data,
+                       ContentType="image/jpeg", Metadata={"origin": "direct"})
+    src.put_object(Bucket="datasets", Key="elsewhere/not-mounted", Body=b"x")
+    return files
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str, dataset: dict[str, bytes]) -> Iterator[Gateway]:
+    root = tmp_path_factory.mktemp("mounts")
+    with running_gateway(root / "data") as gateway:
+        mount(gateway, "imagenet", "s3://datasets/imagenet", moto_endpoint, freshness="immutable")
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def client(gw: Gateway):  # type: ignore[no-untyped-def]
+    return make_client(gw.endpoint)
+
+
+def test_boto3_reads_the_data_set_as_it_is_at_the_source(client, dataset: dict[str, bytes]) -> None:  # type: ignore[no-untyped-def]
+    for key in ("train/000.jpg", "train/024.jpg", "README"):
+        got = client.get_object(Bucket="imagenet", Key=key)
+        assert got["Body"].read() == dataset[key]
+        assert got["ContentType"] == "image/jpeg" and got["Metadata"] == {"origin": "direct"}
+        assert got["ETag"] == '"' + hashlib.md5(dataset[key]).hexdigest() + '"'
+    head = client.head_object(Bucket="imagenet", Key="val/001.jpg")
+    assert head["ContentLength"] == 5_000
+    ranged = client.get_object(Bucket="imagenet", Key="train/003.jpg", Range="bytes=10-19")["Body"].read()
+    assert ranged == dataset["train/003.jpg"][10:20]
+    with pytest.raises(ClientError) as missing:
+        client.get_object(Bucket="imagenet", Key="no/such/key")
+    assert missing.value.response["Error"]["Code"] == "NoSuchKey"
+    assert "imagenet" in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    client.create_bucket(Bucket="copies")
+    client.copy_object(Bucket="copies", Key="readme", CopySource={"Bucket": "imagenet", "Key": "README"})
+    assert client.get_object(Bucket="copies", Key="readme")["Body"].read() == dataset["README"]
+    versions = client.list_object_versions(Bucket="imagenet", Prefix="val/")
+    assert [v["Key"] for v in versions["Versions"]] == [f"val/{i:03d}.jpg" for i in range(5)]
+
+
+def test_listings_pass_through_with_prefix_delimiter_and_pages(client, dataset: dict[str, bytes]) -> None:  # type: ignore[no-untyped-def]
+    top = client.list_objects_v2(Bucket="imagenet", Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["train/", "val/"]
+    assert [o["Key"] for o in top["Contents"]] == ["README"]
+    keys, token = [], None
+    while True:
+        kw = {"ContinuationToken": token} if token else {}
+        page = client.list_objects_v2(Bucket="imagenet", Prefix="train/", MaxKeys=7, **kw)
+        keys += [o["Key"] for o in page.get("Contents", [])]
+        if not page["IsTruncated"]:
+            break
+        token = page["NextContinuationToken"]
+    assert keys == sorted(k for k in dataset if k.startswith("train/"))
+    v1 = client.list_objects(Bucket="imagenet", Prefix="val/", MaxKeys=2)
+    assert [o["Key"] for o in v1["Contents"]] == ["val/000.jpg", "val/001.jpg"] and v1["IsTruncated"]
+    assert client.list_objects_v2(Bucket="imagenet", Prefix="elsewhere/")["KeyCount"] == 0
+
+
+def test_s3fs_reads_through_the_mount(gw: Gateway, dataset: dict[str, bytes]) -> None:
+    fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=gw.endpoint,
+                           client_kwargs={"region_name": "us-east-1"}, use_listings_cache=False)
+    assert fs.cat("imagenet/val/002.jpg") == dataset["val/002.jpg"]
+    assert sorted(fs.ls("imagenet/val", detail=False)) == [f"imagenet/val/{i:03d}.jpg" for i in range(5)]
+    with fs.open("imagenet/train/010.jpg", "rb") as f:
+        f.seek(100)
+        assert f.read(50) == dataset["train/010.jpg"][100:150]
+
+
+def test_writes_to_a_read_only_mount_are_refused(client) -> None:  # type: ignore[no-untyped-def]
+    for call in (
+        lambda: client.put_object(Bucket="imagenet", Key="new", Body=b"x"),
+        lambda: client.delete_object(Bucket="imagenet", Key="README"),
+        lambda: client.create_multipart_upload(Bucket="imagenet", Key="big"),
+        lambda: client.delete_bucket(Bucket="imagenet"),
+        lambda: client.copy_object(Bucket="imagenet", Key="copy", CopySource={"Bucket": "imagenet", "Key": "README"}),
+    ):
+        with pytest.raises(ClientError) as refused:
+            call()
+        assert refused.value.response["Error"]["Code"] == "AccessDenied"
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+    assert client.get_object(Bucket="imagenet", Key="README")["Body"].read() == b"a data set"
+
+
+def test_range_reads_of_a_large_object_fetch_only_the_pieces_they_touch(
+    gw: Gateway, client, moto_endpoint: str  # type: ignore[no-untyped-def]
+) -> None:
+    big = os.urandom(100 * MiB)
+    direct(moto_endpoint).put_object(Bucket="datasets", Key="imagenet/big.bin", Body=big)
+    before = source_stats(gw, "imagenet")
+
+    def ranged(start: int, end: int) -> bytes:
+        return client.get_object(Bucket="imagenet", Key="big.bin", Range=f"bytes={start}-{end - 1}")["Body"].read()
+
+    assert ranged(50 * MiB, 51 * MiB) == big[50 * MiB : 51 * MiB]  # inside piece 6 (48-56 MiB)
+    first = source_stats(gw, "imagenet")
+    assert first["gets"] - before["gets"] == 1 and first["bytes"] - before["bytes"] == PIECE
+    assert ranged(55 * MiB, 57 * MiB) == big[55 * MiB : 57 * MiB]  # pieces 6 (cached) and 7
+    second = source_stats(gw, "imagenet")
+    assert second["gets"] - first["gets"] == 1 and second["bytes"] - first["bytes"] == PIECE
+    assert ranged(49 * MiB, 63 * MiB) == big[49 * MiB : 63 * MiB]  # both cached now
+    assert source_stats(gw, "imagenet")["gets"] == second["gets"]
+    tail = ranged(100 * MiB - 10, 100 * MiB)
+    assert tail == big[-10:]
+    assert source_stats(gw, "imagenet")["bytes"] - second["bytes"] == 100 * MiB - 12 * PIECE
+    whole = client.get_object(Bucket="imagenet", Key="big.bin")["Body"].read()
+    assert hashlib.sha256(whole).digest() == hashlib.sha256(big).digest()
+    assert source_stats(gw, "imagenet")["bytes"] - before["bytes"] == 100 * MiB, "each piece fetched once"
+
+
+def test_changes_at_the_source_are_seen_after_the_freshness_window(
+    gw: Gateway, moto_endpoint: str  # type: ignore[no-untyped-def]
+) -> None:
+    src = direct(moto_endpoint)
+    src.put_object(Bucket="datasets", Key="live/k", Body=b"version one")
+    src.put_object(Bucket="datasets", Key="live/gone", Body=b"soon deleted")
+    mount(gw, "live", "s3://datasets/live", moto_endpoint, freshness=1)
+    mount(gw, "frozen", "s3://datasets/live", moto_endpoint, freshness="immutable")
+    client = make_client(gw.endpoint)
+    for bucket in ("live", "frozen"):
+        assert client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"version one"
+        assert client.get_object(Bucket=bucket, Key="gone")["Body"].read() == b"soon deleted"
+
+    src.put_object(Bucket="datasets", Key="live/k", Body=b"version two, longer")
+    src.delete_object(Bucket="datasets", Key="live/gone")
+    assert client.get_object(Bucket="live", Key="k")["Body"].read() == b"version one", "still fresh"
+    time.sleep(1.2)
+    got = client.get_object(Bucket="live", Key="k")
+    assert got["Body"].read() == b"version two, longer"
+    assert got["ETag"] == '"' + hashlib.md5(b"version two, longer").hexdigest() + '"'
+    with pytest.raises(ClientError) as deleted:
+        client.head_object(Bucket="live", Key="gone")
+    assert deleted.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert client.get_object(Bucket="frozen", Key="k")["Body"].read() == b"version one", "immutable"
+
+
+def test_mount_errors_and_unmount(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
+    def error(response: httpx.Response) -> tuple[int, str]:
+        return response.status_code, response.json()["error"]["code"]
+
+    body = {"name": "m-err", "source": "s3://no-such-bucket", "endpoint": moto_endpoint,
+            "access_key": "testing", "secret_key": "testing"}
+    assert error(admin(gw, "POST", "/mounts", json=body)) == (502, "SourceUnavailable")
+    assert error(admin(gw, "POST", "/mounts", json=body | {"source": "http://x"})) == (400, "InvalidRequest")
+    assert error(admin(gw, "POST", "/mounts", json=body | {"name": "Bad_Name", "source": "s3://datasets"})) == (
+        400, "InvalidBucketName")
+    assert error(admin(gw, "POST", "/mounts", json=body | {"source": "s3://datasets", "secret_key": None})) == (
+        400, "InvalidRequest")
+    assert error(admin(gw, "POST", "/mounts", json=body | {"name": "imagenet", "source": "s3://datasets"})) == (
+        409, "BucketAlreadyExists")
+    client.create_bucket(Bucket="managed-one")
+    assert error(admin(gw, "POST", "/mounts", json=body | {"name": "managed-one", "source": "s3://datasets"})) == (
+        409, "BucketAlreadyExists")
+    with pytest.raises(ClientError) as taken:
+        client.create_bucket(Bucket="imagenet")
+    assert taken.value.response["Error"]["Code"] == "BucketAlreadyOwnedByYou"
+
+    mount(gw, "short-lived", "s3://datasets/imagenet/val", moto_endpoint)
+    assert client.get_object(Bucket="short-lived", Key="000.jpg")["ContentLength"] == 5_000
+    listed = admin(gw, "GET", "/mounts").json()["mounts"]
+    shown = next(m for m in listed if m["name"] == "short-lived")
+    assert shown["secret_key"] == "***" and shown["freshness"] == 60.0 and shown["serve_stale"] is True
+    assert "testing" not in admin(gw, "GET", "/mounts/short-lived").text.replace('"access_key":"testing"', "")
+    assert admin(gw, "DELETE", "/mounts/short-lived").status_code == 204
+    assert error(admin(gw, "GET", "/mounts/short-lived")) == (404, "NoSuchMount")
+    assert error(admin(gw, "DELETE", "/mounts/short-lived")) == (404, "NoSuchMount")
+    with pytest.raises(ClientError) as gone:
+        client.head_bucket(Bucket="short-lived")
+    assert gone.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+    assert len(direct(moto_endpoint).list_objects_v2(Bucket="datasets", Prefix="imagenet/val/")["Contents"]) == 5
+
+
+def test_a_read_write_mount_writes_through_natively(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
+    src = direct(moto_endpoint)
+    src.put_object(Bucket="datasets", Key="ckpt/existing", Body=b"old")
+    mount(gw, "ckpt", "s3://datasets/ckpt", moto_endpoint, read_write=True)
+
+    put = client.put_object(Bucket="ckpt", Key="step-100/model.pt", Body=b"weights" * 1000,
+                            ContentType="application/x-pytorch", Metadata={"step": "100"})
+    seen = src.get_object(Bucket="datasets", Key="ckpt/step-100/model.pt")  # a direct client sees it
+    assert seen["Body"].read() == b"weights" * 1000
+    assert seen["ContentType"] == "application/x-pytorch" and seen["Metadata"] == {"step": "100"}
+    assert put["ETag"] == seen["ETag"]
+
+    large = os.urandom(20 * MiB)  # more than a part: a streamed multipart upload at the source
+    client.put_object(Bucket="ckpt", Key="large.bin", Body=large)
+    assert src.get_object(Bucket="datasets", Key="ckpt/large.bin")["Body"].read() == large
+    assert client.get_object(Bucket="ckpt", Key="large.bin", Range="bytes=9000000-9000009")["Body"].read() == (
+        large[9_000_000:9_000_010])
+
+    client.put_object(Bucket="ckpt", Key="existing", Body=b"new")  # overwrite: the gateway sees it at once
+    assert client.get_object(Bucket="ckpt", Key="existing")["Body"].read() == b"new"
+    client.copy_object(Bucket="ckpt", Key="copy.pt", CopySource={"Bucket": "ckpt", "Key": "step-100/model.pt"})
+    assert src.get_object(Bucket="datasets", Key="ckpt/copy.pt")["Body"].read() == b"weights" * 1000
+
+    client.delete_object(Bucket="ckpt", Key="existing")
+    client.delete_objects(Bucket="ckpt", Delete={"Objects": [{"Key": "copy.pt"}, {"Key": "never-was"}]})
+    left = [o["Key"] for o in src.list_objects_v2(Bucket="datasets", Prefix="ckpt/")["Contents"]]
+    assert left == ["ckpt/large.bin", "ckpt/step-100/model.pt"]
+    with pytest.raises(ClientError) as gone:
+        client.get_object(Bucket="ckpt", Key="existing")
+    assert gone.value.response["Error"]["Code"] == "NoSuchKey"
+
+    with pytest.raises(ClientError) as bad_digest:
+        client.put_object(Bucket="ckpt", Key="corrupt", Body=b"abc", ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==")
+    assert bad_digest.value.response["Error"]["Code"] == "BadDigest"
+    assert src.list_objects_v2(Bucket="datasets", Prefix="ckpt/corrupt")["KeyCount"] == 0, "nothing written"
+    for refused in (lambda: client.create_multipart_upload(Bucket="ckpt", Key="mp"),
+                    lambda: client.delete_bucket(Bucket="ckpt")):
+        with pytest.raises(ClientError) as denied:
+            refused()
+        assert denied.value.response["Error"]["Code"] == "AccessDenied"
+    with pytest.raises(ClientError) as conditional:
+        client.put_object(Bucket="ckpt", Key="x", Body=b"x", IfNoneMatch="*")
+    assert conditional.value.response["Error"]["Code"] == "NotImplemented"
+
+
+def test_the_cli_mounts_lists_and_unmounts(gw: Gateway, moto_endpoint: str, dataset: dict[str, bytes]) -> None:
+    env = {"TIERSTORE_ADMIN_URL": gw.admin_url, "TIERSTORE_ADMIN_TOKEN": ADMIN_TOKEN,
+           "TIERSTORE_MOUNT_SECRET_KEY": "testing"}
+
+    def tierstore(*args: str) -> str:
+        result = CliRunner().invoke(cli_app, list(args), env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.stdout + result.stderr
+        return result.stdout
+
+    shown = json.loads(tierstore("mount", "cli-val", "s3://datasets/imagenet/val", "--endpoint", moto_endpoint,
+                                 "--access-key", "testing", "--freshness", "immutable", "--json"))
+    assert (shown["source"], shown["freshness"], shown["read_write"]) == ("s3://datasets/imagenet/val", "immutable", False)
+    assert make_client(gw.endpoint).get_object(Bucket="cli-val", Key="003.jpg")["Body"].read() == dataset["val/003.jpg"]
+    assert "cli-val" in tierstore("mounts")
+    assert tierstore("unmount", "cli-val") == "unmounted cli-val\n"
+    assert "cli-val" not in [m["name"] for m in json.loads(tierstore("mounts", "--json"))["mounts"]]
+
+
+def test_mounts_survive_a_restart(gw: Gateway, dataset: dict[str, bytes]) -> None:
+    gw.restart()
+    assert make_client(gw.endpoint).get_object(Bucket="imagenet", Key="val/004.jpg")["Body"].read() == (
+        dataset["val/004.jpg"])
+
+
+def test_an_outage_serves_what_is_cached_and_503s_the_rest(tmp_path: Path) -> None:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    moto.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    running = True
+    try:
+        src = direct(endpoint)
+        src.create_bucket(Bucket="src")
+        for key in ("cached", "uncached", "strict"):
+            src.put_object(Bucket="src", Key=key, Body=key.encode() * 1000)
+        with running_gateway(tmp_path / "data") as gateway:
+            mount(gateway, "tolerant", "s3://src", endpoint, freshness=0.5)
+            mount(gateway, "strict", "s3://src", endpoint, freshness=0.5, serve_stale=False)
+            client = make_client(gateway.endpoint)
+            assert client.get_object(Bucket="tolerant", Key="cached")["Body"].read() == b"cached" * 1000
+            assert client.get_object(Bucket="strict", Key="strict")["Body"].read() == b"strict" * 1000
+            moto.stop()
+            running = False
+            time.sleep(0.6)  # past the freshness window: every read asks the source
+            assert client.get_object(Bucket="tolerant", Key="cached")["Body"].read() == b"cached" * 1000
+            for bucket, key in (("tolerant", "uncached"), ("strict", "strict")):
+                with pytest.raises(ClientError) as down:
+                    client.get_object(Bucket=bucket, Key=key)
+                assert down.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+                assert "unreachable" in down.value.response["Error"]["Message"]
+            with pytest.raises(ClientError) as listing:
+                client.list_objects_v2(Bucket="tolerant")
+            assert listing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+            assert admin(gateway, "GET", "/health").status_code == 200
+    finally:
+        if running:
+            moto.stop()

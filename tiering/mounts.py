@@ -1,0 +1,334 @@
+"""Mounted buckets: existing S3 data read through the hot tier.
+
+A mount maps a gateway bucket onto ``s3://bucket/prefix`` at some endpoint.
+Its objects stay where they are, one object per key; the gateway keeps, per
+key it has served, the source's description (size, ETag, metadata) and
+caches the bytes it read in the hot tier, one file per ``part_size`` piece,
+named by (mount, key, ETag, piece): a new version at the source has new
+names, so a stale piece can never be served for it.
+
+Freshness: an ``immutable`` mount trusts what it validated once; otherwise a
+validation holds ``freshness`` seconds, after which the next HEAD or GET asks
+the source again (a changed ETag drops the cached pieces, a missing object
+becomes NoSuchKey). Pieces are fetched with If-Match on the validated ETag,
+so bytes of two versions are never mixed. While the source is unreachable,
+what is validated and cached is served (``serve_stale``); anything else is a
+503 naming the source.
+
+Listings are passed through to the source. On a read-write mount, PUT,
+copy and DELETE go through to the source natively (one PUT, or a streamed
+multipart upload for large bodies, with the object's metadata), and the
+gateway's description of the key is replaced by the source's; a read-only
+mount answers writes with AccessDenied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from packer.ranges import ByteRange, split_over
+from tiering import _pool
+from tiering.capacity import CapacityStats
+from tiering.errors import (
+    AccessDenied,
+    BucketAlreadyOwnedByYou,
+    CapacityError,
+    CapacityNotFound,
+    NoSuchBucket,
+    NoSuchKey,
+    ServiceUnavailable,
+)
+from tiering.hot import HotTier, close_unused
+from tiering.index import Index, ListEntry, ListPage, successor
+from tiering._s3_upload import S3Upload
+from tiering.inputs import NewObject
+from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
+from tiering.names import check_bucket_name
+from tiering.settings import TierSettings
+from tiering.source import SourceBucket, SourceObject
+
+if TYPE_CHECKING:
+    from tiering.objects import ReadTally
+
+log = logging.getLogger("tierstore.mounts")
+
+
+def piece_name(mount: str, key: str, etag: str, index: int) -> str:
+    """The hot-tier cache name of one piece of a mounted object version."""
+    digest = hashlib.sha256(f"{mount}\0{key}\0{etag}".encode()).hexdigest()[:40]
+    return f"m{digest}-{index:x}"
+
+
+class Mounts:
+    """Every mount of one node: their source clients and their reads."""
+
+    def __init__(self, index: Index, hot: HotTier, settings: TierSettings, region: str) -> None:
+        self._index = index
+        self._hot = hot
+        self._settings = settings
+        self._region = region
+        self._mounts: dict[str, Mount] = {}
+        self._sources: dict[str, SourceBucket] = {}
+        self._inflight: dict[str, asyncio.Future[bytes]] = {}
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def _source(self, mount: Mount) -> SourceBucket:
+        return SourceBucket(
+            mount.bucket, mount.prefix, endpoint=mount.endpoint, region=mount.region,
+            access_key=mount.access_key, secret_key=mount.secret_key,
+            concurrency=self._settings.fetch_concurrency, part_size=self._settings.part_size,
+            max_attempts=3,
+        )
+
+    async def start(self) -> None:
+        """Open every mount's client. A source that is down does not stop
+        the gateway: its mount serves what is cached and retries later."""
+        for mount in await _pool.run(self._index.list_mounts):
+            self._mounts[mount.name] = mount
+            self._sources[mount.name] = self._source(mount)
+            try:
+                await self._sources[mount.name].start()
+            except CapacityError as exc:
+                log.warning("mount %s: %s; serving what is cached until it answers", mount.name, exc)
+
+    async def close(self) -> None:
+        for source in self._sources.values():
+            await source.close()
+
+    async def _client(self, name: str) -> SourceBucket:
+        source = self._sources[name]
+        await source.start()  # a no-op once connected; retried after a failed start
+        return source
+
+    # -- mounting ----------------------------------------------------------------
+
+    def get(self, name: str) -> Mount | None:
+        return self._mounts.get(name)
+
+    def all(self) -> list[Mount]:
+        return sorted(self._mounts.values(), key=lambda m: m.name)
+
+    def stats(self, name: str) -> CapacityStats:
+        """Requests this node made of the mount's source, and bytes read."""
+        return self._sources[name].stats
+
+    async def mount(self, mount: Mount) -> Mount:
+        """Check the source answers (its bucket exists, the keys work), then
+        record the mount. CapacityError says why the source refused."""
+        check_bucket_name(mount.name)
+        if mount.name in self._mounts or self._index.get_bucket(mount.name) is not None:
+            raise BucketAlreadyOwnedByYou(BucketName=mount.name)
+        source = self._source(mount)
+        await source.start()
+        if not await _pool.run(self._index.add_mount, mount):
+            await source.close()
+            raise BucketAlreadyOwnedByYou(BucketName=mount.name)
+        self._mounts[mount.name] = mount
+        self._sources[mount.name] = source
+        return mount
+
+    async def unmount(self, name: str) -> None:
+        """Forget the mount and drop what it cached; the source is untouched."""
+        if name not in self._mounts:
+            raise NoSuchBucket(BucketName=name)
+        del self._mounts[name]
+        await self._sources.pop(name).close()
+        known = await _pool.run(self._index.remove_mount, name)
+        await _pool.run(self._hot.drop_cached, [n for obj in known for n in self._pieces(name, obj)])
+
+    def bucket(self, name: str) -> BucketInfo | None:
+        mount = self._mounts.get(name)
+        if mount is None:
+            return None
+        return BucketInfo(name=name, created_ms=mount.created_ms, region=self._region)
+
+    def writable(self, name: str) -> None:
+        """Raise AccessDenied for a write to a read-only mount."""
+        mount = self._mounts.get(name)
+        if mount is not None and not mount.read_write:
+            raise AccessDenied(f"Bucket {name} is a read-only mount of {mount.source}", BucketName=name)
+
+    def managed_only(self, name: str, what: str) -> None:
+        """Raise AccessDenied for what mounts do not do (multipart uploads,
+        deleting the bucket): it would not reach the source natively."""
+        mount = self._mounts.get(name)
+        if mount is not None:
+            raise AccessDenied(f"{what} is not supported on bucket {name}, a mount of {mount.source}",
+                               BucketName=name)
+
+    # -- objects -----------------------------------------------------------------
+
+    def _pieces(self, name: str, obj: MountedObject) -> list[str]:
+        count = max(1, -(-obj.size // self._settings.part_size))
+        return [piece_name(name, obj.key, obj.etag, i) for i in range(count)]
+
+    async def head(self, name: str, key: str) -> ObjectMeta:
+        """The object as last validated, asking the source when the
+        validation has expired (or never happened)."""
+        mount = self._mounts[name]
+        known = await _pool.run(self._index.get_mounted, name, key)
+        if known is not None and _fresh(mount, known):
+            return _as_meta(name, known)
+        try:
+            found = await (await self._client(name)).head(key)
+        except CapacityNotFound:
+            if known is not None:
+                await self._forget(name, known)
+            raise NoSuchKey(Key=key) from None
+        except CapacityError as exc:
+            if known is not None and mount.serve_stale:
+                return _as_meta(name, known)
+            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+        if known is not None and known.etag != found.etag:
+            await self._forget(name, known)
+        fresh = _described(found)
+        await _pool.run(self._index.put_mounted, name, fresh)
+        return _as_meta(name, fresh)
+
+    # -- writes (read-write mounts) ------------------------------------------------
+
+    async def open_upload(self, name: str, key: str, new: NewObject) -> S3Upload:
+        """A streamed write of ``key`` to the source; ``committed`` after it."""
+        self.writable(name)
+        client = await self._client(name)
+        return client.upload_object(key, new.content_type, new.headers, new.user_meta)
+
+    async def committed(self, name: str, key: str) -> ObjectMeta:
+        """After a write: describe ``key`` as the source now has it."""
+        known = await _pool.run(self._index.get_mounted, name, key)
+        if known is not None:
+            await self._forget(name, known)
+        found = await (await self._client(name)).head(key)
+        fresh = _described(found)
+        await _pool.run(self._index.put_mounted, name, fresh)
+        return _as_meta(name, fresh)
+
+    async def delete(self, name: str, key: str) -> None:
+        """Delete ``key`` at the source (idempotent, as S3) and here."""
+        self.writable(name)
+        mount = self._mounts[name]
+        try:
+            await (await self._client(name)).delete(key)
+        except CapacityError as exc:
+            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+        known = await _pool.run(self._index.get_mounted, name, key)
+        if known is not None:
+            await self._forget(name, known)
+
+    async def _forget(self, name: str, known: MountedObject) -> None:
+        await _pool.run(self._index.delete_mounted, name, known.key)
+        await _pool.run(self._hot.drop_cached, self._pieces(name, known))
+
+    async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally) -> AsyncIterator[bytes]:
+        """Yield ``wanted`` of a mounted object: cached pieces from the hot
+        tier, the others fetched (up to ``fetch_concurrency`` ahead) with
+        ranged GETs of that version only, then cached."""
+        part = self._settings.part_size
+        count = max(1, -(-meta.size // part))
+        sizes = [min(part, meta.size - i * part) for i in range(count)] if meta.size else [0]
+        pieces = list(split_over(sizes, wanted))
+        ahead: dict[int, asyncio.Task[int | bytes]] = {}
+        window = self._settings.fetch_concurrency
+        try:
+            for position, (index, piece) in enumerate(pieces):
+                for later, _ in pieces[position : position + window]:
+                    if later not in ahead:
+                        ahead[later] = asyncio.create_task(self._piece(meta, later, sizes[later]))
+                source = await ahead.pop(index)
+                if isinstance(source, bytes):
+                    tally.capacity += piece.end - piece.start
+                    yield source[piece.start : piece.end]
+                    continue
+                try:
+                    yield await _pool.run(self._hot.pread, source, piece.start, piece.end - piece.start)
+                    tally.hot += piece.end - piece.start
+                finally:
+                    os.close(source)
+        finally:
+            for task in ahead.values():
+                task.cancel()
+                task.add_done_callback(close_unused)
+
+    async def _piece(self, meta: ObjectMeta, index: int, size: int) -> int | bytes:
+        """A descriptor on the cached piece, or its bytes after a fetch."""
+        name = piece_name(meta.bucket, meta.key, meta.etag, index)
+        fd = await _pool.run(self._hot.open_cached, name, size)
+        if fd is not None:
+            return fd
+        pending = self._inflight.get(name)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        self._inflight[name] = future
+        try:
+            data = await self._fetch(meta, index, size)
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        finally:
+            del self._inflight[name]
+        future.set_result(data)
+        try:
+            await _pool.run(self._hot.fill, name, data)
+        except OSError as exc:  # a full disk costs the cache, not the read
+            log.warning("could not cache %s/%s piece %d: %s", meta.bucket, meta.key, index, exc)
+        return data
+
+    async def _fetch(self, meta: ObjectMeta, index: int, size: int) -> bytes:
+        start = index * self._settings.part_size
+        mount = self._mounts[meta.bucket]
+        try:
+            return await (await self._client(meta.bucket)).get_range(
+                meta.key, start, start + size, if_match=meta.etag
+            )
+        except CapacityNotFound:
+            raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
+        except CapacityError as exc:
+            if exc.detail.get("status") == 412:
+                raise ServiceUnavailable(
+                    f"{meta.key} changed at the source ({mount.source}) while it was read; retry"
+                ) from None
+            raise ServiceUnavailable(f"The source of bucket {meta.bucket} ({mount.source}) is unreachable: {exc}") from None
+
+    # -- listing -------------------------------------------------------------------
+
+    async def list_objects(
+        self, name: str, prefix: str, delimiter: str, marker: str, max_keys: int
+    ) -> ListPage:
+        """One listing page, asked of the source."""
+        mount = self._mounts[name]
+        start_after = successor(marker) if delimiter and marker.endswith(delimiter) else marker
+        try:
+            page = await (await self._client(name)).page(prefix, delimiter, start_after, max_keys)
+        except CapacityError as exc:
+            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+        contents = [ListEntry(o.key, o.size, o.etag, o.last_modified_ms, None) for o in page.objects]
+        names = sorted([e.key for e in contents] + page.prefixes)
+        return ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
+
+
+def _fresh(mount: Mount, known: MountedObject) -> bool:
+    return mount.freshness is None or now_ms() - known.validated_ms < mount.freshness * 1000
+
+
+def _described(found: SourceObject) -> MountedObject:
+    return MountedObject(
+        key=found.key, size=found.size, etag=found.etag, last_modified_ms=found.last_modified_ms,
+        validated_ms=now_ms(), content_type=found.content_type, headers=found.headers,
+        user_meta=found.user_meta,
+    )
+
+
+def _as_meta(name: str, obj: MountedObject) -> ObjectMeta:
+    return ObjectMeta(
+        bucket=name, key=obj.key, size=obj.size, etag=obj.etag,
+        last_modified_ms=obj.last_modified_ms, seq=0, content_type=obj.content_type,
+        headers=obj.headers, user_meta=obj.user_meta,
+    )

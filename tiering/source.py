@@ -1,0 +1,121 @@
+"""The S3 bucket behind a mounted bucket: objects in their native layout.
+
+A ``SourceBucket`` is the capacity-store S3 client (same retry choke point,
+same error translation, same counters) pointed at a user's bucket/prefix,
+with the calls a mount needs besides ranged reads and deletes: HEAD with
+the object's metadata, a listing page with delimiter and start-after, and
+an upload that carries the object's Content-Type, headers and metadata. Keys are the user's S3 keys, used as they are: unlike
+capacity-store names they are not checked as clean paths (the key never
+becomes a file name here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from tiering._s3 import S3Store
+from tiering._s3_upload import S3Upload
+from tiering.meta import STORED_HEADERS
+
+# HEAD answer fields -> the stored header they carry.
+_HEADER_FIELDS = {
+    "CacheControl": "cache-control",
+    "ContentDisposition": "content-disposition",
+    "ContentEncoding": "content-encoding",
+    "ContentLanguage": "content-language",
+    "WebsiteRedirectLocation": "x-amz-website-redirect-location",
+}
+_OBJECT_ARGS = {header: name for name, header in _HEADER_FIELDS.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class SourceObject:
+    """What the source says of one object version."""
+
+    key: str
+    size: int
+    etag: str  # without quotes
+    last_modified_ms: int
+    content_type: str = "binary/octet-stream"
+    headers: dict[str, str] = field(default_factory=dict)
+    user_meta: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePage:
+    objects: list[SourceObject]
+    prefixes: list[str]
+    truncated: bool
+
+
+def _ms(when: datetime | None) -> int:
+    return int(when.timestamp() * 1000) if when is not None else 0
+
+
+def _etag(raw: str | None) -> str:
+    return (raw or "").strip('"')
+
+
+class SourceBucket(S3Store):
+    """A mounted bucket's source: ``s3://bucket/prefix/`` at an endpoint."""
+
+    def _key(self, name: str) -> str:
+        if not name:
+            raise ValueError("an object key must not be empty")
+        return self.prefix + name
+
+    async def head(self, key: str) -> SourceObject:
+        """The object's size, ETag and metadata; CapacityNotFound if absent."""
+        answer = await self._call(
+            "head_object", key, self._c().head_object, Bucket=self.bucket, Key=self._key(key)
+        )
+        headers = {h: str(answer[f]) for f, h in _HEADER_FIELDS.items() if answer.get(f)}
+        if answer.get("Expires"):
+            headers["expires"] = str(answer["Expires"])
+        return SourceObject(
+            key=key,
+            size=int(answer["ContentLength"]),
+            etag=_etag(answer.get("ETag")),
+            last_modified_ms=_ms(answer.get("LastModified")),
+            content_type=answer.get("ContentType") or "binary/octet-stream",
+            headers={h: v for h, v in headers.items() if h in STORED_HEADERS},
+            user_meta=dict(answer.get("Metadata") or {}),
+        )
+
+    async def page(self, prefix: str, delimiter: str, start_after: str, max_keys: int) -> SourcePage:
+        """One ListObjectsV2 page of keys under ``prefix`` after
+        ``start_after`` (keys relative to the mount)."""
+        kw: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Prefix": self.prefix + prefix,
+            "MaxKeys": max(1, max_keys),
+        }
+        if delimiter:
+            kw["Delimiter"] = delimiter
+        if start_after:
+            kw["StartAfter"] = self.prefix + start_after
+        answer = await self._call("list_objects_v2", prefix, self._c().list_objects_v2, **kw)
+        cut = len(self.prefix)
+        objects = [
+            SourceObject(
+                key=item["Key"][cut:],
+                size=int(item["Size"]),
+                etag=_etag(item.get("ETag")),
+                last_modified_ms=_ms(item.get("LastModified")),
+            )
+            for item in answer.get("Contents", ())
+            if len(item["Key"]) > cut  # the prefix's own "directory" marker
+        ]
+        prefixes = [p["Prefix"][cut:] for p in answer.get("CommonPrefixes", ())]
+        return SourcePage(objects, prefixes, bool(answer.get("IsTruncated")))
+
+    def upload_object(
+        self, key: str, content_type: str, headers: dict[str, str], user_meta: dict[str, str]
+    ) -> S3Upload:
+        """A streamed write of ``key`` (one PUT when under a part, else a
+        multipart upload), with the object's metadata."""
+        args: dict[str, Any] = {"ContentType": content_type, "Metadata": user_meta}
+        args |= {_OBJECT_ARGS[h]: v for h, v in headers.items() if h in _OBJECT_ARGS}
+        return S3Upload(self, key, self._key(key), args)
