@@ -107,6 +107,17 @@ class AdminClient:
     def unpin(self, bucket: str, prefix: str) -> None:
         self._call("DELETE", "/pins", params={"bucket": bucket, "prefix": prefix})
 
+    # -- mounts --------------------------------------------------------------
+
+    def mounts(self) -> JSON:
+        return self._call("GET", "/mounts")
+
+    def mount(self, name: str, source: str, options: JSON) -> JSON:
+        return self._call("POST", "/mounts", json={"name": name, "source": source, **options})
+
+    def unmount(self, name: str) -> None:
+        self._call("DELETE", f"/mounts/{quote(name, safe='')}")
+
     # -- jobs ----------------------------------------------------------------
 
     def flush(self) -> JSON:

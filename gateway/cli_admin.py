@@ -1,7 +1,8 @@
 """The ``tierstore`` commands that drive a running gateway through its admin API.
 
 Each command is a thin wrapper: one or two calls of :class:`AdminClient`, then
-a renderer of ``gateway/cli_render.py`` (or the raw JSON with ``--json``).
+a renderer of ``gateway/cli_render.py`` (or the raw JSON with ``--json``);
+the mount commands are in ``gateway/cli_mounts.py``, built the same way.
 The options every one of them takes (``--json``, ``--admin-url``, ``--token``,
 ``--config``, ``--data-dir``) are declared once, in ``CONNECTION``, and
 resolved once, by :func:`_session`, which also turns every API failure into

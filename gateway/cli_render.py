@@ -273,6 +273,61 @@ def where(document: Mapping[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------
+# mounts
+
+
+def _freshness(value: object) -> str:
+    """``immutable``, or how long a check of the source holds: ``60 s``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:g} s"
+    return number(value)
+
+
+def _mount_cells(document: Mapping[str, Any]) -> list[str]:
+    """endpoint, region, access key, freshness, serve stale."""
+    return [
+        number(document.get("endpoint")),
+        number(document.get("region")),
+        number(document.get("access_key")),
+        _freshness(document.get("freshness")),
+        {True: "yes", False: "no"}.get(document.get("serve_stale"), NONE),
+    ]
+
+
+def mounts(document: Mapping[str, Any]) -> None:
+    """``tierstore mounts``: one row per mounted bucket."""
+    columns = (
+        "mount", "source", "endpoint", "region", "access key", "freshness", "serve stale",
+        "created",
+    )
+    rows = [
+        [str(m.get("name")), number(m.get("source")), *_mount_cells(m), when(m.get("created"))]
+        for m in document.get("mounts", [])
+    ]
+    console = _out()
+    if rows:
+        console.print(_table(None, columns, rows))
+    else:
+        console.print("no mounts")
+
+
+def mount(document: Mapping[str, Any]) -> None:
+    """What ``tierstore mount`` answers: the mount, its secret key masked by the API."""
+    endpoint, region, access_key, freshness, serve_stale = _mount_cells(document)
+    rows = [
+        ("source", number(document.get("source"))),
+        ("endpoint", endpoint),
+        ("region", region),
+        ("access key", access_key),
+        ("secret key", number(document.get("secret_key"))),
+        ("freshness", freshness),
+        ("serve stale", serve_stale),
+        ("created", when(document.get("created"))),
+    ]
+    _out().print(_pairs(f"mount {document.get('name')}", rows))
+
+
+# --------------------------------------------------------------------------
 # jobs
 
 

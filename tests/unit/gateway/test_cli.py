@@ -692,6 +692,126 @@ def test_unpin_and_delete_print_empty_json(api: FakeApi) -> None:
     assert _admin("buckets", "delete", "b").stdout == "deleted bucket b\n"
 
 
+# Mounted buckets: mount, unmount, mounts
+
+
+def _mount(**fields: object) -> dict[str, object]:
+    mount: dict[str, object] = {
+        "name": "data", "source": "s3://src/train", "endpoint": None, "region": None,
+        "access_key": None, "secret_key": None, "freshness": 60, "serve_stale": True,
+        "created": "2026-12-03T07:10:00.000Z",
+    }
+    mount.update(fields)
+    return mount
+
+
+def test_mount_sends_only_what_is_given(api: FakeApi) -> None:
+    api.on("POST", "/mounts", httpx.Response(201, json=_mount()))
+    result = _admin("mount", "data", "s3://src/train")
+    assert result.exit_code == 0, result.output
+    assert api.body() == {"name": "data", "source": "s3://src/train"}
+    assert "mount data" in result.stdout and "60 s" in result.stdout
+
+    answer = _mount(endpoint="http://minio:9000", region="eu-west-1", access_key="AK",
+                    secret_key="***", freshness=300.0, serve_stale=False)
+    api.on("POST", "/mounts", httpx.Response(201, json=answer))
+    flags = ["--endpoint", "http://minio:9000", "--region", "eu-west-1", "--access-key", "AK",
+             "--secret-key", "SK", "--freshness", "300", "--no-serve-stale"]
+    result = _admin("mount", "data", "s3://src/train", *flags)
+    assert result.exit_code == 0, result.output
+    assert api.body() == {
+        "name": "data", "source": "s3://src/train", "endpoint": "http://minio:9000",
+        "region": "eu-west-1", "access_key": "AK", "secret_key": "SK", "freshness": 300.0,
+        "serve_stale": False,
+    }
+    assert "***" in result.stdout and "SK" not in result.stdout.replace("***", "")
+
+    result = _admin("mount", "data", "s3://src", "--freshness", "immutable", "--serve-stale",
+                    "--json")
+    assert result.exit_code == 0, result.output
+    assert api.body() == {"name": "data", "source": "s3://src", "freshness": "immutable",
+                          "serve_stale": True}
+    assert json.loads(result.stdout) == answer  # the API's answer, as it is
+
+
+def test_mount_secret_key_from_env(api: FakeApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    api.on("POST", "/mounts", httpx.Response(201, json=_mount(access_key="AK", secret_key="***")))
+    monkeypatch.setenv("TIERSTORE_MOUNT_SECRET_KEY", "from-env")
+    assert _admin("mount", "data", "s3://src/train", "--access-key", "AK").exit_code == 0
+    assert api.body() == {"name": "data", "source": "s3://src/train", "access_key": "AK",
+                          "secret_key": "from-env"}
+    flag = _admin("mount", "data", "s3://src/train", "--access-key", "AK", "--secret-key", "f")
+    assert flag.exit_code == 0, flag.output
+    assert api.body() == {"name": "data", "source": "s3://src/train", "access_key": "AK",
+                          "secret_key": "f"}  # the flag wins over the environment
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["src/train"], "expected s3://bucket or s3://bucket/prefix"),
+        (["s3://src", "--freshness", "soon"], "--freshness: expected immutable or a number"),
+        (["s3://src", "--freshness", "-1"], "--freshness: expected immutable or a number"),
+        (["s3://src", "--freshness", "0"], "--freshness: expected immutable or a number"),
+        (["s3://src", "--access-key", "AK"], "--access-key and --secret-key"),
+        (["s3://src", "--secret-key", "SK"], "--access-key and --secret-key"),
+    ],
+)
+def test_mount_usage_errors_send_nothing(api: FakeApi, args: list[str], message: str) -> None:
+    result = _admin("mount", "data", *args)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tierstore: {message}")
+    assert result.stderr.count("\n") == 1
+    assert api.requests == []
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "message"),
+    [
+        (502, "SourceUnavailable", "source s3://src/train does not answer: AccessDenied"),
+        (409, "BucketAlreadyExists", "bucket 'data' already exists"),
+        (400, "InvalidBucketName", "invalid bucket name 'Data'"),
+    ],
+)
+def test_mount_api_errors_are_one_line(
+    api: FakeApi, status: int, code: str, message: str
+) -> None:
+    api.on("POST", "/mounts", _api_error(status, code, message))
+    result = _admin("mount", "data", "s3://src/train")
+    assert (result.exit_code, result.stderr) == (1, f"tierstore: {message}\n")
+    assert result.stdout == "" and "Traceback" not in result.output
+
+
+def test_unmount(api: FakeApi) -> None:
+    api.on("DELETE", "/mounts/data", httpx.Response(204))
+    result = _admin("unmount", "data")
+    assert (result.exit_code, result.stdout) == (0, "unmounted data\n")
+    assert _admin("unmount", "data", "--json").stdout.strip() == "{}"
+    api.on("DELETE", "/mounts/nope", _api_error(404, "NoSuchMount", "no mount named 'nope'"))
+    missing = _admin("unmount", "nope")
+    assert (missing.exit_code, missing.stderr) == (1, "tierstore: no mount named 'nope'\n")
+
+
+def test_mounts_lists_them(api: FakeApi) -> None:
+    listed = {"mounts": [
+        _mount(),
+        _mount(name="imgs", source="s3://pics", endpoint="http://minio:9000", access_key="AK",
+               secret_key="***", freshness="immutable", serve_stale=False),
+    ]}
+    api.on("GET", "/mounts", httpx.Response(200, json=listed), httpx.Response(200, json=listed),
+           httpx.Response(200, json={"mounts": []}))
+    result = _admin("mounts")
+    assert result.exit_code == 0, result.output
+    assert [r.url.path for r in api.requests] == ["/mounts"]
+    lines = result.stdout.splitlines()
+    (data,) = [line for line in lines if " data " in line]
+    assert "s3://src/train" in data and "60 s" in data and "yes" in data
+    (imgs,) = [line for line in lines if " imgs " in line]
+    assert "http://minio:9000" in imgs and "immutable" in imgs and "no" in imgs
+    assert json.loads(_admin("mounts", "--json").stdout) == listed
+    assert _admin("mounts").stdout == "no mounts\n"
+
+
 # --------------------------------------------------------------------------
 # docs/cli.md
 
