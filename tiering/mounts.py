@@ -221,6 +221,41 @@ class Mounts:
         if known is not None:
             await self._forget(name, known)
 
+    async def open_for_read(self, name: str, key: str, small: int) -> tuple[ObjectMeta, bytes | None]:
+        """``head`` for a GET, and the body when it is at most ``small``
+        bytes and had to be fetched anyway: an object not validated (or
+        expired) is described by one ranged GET of its first ``small`` bytes,
+        so a cold read of a small object costs the source one request, not a
+        HEAD and a GET. The body is cached as the object's first piece."""
+        mount = self._mounts[name]
+        known = await _pool.run(self._index.get_mounted, name, key)
+        if small <= 0 or (known is not None and _fresh(mount, known)):
+            return await self.head(name, key), None
+        probe = min(small, self._settings.part_size)
+        try:
+            found, data = await (await self._client(name)).first(key, probe)
+        except CapacityNotFound:
+            if known is not None:
+                await self._forget(name, known)
+            raise NoSuchKey(Key=key) from None
+        except CapacityError as exc:
+            if exc.detail.get("code") == "InvalidRange":  # an empty object: no byte to ask for
+                return await self.head(name, key), None
+            if known is not None and mount.serve_stale:
+                return _as_meta(name, known), None
+            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+        if known is not None and known.etag != found.etag:
+            await self._forget(name, known)
+        fresh = _described(found)
+        await _pool.run(self._index.put_mounted, name, fresh)
+        if fresh.size > probe:
+            return _as_meta(name, fresh), None  # the start of a larger object: read() fetches pieces
+        try:
+            await _pool.run(self._hot.fill, piece_name(name, key, fresh.etag, 0), data)
+        except OSError as exc:
+            log.warning("could not cache %s/%s: %s", name, key, exc)
+        return _as_meta(name, fresh), data
+
     async def _forget(self, name: str, known: MountedObject) -> None:
         await _pool.run(self._index.delete_mounted, name, known.key)
         await _pool.run(self._hot.drop_cached, self._pieces(name, known))

@@ -61,6 +61,9 @@ class ReadTally:
 
     hot: int = 0
     capacity: int = 0
+    # Set by fetch() when the whole body it returned was fetched from the
+    # capacity side just now (a mounted object's first read), not read locally.
+    fetched: bool = False
 
 
 @dataclass(slots=True)
@@ -190,15 +193,17 @@ class ObjectService:
     ) -> tuple[ObjectMeta, bytes | None]:
         """The object's record and, when it is at most ``small`` bytes and
         all in the hot tier, its whole body, in one pool call: a small GET
-        costs one hand-off. Otherwise the body comes from :meth:`read`."""
+        costs one hand-off. Otherwise the body comes from :meth:`read`.
+        ``tally.fetched`` says when the body came from the capacity side."""
         if self.mounts.get(bucket) is not None:
-            return await self.mounts.head(bucket, key), None
+            meta, data = await self.mounts.open_for_read(bucket, key, small)
+            if data is not None and tally is not None:
+                tally.fetched = True
+            return meta, data
         meta, data = await _pool.run(self._fetch, bucket, key, small)
         if meta is None:
             await self.bucket(bucket)
             raise NoSuchKey(Key=key)
-        if data is not None and tally is not None:
-            tally.hot += len(data)
         return meta, data
 
     def _fetch(self, bucket: str, key: str, small: int) -> tuple[ObjectMeta | None, bytes | None]:

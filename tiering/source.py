@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tiering._s3 import S3Store
+from tiering._s3 import S3Store, _BadBody, _parse_content_range, _read_body
 from tiering._s3_upload import S3Upload
 from tiering.meta import STORED_HEADERS
 
@@ -58,6 +58,22 @@ def _etag(raw: str | None) -> str:
     return (raw or "").strip('"')
 
 
+def _object(key: str, answer: dict[str, Any]) -> SourceObject:
+    """A HEAD or GET answer's description of the object."""
+    headers = {h: str(answer[f]) for f, h in _HEADER_FIELDS.items() if answer.get(f)}
+    if answer.get("Expires"):
+        headers["expires"] = str(answer["Expires"])
+    return SourceObject(
+        key=key,
+        size=int(answer["ContentLength"]),
+        etag=_etag(answer.get("ETag")),
+        last_modified_ms=_ms(answer.get("LastModified")),
+        content_type=answer.get("ContentType") or "binary/octet-stream",
+        headers={h: v for h, v in headers.items() if h in STORED_HEADERS},
+        user_meta=dict(answer.get("Metadata") or {}),
+    )
+
+
 class SourceBucket(S3Store):
     """A mounted bucket's source: ``s3://bucket/prefix/`` at an endpoint."""
 
@@ -71,18 +87,28 @@ class SourceBucket(S3Store):
         answer = await self._call(
             "head_object", key, self._c().head_object, Bucket=self.bucket, Key=self._key(key)
         )
-        headers = {h: str(answer[f]) for f, h in _HEADER_FIELDS.items() if answer.get(f)}
-        if answer.get("Expires"):
-            headers["expires"] = str(answer["Expires"])
-        return SourceObject(
-            key=key,
-            size=int(answer["ContentLength"]),
-            etag=_etag(answer.get("ETag")),
-            last_modified_ms=_ms(answer.get("LastModified")),
-            content_type=answer.get("ContentType") or "binary/octet-stream",
-            headers={h: v for h, v in headers.items() if h in STORED_HEADERS},
-            user_meta=dict(answer.get("Metadata") or {}),
-        )
+        return _object(key, answer)
+
+    async def first(self, key: str, length: int) -> tuple[SourceObject, bytes]:
+        """The object's description and its first ``length`` bytes in one
+        ranged GET (a small object whole): what a cold read needs, without a
+        HEAD first. CapacityNotFound if absent."""
+
+        async def fetch() -> tuple[dict[str, Any], bytes]:
+            answer = await self._c().get_object(
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{length - 1}"
+            )
+            data = await _read_body(answer)
+            content_range = answer.get("ContentRange")
+            total = _parse_content_range(content_range)[2] if content_range else len(data)
+            if total is None or len(data) != min(length, total):
+                raise _BadBody(len(data), min(length, total or 0))
+            answer["ContentLength"] = total
+            return answer, data
+
+        answer, data = await self._call("get_object", key, fetch)
+        self.stats.bytes_read += len(data)
+        return _object(key, answer), data
 
     async def page(self, prefix: str, delimiter: str, start_after: str, max_keys: int) -> SourcePage:
         """One ListObjectsV2 page of keys under ``prefix`` after

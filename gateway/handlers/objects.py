@@ -45,7 +45,7 @@ async def _target(
     """What GET and HEAD answer with: object, its body if at most ``small``
     bytes, headers, range, status."""
     _check_version(req)
-    meta, data = await ctx.service.fetch(req.bucket, req.key, small)
+    meta, data = await ctx.service.fetch(req.bucket, req.key, small, req.tally)
     try:
         check(meta, headers.conditions(req.headers))
     except NotModified as exc:
@@ -83,7 +83,10 @@ async def get_object(ctx: Context, req: S3Request) -> Response:
     meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
     wanted = wanted or ByteRange(0, meta.size)
     if data is not None:
-        tally.hot += wanted.length  # fetch() answers with a body only when it is all hot
+        if tally.fetched:  # a mounted object's first read: fetched from its source
+            tally.capacity += wanted.length
+        else:  # else fetch() answers with a body only when it is all hot
+            tally.hot += wanted.length
         return Response(status=status, headers=out, body=data[wanted.start : wanted.end])
     if wanted.length <= _SMALL_READ:
         body = b"".join([piece async for piece in ctx.service.read(meta, wanted, tally)])

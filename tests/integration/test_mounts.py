@@ -25,6 +25,7 @@ from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_por
 
 MiB = 1024 * 1024
 PIECE = 8 * MiB  # the gateway's default part size: the unit mounts cache in
+PROBE = 1 * MiB  # a cold GET's first request asks for this much: a small object whole
 
 
 def direct(endpoint: str):  # type: ignore[no-untyped-def]
@@ -120,6 +121,21 @@ def test_listings_pass_through_with_prefix_delimiter_and_pages(client, dataset: 
     assert client.list_objects_v2(Bucket="imagenet", Prefix="elsewhere/")["KeyCount"] == 0
 
 
+def test_a_cold_small_read_costs_the_source_one_request_and_counts_as_a_miss(
+    gw: Gateway, client, moto_endpoint: str  # type: ignore[no-untyped-def]
+) -> None:
+    direct(moto_endpoint).put_object(Bucket="datasets", Key="imagenet/fresh/one", Body=b"1" * 300_000)
+    before, stats_before = source_stats(gw, "imagenet"), admin(gw, "GET", "/stats").json()["served"]
+    assert client.get_object(Bucket="imagenet", Key="fresh/one")["Body"].read() == b"1" * 300_000
+    cold, stats_cold = source_stats(gw, "imagenet"), admin(gw, "GET", "/stats").json()["served"]
+    assert (cold["gets"] - before["gets"], cold["heads"] - before["heads"]) == (1, 0)
+    assert stats_cold["capacity"]["bytes"] - stats_before["capacity"]["bytes"] == 300_000
+    assert client.get_object(Bucket="imagenet", Key="fresh/one")["Body"].read() == b"1" * 300_000
+    warm, stats_warm = source_stats(gw, "imagenet"), admin(gw, "GET", "/stats").json()["served"]
+    assert warm["gets"] == cold["gets"], "the second read is served from the hot tier"
+    assert stats_warm["hot"]["bytes"] - stats_cold["hot"]["bytes"] == 300_000
+
+
 def test_s3fs_reads_through_the_mount(gw: Gateway, dataset: dict[str, bytes]) -> None:
     fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=gw.endpoint,
                            client_kwargs={"region_name": "us-east-1"}, use_listings_cache=False)
@@ -157,7 +173,9 @@ def test_range_reads_of_a_large_object_fetch_only_the_pieces_they_touch(
 
     assert ranged(50 * MiB, 51 * MiB) == big[50 * MiB : 51 * MiB]  # inside piece 6 (48-56 MiB)
     first = source_stats(gw, "imagenet")
-    assert first["gets"] - before["gets"] == 1 and first["bytes"] - before["bytes"] == PIECE
+    # The first read describes the object with a 1 MiB probe, then fetches piece 6.
+    assert first["gets"] - before["gets"] == 2 and first["heads"] == before["heads"]
+    assert first["bytes"] - before["bytes"] == PROBE + PIECE
     assert ranged(55 * MiB, 57 * MiB) == big[55 * MiB : 57 * MiB]  # pieces 6 (cached) and 7
     second = source_stats(gw, "imagenet")
     assert second["gets"] - first["gets"] == 1 and second["bytes"] - first["bytes"] == PIECE
@@ -168,7 +186,7 @@ def test_range_reads_of_a_large_object_fetch_only_the_pieces_they_touch(
     assert source_stats(gw, "imagenet")["bytes"] - second["bytes"] == 100 * MiB - 12 * PIECE
     whole = client.get_object(Bucket="imagenet", Key="big.bin")["Body"].read()
     assert hashlib.sha256(whole).digest() == hashlib.sha256(big).digest()
-    assert source_stats(gw, "imagenet")["bytes"] - before["bytes"] == 100 * MiB, "each piece fetched once"
+    assert source_stats(gw, "imagenet")["bytes"] - before["bytes"] == PROBE + 100 * MiB, "each piece once"
 
 
 def test_changes_at_the_source_are_seen_after_the_freshness_window(
