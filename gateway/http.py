@@ -16,7 +16,7 @@ from urllib.parse import parse_qsl, unquote
 from gateway.errors import S3Error
 
 if TYPE_CHECKING:
-    from tiering.objects import ReadTally
+    from tiering.readahead import ReadTally
 
 Scope = dict[str, Any]
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")

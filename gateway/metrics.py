@@ -31,7 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 if TYPE_CHECKING:
-    from tiering.objects import ReadTally
+    from tiering.readahead import ReadTally
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

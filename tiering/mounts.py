@@ -27,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
@@ -43,17 +41,15 @@ from tiering.errors import (
     NoSuchKey,
     ServiceUnavailable,
 )
-from tiering.hot import HotTier, close_unused
+from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
 from tiering._s3_upload import S3Upload
 from tiering.inputs import NewObject
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.names import check_bucket_name
+from tiering.readahead import ReadTally, stream
 from tiering.settings import TierSettings
 from tiering.source import SourceBucket, SourceObject
-
-if TYPE_CHECKING:
-    from tiering.objects import ReadTally
 
 log = logging.getLogger("tierstore.mounts")
 
@@ -184,7 +180,7 @@ class Mounts:
         except CapacityError as exc:
             if known is not None and mount.serve_stale:
                 return _as_meta(name, known)
-            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+            raise _unreachable(mount, exc) from None
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
@@ -216,7 +212,7 @@ class Mounts:
         try:
             await (await self._client(name)).delete(key)
         except CapacityError as exc:
-            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+            raise _unreachable(mount, exc) from None
         known = await _pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
@@ -243,7 +239,7 @@ class Mounts:
                 return await self.head(name, key), None
             if known is not None and mount.serve_stale:
                 return _as_meta(name, known), None
-            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+            raise _unreachable(mount, exc) from None
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
@@ -268,27 +264,11 @@ class Mounts:
         count = max(1, -(-meta.size // part))
         sizes = [min(part, meta.size - i * part) for i in range(count)] if meta.size else [0]
         pieces = list(split_over(sizes, wanted))
-        ahead: dict[int, asyncio.Task[int | bytes]] = {}
-        window = self._settings.fetch_concurrency
-        try:
-            for position, (index, piece) in enumerate(pieces):
-                for later, _ in pieces[position : position + window]:
-                    if later not in ahead:
-                        ahead[later] = asyncio.create_task(self._piece(meta, later, sizes[later]))
-                source = await ahead.pop(index)
-                if isinstance(source, bytes):
-                    tally.capacity += piece.end - piece.start
-                    yield source[piece.start : piece.end]
-                    continue
-                try:
-                    yield await _pool.run(self._hot.pread, source, piece.start, piece.end - piece.start)
-                    tally.hot += piece.end - piece.start
-                finally:
-                    os.close(source)
-        finally:
-            for task in ahead.values():
-                task.cancel()
-                task.add_done_callback(close_unused)
+        async for block in stream(
+            pieces, lambda index: self._piece(meta, index, sizes[index]),
+            window=self._settings.fetch_concurrency, tally=tally,
+        ):
+            yield block
 
     async def _piece(self, meta: ObjectMeta, index: int, size: int) -> int | bytes:
         """A descriptor on the cached piece, or its bytes after a fetch."""
@@ -330,7 +310,7 @@ class Mounts:
                 raise ServiceUnavailable(
                     f"{meta.key} changed at the source ({mount.source}) while it was read; retry"
                 ) from None
-            raise ServiceUnavailable(f"The source of bucket {meta.bucket} ({mount.source}) is unreachable: {exc}") from None
+            raise _unreachable(mount, exc) from None
 
     # -- listing -------------------------------------------------------------------
 
@@ -343,10 +323,14 @@ class Mounts:
         try:
             page = await (await self._client(name)).page(prefix, delimiter, start_after, max_keys)
         except CapacityError as exc:
-            raise ServiceUnavailable(f"The source of bucket {name} ({mount.source}) is unreachable: {exc}") from None
+            raise _unreachable(mount, exc) from None
         contents = [ListEntry(o.key, o.size, o.etag, o.last_modified_ms, None) for o in page.objects]
         names = sorted([e.key for e in contents] + page.prefixes)
         return ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
+
+
+def _unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:
+    return ServiceUnavailable(f"The source of bucket {mount.name} ({mount.source}) is unreachable: {exc}")
 
 
 def _fresh(mount: Mount, known: MountedObject) -> bool:

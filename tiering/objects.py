@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from tiering.errors import (
     SlowDown,
 )
 from tiering.fetch import segment_path
-from tiering.hot import HotTier, close_unused
+from tiering.hot import HotTier
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Jobs
@@ -44,26 +43,14 @@ from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, n
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
 from tiering.policy import Policies, cache_names
+from tiering.readahead import ReadTally, Source, stream
 from tiering.segments import Piece, SegmentStream
 from tiering.settings import TierSettings
 from tiering.tiers import Tiers
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call
-_READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming a GET
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
-
-
-@dataclass(slots=True)
-class ReadTally:
-    """Bytes a read produced, by the tier they came from: the hot tier
-    (staged files and cached extents) or the capacity store (fetched)."""
-
-    hot: int = 0
-    capacity: int = 0
-    # Set by fetch() when the whole body it returned was fetched from the
-    # capacity side just now (a mounted object's first read), not read locally.
-    fetched: bool = False
 
 
 @dataclass(slots=True)
@@ -402,48 +389,24 @@ class ObjectService:
                 yield block
             return
         pin = self.policies.pinned(meta.bucket, meta.key)
+
+        async def open_piece(index: int) -> Source:
+            chunk = meta.chunks[index]
+            if chunk.file_id is None:
+                return await self._source(chunk, pin)
+            try:
+                return await _pool.run(self.hot.open, chunk.file_id)
+            except FileNotFoundError:
+                # Flushed since the lookup (the file became a cached extent):
+                # read the same version's extent instead.
+                return await self._source(await self._reload_chunk(meta, index), pin)
+
         pieces = list(split_over([c.size for c in meta.chunks], wanted))
-        ahead: dict[int, asyncio.Task[int | bytes]] = {}
-        window = self.settings.fetch_concurrency
-        try:
-            for position, (index, piece) in enumerate(pieces):
-                for later, _ in pieces[position : position + window]:
-                    chunk = meta.chunks[later]
-                    if chunk.file_id is None and later not in ahead:
-                        ahead[later] = asyncio.create_task(self._source(chunk, pin))
-                chunk = meta.chunks[index]
-                if chunk.file_id is not None:
-                    try:
-                        source: int | bytes = await _pool.run(self.hot.open, chunk.file_id)
-                    except FileNotFoundError:
-                        # Flushed since the lookup (the file became a cached
-                        # extent): read the same version's extent instead.
-                        chunk = await self._reload_chunk(meta, index)
-                        source = await self._source(chunk, pin)
-                else:
-                    source = await ahead.pop(index)
-                if isinstance(source, bytes):
-                    # Fetched from the capacity tier: one send, and no copy
-                    # for a whole extent.
-                    tally.capacity += piece.end - piece.start
-                    whole = piece.start == 0 and piece.end == len(source)
-                    yield source if whole else source[piece.start : piece.end]
-                    continue
-                # One open descriptor per chunk: a delete or overwrite that
-                # unlinks the file mid-stream does not cut the response short.
-                try:
-                    offset = piece.start
-                    while offset < piece.end:
-                        length = min(_READ_BLOCK, piece.end - offset)
-                        yield await _pool.run(self.hot.pread, source, offset, length)
-                        tally.hot += length
-                        offset += length
-                finally:
-                    os.close(source)
-        finally:
-            for task in ahead.values():
-                task.cancel()
-                task.add_done_callback(close_unused)
+        async for block in stream(
+            pieces, open_piece, window=self.settings.fetch_concurrency, tally=tally,
+            prefetch=lambda index: meta.chunks[index].file_id is None,  # files open when their turn comes
+        ):
+            yield block
 
     async def _source(self, chunk: Chunk, pin: bool) -> int | bytes:
         """A descriptor on the cached extent, or its bytes after a fetch

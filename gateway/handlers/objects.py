@@ -14,7 +14,8 @@ from tiering.conditions import check
 from tiering.errors import NotModified, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.names import check_key
-from tiering.objects import ReadTally, resolve_part
+from tiering.objects import resolve_part
+from tiering.readahead import ReadTally
 
 XML = "application/xml"
 MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them

@@ -22,7 +22,7 @@ from gateway.accesslog import AccessLog
 from gateway.app import S3App
 from gateway.config import Config
 from gateway.metrics import CONTENT_TYPE, LATENCY_BUCKETS, Metrics, quantile, tier_of
-from tiering.objects import ReadTally
+from tiering.readahead import ReadTally
 
 # --------------------------------------------------------------------------
 # Counters and labels

@@ -1,0 +1,78 @@
+"""Streaming an object's pieces in order, fetching the next ones meanwhile.
+
+Shared by managed objects (staged files, cached or fetched extents) and
+mounted ones (cached or fetched pieces). A piece's source is a descriptor
+on a hot-tier file, read with pread in blocks in the pool, or bytes just
+fetched from the capacity side, sent as they are. ``ReadTally`` counts what
+each tier produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from packer.ranges import ByteRange
+from tiering import _pool
+from tiering.hot import HotTier, close_unused
+
+READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming from a local file
+
+Source = int | bytes  # an open descriptor (the caller's to close), or fetched bytes
+
+
+@dataclass(slots=True)
+class ReadTally:
+    """Bytes a read produced, by the tier they came from: the hot tier
+    (staged files and cached extents) or the capacity side (fetched from the
+    capacity store or a mount's source)."""
+
+    hot: int = 0
+    capacity: int = 0
+    # Set by fetch() when the whole body it returned was fetched from the
+    # capacity side just now (a mounted object's first read), not read locally.
+    fetched: bool = False
+
+
+async def stream(
+    pieces: Sequence[tuple[int, ByteRange]],
+    open_piece: Callable[[int], Awaitable[Source]],
+    *,
+    window: int,
+    tally: ReadTally,
+    prefetch: Callable[[int], bool] = lambda index: True,
+) -> AsyncIterator[bytes]:
+    """Yield each (piece index, byte range) of ``pieces`` in order; up to
+    ``window`` pieces for which ``prefetch`` says yes are opened ahead (a
+    fetch runs meanwhile), the others when their turn comes."""
+    ahead: dict[int, asyncio.Task[Source]] = {}
+    try:
+        for position, (index, wanted) in enumerate(pieces):
+            for later, _ in pieces[position : position + window]:
+                if later not in ahead and prefetch(later):
+                    ahead[later] = asyncio.create_task(open_piece(later))
+            task = ahead.pop(index, None)
+            source = await task if task is not None else await open_piece(index)
+            if isinstance(source, bytes):
+                # Fetched: one send, and no copy for a whole piece.
+                tally.capacity += wanted.end - wanted.start
+                whole = wanted.start == 0 and wanted.end == len(source)
+                yield source if whole else source[wanted.start : wanted.end]
+                continue
+            # One open descriptor per piece: a delete or overwrite that
+            # unlinks the file mid-stream does not cut the response short.
+            try:
+                offset = wanted.start
+                while offset < wanted.end:
+                    length = min(READ_BLOCK, wanted.end - offset)
+                    yield await _pool.run(HotTier.pread, source, offset, length)
+                    tally.hot += length
+                    offset += length
+            finally:
+                os.close(source)
+    finally:
+        for task in ahead.values():
+            task.cancel()
+            task.add_done_callback(close_unused)
