@@ -20,6 +20,7 @@ from gateway.admin.models import (
     location_view,
 )
 from tiering.errors import (
+    AccessDenied,
     BucketAlreadyOwnedByYou,
     BucketNotEmpty,
     InvalidBucketName,
@@ -128,6 +129,8 @@ def router(ctx: AdminContext) -> APIRouter:
             raise _no_bucket(name) from None
         except BucketNotEmpty:
             raise AdminError("BucketNotEmpty", f"bucket {name!r} is not empty") from None
+        except AccessDenied:
+            raise AdminError("InvalidRequest", f"{name!r} is a mount: DELETE /mounts/{name}") from None
         return Response(status_code=204)
 
     @api.get("/objects/{bucket}/{key:path}", tags=["objects"], response_model=ObjectLocation,

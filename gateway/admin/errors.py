@@ -7,6 +7,7 @@ script can switch on; the table below is the one place the codes live.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
@@ -14,6 +15,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("tierstore.admin")
 
 # code -> HTTP status
 CODES = {
@@ -30,6 +33,7 @@ CODES = {
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,
     "JobFinished": 409,
+    "InternalError": 500,
     "SourceUnavailable": 502,
     "Unavailable": 503,
 }
@@ -89,6 +93,12 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return error_response(400, "InvalidRequest", problems or "invalid request")
 
+    async def on_bug(_: Request, exc: Exception) -> JSONResponse:
+        # Still the one shape: a script sees a code, the log has the traceback.
+        log.error("admin request failed", exc_info=exc)
+        return error_response(500, "InternalError", "the gateway failed to answer; see its log")
+
+    app.add_exception_handler(Exception, on_bug)
     app.add_exception_handler(AdminError, on_admin_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)

@@ -90,6 +90,8 @@ def router(ctx: AdminContext) -> APIRouter:
         the hot tier, where it is never evicted. Fails, keeping what it
         pinned, when the data does not fit."""
         await known_bucket(request.bucket)
+        if ctx.service().mounts.get(request.bucket) is not None:
+            raise AdminError("InvalidRequest", f"{request.bucket!r} is a mount: pins apply to managed buckets")
         residency = ctx.service().tiers.residency
 
         async def work(job: Job) -> dict[str, Any]:

@@ -236,6 +236,8 @@ def test_mount_errors_and_unmount(gw: Gateway, moto_endpoint: str, client) -> No
         client.create_bucket(Bucket="imagenet")
     assert taken.value.response["Error"]["Code"] == "BucketAlreadyOwnedByYou"
 
+    assert error(admin(gw, "DELETE", "/buckets/imagenet")) == (400, "InvalidRequest")
+    assert error(admin(gw, "POST", "/jobs/pin", json={"bucket": "imagenet"})) == (400, "InvalidRequest")
     mount(gw, "short-lived", "s3://datasets/imagenet/val", moto_endpoint)
     assert client.get_object(Bucket="short-lived", Key="000.jpg")["ContentLength"] == 5_000
     listed = admin(gw, "GET", "/mounts").json()["mounts"]
