@@ -6,7 +6,9 @@ the handle that started it (its PID for subprocesses).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -176,3 +178,13 @@ def machine() -> str:
         f"{platform.system()} {platform.release()}{load}; "
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
+
+
+def write_results(args: argparse.Namespace, results: object) -> None:
+    """With ``--json PATH``: the run's arguments, machine and results there."""
+    if args.json:
+        args.json.write_text(json.dumps(
+            {"args": vars(args) | {"json": str(args.json)}, "machine": machine(), "results": results},
+            indent=2,
+        ))
+

@@ -50,7 +50,7 @@ import _common  # first: puts the repo root on sys.path
 import boto3
 import httpx
 import zstandard
-from _common import REGION, client, machine, process_cpu, table, temp_dir
+from _common import REGION, client, machine, process_cpu, table, temp_dir, write_results
 from botocore.config import Config as BotoConfig
 from delay_proxy import DelayProxy
 
@@ -586,10 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = bench(args)
             sections.append(report(results[name]))
     print("\n".join(sections))
-    if args.json:
-        args.json.write_text(json.dumps(
-            {"args": vars(args) | {"json": str(args.json)}, "machine": machine(),
-             "results": results}, indent=2))
+    write_results(args, results)
     return 0
 
 

@@ -19,7 +19,6 @@ made of moto. Run:  .venv/bin/python benchmarks/epochs.py [--objects 2000]
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 import httpx
-from _common import client, gateway, machine, moto_server, percentile, table, temp_dir
+from _common import client, gateway, machine, moto_server, percentile, table, temp_dir, write_results
 from small_objects import run_phase
 
 from tests.servers import ADMIN_TOKEN
@@ -126,9 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         "", "Against reading moto directly (objects/s, its second epoch):", "",
         table(["run", "ratio"], ratios), "",
     ]))
-    if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
-                                         "machine": machine(), "results": results}, indent=2))
+    write_results(args, results)
     return 0
 
 

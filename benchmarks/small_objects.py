@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import random
 import statistics
 import sys
@@ -33,7 +32,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from _common import client, gateway, machine, moto_server, percentile, process_cpu, table, temp_dir
+from _common import client, gateway, machine, moto_server, percentile, process_cpu, table, temp_dir, write_results
 
 BUCKET = "bench-small"
 
@@ -218,9 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         raw = bench_target(name.strip(), args)
         results[name.strip()] = {op: summarise(phase, args.size) for op, phase in raw.items()}
     print(report(results, args))
-    if args.json:
-        args.json.write_text(json.dumps({"args": vars(args) | {"json": str(args.json)},
-                                         "machine": machine(), "results": results}, indent=2))
+    write_results(args, results)
     return 0
 
 

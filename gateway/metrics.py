@@ -23,12 +23,13 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gateway.xml import iso8601
 
 if TYPE_CHECKING:
     from tiering.readahead import ReadTally
@@ -234,7 +235,7 @@ class Metrics:
                 name: _ms(quantile(q, cumulative)) for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
             })
         return {
-            "since": _iso(self.started),
+            "since": iso8601(int(self.started * 1000)),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "requests": out,
             "hit_ratio": {
@@ -270,10 +271,6 @@ def _ms(seconds: float | None) -> float | None:
 
 def _ratio(part: int, whole: int) -> float | None:
     return None if not whole else round(part / whole, 6)
-
-
-def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # --------------------------------------------------------------------------

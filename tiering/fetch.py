@@ -19,6 +19,7 @@ from packer.errors import FormatError
 from tiering import _pool
 from tiering.capacity import CapacityStore
 from tiering.errors import CapacityError
+from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.meta import Extent
 
@@ -40,7 +41,7 @@ class ExtentReader:
         self._capacity = capacity
         self._hot = hot
         self._gets = asyncio.Semaphore(concurrency)
-        self._inflight: dict[tuple[str, int, int], asyncio.Future[bytes]] = {}
+        self._flight: SingleFlight[bytes] = SingleFlight()
         self._fills: dict[str, asyncio.Task[None]] = {}  # cache name -> fill
         self.hits = 0
         self.misses = 0
@@ -56,21 +57,9 @@ class ExtentReader:
         """The extent's raw bytes from the capacity tier (shared by
         concurrent callers), verified; queued for the hot-tier cache
         (pinned there when ``pin``)."""
-        key = ext.place
-        pending = self._inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_consume)
-        self._inflight[key] = future
-        try:
-            data = await self._fetch(ext)
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        finally:
-            del self._inflight[key]
-        future.set_result(data)
+        data, leader = await self._flight.run(ext.place, lambda: self._fetch(ext))
+        if not leader:
+            return data
         name = ext.cache_name
         task = asyncio.create_task(self._fill(ext, data, pin))
         self._fills[name] = task
@@ -124,9 +113,3 @@ class ExtentReader:
         """Wait for background cache fills (at shutdown)."""
         while self._fills:
             await asyncio.gather(*list(self._fills.values()), return_exceptions=True)
-
-
-def _consume(future: asyncio.Future[bytes]) -> None:
-    # A failed fetch nobody else waited for must not log "exception never retrieved".
-    if not future.cancelled():
-        future.exception()

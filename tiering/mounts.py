@@ -24,13 +24,13 @@ mount answers writes with AccessDenied.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
+from tiering._s3_upload import S3Upload
 from tiering.capacity import CapacityStats
 from tiering.errors import (
     AccessDenied,
@@ -41,9 +41,9 @@ from tiering.errors import (
     NoSuchKey,
     ServiceUnavailable,
 )
+from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
-from tiering._s3_upload import S3Upload
 from tiering.inputs import NewObject
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.names import check_bucket_name
@@ -70,7 +70,7 @@ class Mounts:
         self._region = region
         self._mounts: dict[str, Mount] = {}
         self._sources: dict[str, SourceBucket] = {}
-        self._inflight: dict[str, asyncio.Future[bytes]] = {}
+        self._flight: SingleFlight[bytes] = SingleFlight()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -165,27 +165,44 @@ class Mounts:
         return [piece_name(name, obj.key, obj.etag, i) for i in range(count)]
 
     async def head(self, name: str, key: str) -> ObjectMeta:
-        """The object as last validated, asking the source when the
+        """The object as last validated, asking the source (HEAD) when the
         validation has expired (or never happened)."""
-        mount = self._mounts[name]
         known = await _pool.run(self._index.get_mounted, name, key)
-        if known is not None and _fresh(mount, known):
+        if known is not None and _fresh(self._mounts[name], known):
             return _as_meta(name, known)
+
+        async def ask() -> tuple[SourceObject, bytes | None]:
+            return await (await self._client(name)).head(key), None
+
+        found, _ = await self._revalidate(name, key, known, ask)
+        return _as_meta(name, found)
+
+    async def _revalidate(
+        self,
+        name: str,
+        key: str,
+        known: MountedObject | None,
+        ask: Callable[[], Awaitable[tuple[SourceObject, bytes | None]]],
+    ) -> tuple[MountedObject, bytes | None]:
+        """Ask the source about ``key`` and record its answer: a new ETag
+        drops the cached pieces, a 404 forgets the key (NoSuchKey), an
+        unreachable source leaves what is known (if serve_stale) or is a 503."""
+        mount = self._mounts[name]
         try:
-            found = await (await self._client(name)).head(key)
+            found, data = await ask()
         except CapacityNotFound:
             if known is not None:
                 await self._forget(name, known)
             raise NoSuchKey(Key=key) from None
         except CapacityError as exc:
             if known is not None and mount.serve_stale:
-                return _as_meta(name, known)
+                return known, None
             raise _unreachable(mount, exc) from None
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
         await _pool.run(self._index.put_mounted, name, fresh)
-        return _as_meta(name, fresh)
+        return fresh, data
 
     # -- writes (read-write mounts) ------------------------------------------------
 
@@ -223,34 +240,30 @@ class Mounts:
         expired) is described by one ranged GET of its first ``small`` bytes,
         so a cold read of a small object costs the source one request, not a
         HEAD and a GET. The body is cached as the object's first piece."""
-        mount = self._mounts[name]
-        known = await _pool.run(self._index.get_mounted, name, key)
-        if small <= 0 or (known is not None and _fresh(mount, known)):
+        if small <= 0:
             return await self.head(name, key), None
+        known = await _pool.run(self._index.get_mounted, name, key)
+        if known is not None and _fresh(self._mounts[name], known):
+            return _as_meta(name, known), None
         probe = min(small, self._settings.part_size)
+
+        async def ask() -> tuple[SourceObject, bytes | None]:
+            client = await self._client(name)
+            try:
+                return await client.first(key, probe)
+            except CapacityError as exc:
+                if exc.detail.get("code") != "InvalidRange":
+                    raise
+                return await client.head(key), None  # an empty object: no byte to ask for
+
+        found, data = await self._revalidate(name, key, known, ask)
+        if data is None or found.size > probe:
+            return _as_meta(name, found), None  # stale, empty, or the start of a larger object
         try:
-            found, data = await (await self._client(name)).first(key, probe)
-        except CapacityNotFound:
-            if known is not None:
-                await self._forget(name, known)
-            raise NoSuchKey(Key=key) from None
-        except CapacityError as exc:
-            if exc.detail.get("code") == "InvalidRange":  # an empty object: no byte to ask for
-                return await self.head(name, key), None
-            if known is not None and mount.serve_stale:
-                return _as_meta(name, known), None
-            raise _unreachable(mount, exc) from None
-        if known is not None and known.etag != found.etag:
-            await self._forget(name, known)
-        fresh = _described(found)
-        await _pool.run(self._index.put_mounted, name, fresh)
-        if fresh.size > probe:
-            return _as_meta(name, fresh), None  # the start of a larger object: read() fetches pieces
-        try:
-            await _pool.run(self._hot.fill, piece_name(name, key, fresh.etag, 0), data)
+            await _pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
         except OSError as exc:
             log.warning("could not cache %s/%s: %s", name, key, exc)
-        return _as_meta(name, fresh), data
+        return _as_meta(name, found), data
 
     async def _forget(self, name: str, known: MountedObject) -> None:
         await _pool.run(self._index.delete_mounted, name, known.key)
@@ -276,20 +289,9 @@ class Mounts:
         fd = await _pool.run(self._hot.open_cached, name, size)
         if fd is not None:
             return fd
-        pending = self._inflight.get(name)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda f: f.cancelled() or f.exception())
-        self._inflight[name] = future
-        try:
-            data = await self._fetch(meta, index, size)
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        finally:
-            del self._inflight[name]
-        future.set_result(data)
+        data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size))
+        if not leader:
+            return data
         try:
             await _pool.run(self._hot.fill, name, data)
         except OSError as exc:  # a full disk costs the cache, not the read

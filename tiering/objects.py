@@ -42,7 +42,7 @@ from tiering.mounts import Mounts
 from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, now_ms
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
-from tiering.policy import Policies, cache_names
+from tiering.policy import Policies
 from tiering.readahead import ReadTally, Source, stream
 from tiering.segments import Piece, SegmentStream
 from tiering.settings import TierSettings
@@ -110,16 +110,9 @@ class ObjectService:
         Committed writes not yet flushed are still in the flush queue: the
         flusher takes them up again."""
         await _pool.run(self.hot.resume, self.index.referenced_files)
-        await _pool.run(self._pin_cached)
+        await self.tiers.residency.restore()
         await self.tiers.start()
         await self.mounts.start()
-
-    def _pin_cached(self) -> None:
-        """Pin again what the pins cover and the cache holds (the hot tier
-        does not remember pins across restarts; the index does)."""
-        self.policies.load()
-        for bucket, prefix in self.policies.pins():
-            self.hot.pin(cache_names(self.index.iter_objects(bucket, prefix)))
 
     async def close(self) -> None:
         await self.jobs.stop()

@@ -14,11 +14,10 @@ goes through this class, which keeps the cache true.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
 from dataclasses import replace
 
 from tiering.index import Index
-from tiering.meta import BucketInfo, ObjectMeta
+from tiering.meta import BucketInfo
 from tiering.settings import TierSettings
 
 
@@ -98,8 +97,3 @@ class Policies:
             else:
                 self._pins.pop(bucket, None)
         return removed
-
-
-def cache_names(objects: Iterable[ObjectMeta]) -> list[str]:
-    """The hot-tier cache names of every flushed chunk of ``objects``."""
-    return [c.extent.cache_name for meta in objects for c in meta.chunks if c.extent is not None]

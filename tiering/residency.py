@@ -9,7 +9,7 @@ and a pinned object's staged files become pinned cache when flushed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from tiering import _pool
@@ -18,9 +18,14 @@ from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta
-from tiering.policy import Policies, cache_names
+from tiering.policy import Policies
 
 _PAGE = 1000  # objects per index page
+
+
+def cache_names(objects: Iterable[ObjectMeta]) -> list[str]:
+    """The hot-tier cache names of every flushed chunk of ``objects``."""
+    return [c.extent.cache_name for meta in objects for c in meta.chunks if c.extent is not None]
 
 
 class PinTooLarge(Exception):
@@ -128,6 +133,16 @@ class Residency:
         """Record the pin and pin what is cached of it already, without
         fetching the rest (reads and flushes pin it as it comes)."""
         await _pool.run(self._policies.add_pin, bucket, prefix)
+        await self._pin_cached(bucket, prefix)
+
+    async def restore(self) -> None:
+        """At start: the hot tier does not remember pins across restarts,
+        the index does; pin again what each pin covers and the cache holds."""
+        await _pool.run(self._policies.load)
+        for bucket, prefix in self._policies.pins():
+            await self._pin_cached(bucket, prefix)
+
+    async def _pin_cached(self, bucket: str, prefix: str) -> None:
         async for page in self._pages(bucket, prefix):
             await _pool.run(self._hot.pin, cache_names(page))
 

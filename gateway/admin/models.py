@@ -4,12 +4,12 @@ docs/admin-api.md) is generated from these."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from gateway.config import parse_size
+from gateway.xml import iso8601
 from tiering.capacity import CapacityStats
 from tiering.jobs import Job
 from tiering.meta import BucketInfo, Mount, ObjectMeta
@@ -21,10 +21,8 @@ MAX_PART = 256 * MiB  # an extent is fetched into memory whole
 
 
 def iso(seconds: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC with milliseconds, or None."""
-    if seconds is None:
-        return None
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """Epoch seconds as ISO 8601 UTC with milliseconds (as S3 listings), or None."""
+    return None if seconds is None else iso8601(int(seconds * 1000))
 
 
 def _size(value: object) -> object:

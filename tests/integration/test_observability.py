@@ -29,22 +29,23 @@ def text_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield gw
 
 
-@pytest.fixture(scope="module")
-def json_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("access-json")
+def _configured(factory: pytest.TempPathFactory, access_log: str) -> Iterator[Gateway]:
+    """A gateway whose access log format comes from its config file."""
+    root = factory.mktemp(f"access-{access_log}")
     config = root / "tierstore.toml"
-    config.write_text('access_log = "json"\n')
+    config.write_text(f'access_log = "{access_log}"\n')
     with running_gateway(root / "data", "--config", str(config)) as gw:
         yield gw
+
+
+@pytest.fixture(scope="module")
+def json_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    yield from _configured(tmp_path_factory, "json")
 
 
 @pytest.fixture(scope="module")
 def off_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    root = tmp_path_factory.mktemp("access-off")
-    config = root / "tierstore.toml"
-    config.write_text('access_log = "off"\n')
-    with running_gateway(root / "data", "--config", str(config)) as gw:
-        yield gw
+    yield from _configured(tmp_path_factory, "off")
 
 
 def _text_fields(line: str) -> dict[str, str]:
