@@ -402,12 +402,12 @@ def parse_complete(body: bytes) -> list[ChosenPart]:
         number, etag = _text(part, "PartNumber"), _text(part, "ETag")
         if number is None or etag is None or not number.strip().isdigit():
             raise S3Error("MalformedXML")
-        checksum = None
+        checksum = algorithm = None
         for child in part:
             name = _local(child.tag)
             if name.startswith("Checksum") and name != "ChecksumType":
-                checksum = (child.text or "").strip()
-        parts.append(ChosenPart(int(number), etag.strip().strip('"'), checksum))
+                checksum, algorithm = (child.text or "").strip(), name.removeprefix("Checksum").upper()
+        parts.append(ChosenPart(int(number), etag.strip().strip('"'), checksum, algorithm))
     if not parts:
         raise S3Error("MalformedXML")
     return parts

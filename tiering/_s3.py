@@ -95,6 +95,8 @@ _COUNTERS = {
     "delete_object": "deletes",
     "abort_multipart_upload": "deletes",
     "list_objects_v2": "lists",
+    "list_parts": "lists",
+    "list_multipart_uploads": "lists",
 }
 
 _SESSION: AioSession | None = None
@@ -298,6 +300,7 @@ class S3Store:
                         code=code,
                         status=status,
                         attempts=attempt,
+                        said=str((exc.response.get("Error") or {}).get("Message") or ""),
                     ) from exc
                 failure: BaseException = exc
             except (*_TRANSIENT_EXCEPTIONS, _BadBody) as exc:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
+from tiering import checksums
 from tiering.checksums import Hasher, new_hasher
+from tiering.errors import BadDigest, IncompleteBody, PayloadHashMismatch
+from tiering.inputs import Integrity
+from tiering.meta import Checksum
+
+WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call
 
 
 class Digests:
@@ -26,3 +34,43 @@ class Digests:
         if self.sha256 is not None:
             self.sha256.update(data)
         self.size += len(data)
+
+
+async def gather(
+    body: AsyncIterator[bytes], consume: Callable[[bytes], Awaitable[object]], block: int = WRITE_BLOCK
+) -> None:
+    """Gather small network reads into blocks of ``block`` bytes so each
+    hand-off (a pool call, an upload part) amortises its cost."""
+    buffer = bytearray()
+    async for piece in body:
+        buffer += piece
+        while len(buffer) >= block:
+            await consume(bytes(buffer[:block]))
+            del buffer[:block]
+    if buffer:
+        await consume(bytes(buffer))
+
+
+def check_size(digests: Digests, integrity: Integrity) -> None:
+    if integrity.expected_size is not None and digests.size != integrity.expected_size:
+        raise IncompleteBody("You did not provide the number of bytes specified by the Content-Length HTTP header.")
+
+
+def verify(writer: Digests, integrity: Integrity) -> Checksum | None:
+    if integrity.payload_sha256 is not None and writer.sha256 is not None:
+        if writer.sha256.hexdigest() != integrity.payload_sha256:
+            raise PayloadHashMismatch(
+                "The provided 'x-amz-content-sha256' header does not match what was computed."
+            )
+    if integrity.content_md5 is not None:
+        if base64.b64encode(writer.md5.digest()).decode() != integrity.content_md5:
+            raise BadDigest("The Content-MD5 you specified did not match what we received.")
+    if writer.checksum is None:
+        return None
+    algorithm = writer.checksum.algorithm
+    value = writer.checksum.b64()
+    if integrity.checksum_value is not None:
+        checksums.decode_digest(algorithm, integrity.checksum_value)
+        if integrity.checksum_value != value:
+            raise BadDigest(f"The {algorithm} you specified did not match the calculated checksum.")
+    return Checksum(algorithm, value, "FULL_OBJECT")

@@ -97,7 +97,7 @@ class Mounts:
         for source in self._sources.values():
             await source.close()
 
-    async def _client(self, name: str) -> SourceBucket:
+    async def client(self, name: str) -> SourceBucket:
         source = self._sources[name]
         await source.start()  # a no-op once connected; retried after a failed start
         return source
@@ -151,8 +151,8 @@ class Mounts:
             raise AccessDenied(f"Bucket {name} is a read-only mount of {mount.source}", BucketName=name)
 
     def managed_only(self, name: str, what: str) -> None:
-        """Raise AccessDenied for what mounts do not do (multipart uploads,
-        deleting the bucket): it would not reach the source natively."""
+        """Raise AccessDenied for what a mount does not do (deleting the
+        bucket: the source's bucket is not the gateway's to delete)."""
         mount = self._mounts.get(name)
         if mount is not None:
             raise AccessDenied(f"{what} is not supported on bucket {name}, a mount of {mount.source}",
@@ -172,7 +172,7 @@ class Mounts:
             return _as_meta(name, known)
 
         async def ask() -> tuple[SourceObject, bytes | None]:
-            return await (await self._client(name)).head(key), None
+            return await (await self.client(name)).head(key), None
 
         found, _ = await self._revalidate(name, key, known, ask)
         return _as_meta(name, found)
@@ -197,7 +197,7 @@ class Mounts:
         except CapacityError as exc:
             if known is not None and mount.serve_stale:
                 return known, None
-            raise _unreachable(mount, exc) from None
+            raise unreachable(mount, exc) from None
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
@@ -209,7 +209,7 @@ class Mounts:
     async def open_upload(self, name: str, key: str, new: NewObject) -> S3Upload:
         """A streamed write of ``key`` to the source; ``committed`` after it."""
         self.writable(name)
-        client = await self._client(name)
+        client = await self.client(name)
         return client.upload_object(key, new.content_type, new.headers, new.user_meta)
 
     async def committed(self, name: str, key: str) -> ObjectMeta:
@@ -217,7 +217,7 @@ class Mounts:
         known = await _pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
-        found = await (await self._client(name)).head(key)
+        found = await (await self.client(name)).head(key)
         fresh = _described(found)
         await _pool.run(self._index.put_mounted, name, fresh)
         return _as_meta(name, fresh)
@@ -227,9 +227,9 @@ class Mounts:
         self.writable(name)
         mount = self._mounts[name]
         try:
-            await (await self._client(name)).delete(key)
+            await (await self.client(name)).delete(key)
         except CapacityError as exc:
-            raise _unreachable(mount, exc) from None
+            raise unreachable(mount, exc) from None
         known = await _pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
@@ -248,7 +248,7 @@ class Mounts:
         probe = min(small, self._settings.part_size)
 
         async def ask() -> tuple[SourceObject, bytes | None]:
-            client = await self._client(name)
+            client = await self.client(name)
             try:
                 return await client.first(key, probe)
             except CapacityError as exc:
@@ -302,7 +302,7 @@ class Mounts:
         start = index * self._settings.part_size
         mount = self._mounts[meta.bucket]
         try:
-            return await (await self._client(meta.bucket)).get_range(
+            return await (await self.client(meta.bucket)).get_range(
                 meta.key, start, start + size, if_match=meta.etag
             )
         except CapacityNotFound:
@@ -312,7 +312,7 @@ class Mounts:
                 raise ServiceUnavailable(
                     f"{meta.key} changed at the source ({mount.source}) while it was read; retry"
                 ) from None
-            raise _unreachable(mount, exc) from None
+            raise unreachable(mount, exc) from None
 
     # -- listing -------------------------------------------------------------------
 
@@ -323,15 +323,15 @@ class Mounts:
         mount = self._mounts[name]
         start_after = successor(marker) if delimiter and marker.endswith(delimiter) else marker
         try:
-            page = await (await self._client(name)).page(prefix, delimiter, start_after, max_keys)
+            page = await (await self.client(name)).page(prefix, delimiter, start_after, max_keys)
         except CapacityError as exc:
-            raise _unreachable(mount, exc) from None
+            raise unreachable(mount, exc) from None
         contents = [ListEntry(o.key, o.size, o.etag, o.last_modified_ms, None) for o in page.objects]
         names = sorted([e.key for e in contents] + page.prefixes)
         return ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
 
 
-def _unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:
+def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:
     return ServiceUnavailable(f"The source of bucket {mount.name} ({mount.source}) is unreachable: {exc}")
 
 

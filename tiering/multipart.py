@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import itertools
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -33,6 +34,7 @@ from tiering.names import check_key
 from tiering.segments import Piece
 
 if TYPE_CHECKING:
+    from tiering.mount_uploads import MountUploads
     from tiering.objects import ObjectService, Staged
 
 MIN_PART_SIZE = 5 * 1024**2  # every part but the last, as S3 requires
@@ -47,6 +49,7 @@ class ChosenPart:
     part_number: int
     etag: str  # without quotes
     checksum: str | None = None  # base64 value of the upload's algorithm, if sent
+    checksum_algorithm: str | None = None  # the algorithm the request named for it
 
 
 class Multipart:
@@ -64,7 +67,6 @@ class Multipart:
     ) -> Upload:
         check_key(key)
         await self._service.bucket(bucket)
-        self._service.mounts.managed_only(bucket, "Multipart upload")
         if checksum_type is not None:
             if checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
                 raise InvalidRequest(f"Value for x-amz-checksum-type header is invalid: {checksum_type}")
@@ -80,6 +82,8 @@ class Multipart:
             raise InvalidRequest(f"The FULL_OBJECT checksum type cannot be used with the {checksum_algorithm} checksum algorithm.")
         if checksum_type == "COMPOSITE" and checksum_algorithm == "CRC64NVME":
             raise InvalidRequest("The COMPOSITE checksum type cannot be used with the CRC64NVME checksum algorithm.")
+        if (mounted := self._mounted(bucket)) is not None:
+            return await mounted.create(bucket, key, new, checksum_algorithm, checksum_type)
         upload = Upload(
             # Time first, so an upload's id sorts by initiation within a key.
             upload_id=f"{now_ms():012x}{secrets.token_hex(12)}",
@@ -94,6 +98,10 @@ class Multipart:
         )
         await _pool.run(self._index.create_upload, upload)
         return upload
+
+    def _mounted(self, bucket: str) -> MountUploads | None:
+        """The pass-through uploads of a mounted bucket (None: managed)."""
+        return self._service.mount_uploads if self._service.mounts.get(bucket) is not None else None
 
     async def get(self, bucket: str, key: str, upload_id: str) -> Upload:
         upload = await _pool.run(self._index.get_upload, bucket, key, upload_id)
@@ -112,9 +120,11 @@ class Multipart:
         integrity: Integrity,
     ) -> Part:
         _check_part_number(part_number)
-        upload = await self.get(bucket, key, upload_id)
         if integrity.expected_size is not None and integrity.expected_size > MAX_PART_SIZE:
             raise InvalidArgument("Part size exceeds 5 GiB", ArgumentName="Content-Length")
+        if (mounted := self._mounted(bucket)) is not None:
+            return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
+        upload = await self.get(bucket, key, upload_id)
         if integrity.checksum_algorithm is None:
             integrity.checksum_algorithm = upload.checksum_algorithm
         elif upload.checksum_algorithm not in (None, integrity.checksum_algorithm):
@@ -129,9 +139,13 @@ class Multipart:
         self, bucket: str, key: str, upload_id: str, part_number: int, source: ObjectMeta, wanted: ByteRange
     ) -> Part:
         _check_part_number(part_number)
+        body = self._service.read(source, wanted)
+        if (mounted := self._mounted(bucket)) is not None:
+            integrity = Integrity(expected_size=wanted.length)
+            return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
         upload = await self.get(bucket, key, upload_id)
         staged = await self._service.stage(
-            self._service.read(source, wanted),
+            body,
             Integrity(checksum_algorithm=upload.checksum_algorithm, expected_size=wanted.length),
             Piece(bucket, key, part_number, upload_id),
         )
@@ -156,6 +170,8 @@ class Multipart:
         return part
 
     async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
+        if (mounted := self._mounted(bucket)) is not None:
+            return await mounted.complete(bucket, key, upload_id, chosen)
         try:
             upload = await self.get(bucket, key, upload_id)
         except NoSuchUpload:
@@ -163,16 +179,7 @@ class Multipart:
             if done is None:
                 raise
             return done
-        if not chosen:
-            raise InvalidRequest("You must specify at least one part")
-        # The order is a property of the request, checked before any part
-        # (else two small parts sent in reverse would be EntityTooSmall).
-        numbers = [want.part_number for want in chosen]
-        if any(b <= a for a, b in zip(numbers, numbers[1:])):
-            raise InvalidPartOrder(
-                "The list of parts was not in ascending order. Parts must be ordered by part number.",
-                UploadId=upload_id,
-            )
+        check_order(chosen, upload_id)
         stored = {p.part_number: p for p in await _pool.run(self._index.list_parts, upload_id)}
         parts: list[Part] = []
         for i, want in enumerate(chosen):
@@ -240,6 +247,8 @@ class Multipart:
         return meta
 
     async def abort(self, bucket: str, key: str, upload_id: str) -> None:
+        if (mounted := self._mounted(bucket)) is not None:
+            return await mounted.abort(bucket, key, upload_id)
         upload = await self.get(bucket, key, upload_id)
         parts = await _pool.run(self._index.delete_upload, upload)
         if parts is None:
@@ -247,6 +256,8 @@ class Multipart:
         await self._service.forget([c for p in parts for c in p.chunks])
 
     async def list_parts(self, bucket: str, key: str, upload_id: str, after: int, limit: int) -> tuple[Upload, list[Part], bool]:
+        if (mounted := self._mounted(bucket)) is not None:
+            return await mounted.list_parts(bucket, key, upload_id, after, limit)
         upload = await self.get(bucket, key, upload_id)
         parts = await _pool.run(self._index.list_parts, upload_id, after, limit + 1)
         return upload, parts[:limit], len(parts) > limit
@@ -255,7 +266,23 @@ class Multipart:
         self, bucket: str, prefix: str, key_marker: str, upload_id_marker: str, limit: int
     ) -> tuple[list[Upload], bool]:
         await self._service.bucket(bucket)
+        if (mounted := self._mounted(bucket)) is not None:
+            return await mounted.list_uploads(bucket, prefix, key_marker, upload_id_marker, limit)
         return await _pool.run(self._index.list_uploads, bucket, prefix, key_marker, upload_id_marker, limit)
+
+
+def check_order(chosen: list[ChosenPart], upload_id: str) -> None:
+    """A Complete names at least one part, in ascending order: a property of
+    the request, checked before any part (else two small parts sent in
+    reverse would be EntityTooSmall)."""
+    if not chosen:
+        raise InvalidRequest("You must specify at least one part")
+    numbers = [want.part_number for want in chosen]
+    if any(b <= a for a, b in itertools.pairwise(numbers)):
+        raise InvalidPartOrder(
+            "The list of parts was not in ascending order. Parts must be ordered by part number.",
+            UploadId=upload_id,
+        )
 
 
 def _check_part_number(number: int) -> None:

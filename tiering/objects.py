@@ -11,26 +11,22 @@ it is: a staged file, the cache, or the capacity tier.
 from __future__ import annotations
 
 import asyncio
-import base64
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packer.ranges import ByteRange, split_over
-from tiering import _pool, checksums
+from tiering import _pool
 from tiering.capacity import CapacityStore
 from tiering.conditions import Conditions, check
-from tiering.digests import Digests
+from tiering.digests import Digests, check_size, gather, verify
 from tiering.errors import (
-    BadDigest,
     BucketAlreadyOwnedByYou,
     EntityTooLarge,
-    NotSupported,
-    IncompleteBody,
     InvalidRange,
     NoSuchBucket,
     NoSuchKey,
-    PayloadHashMismatch,
+    NotSupported,
     SlowDown,
 )
 from tiering.fetch import segment_path
@@ -38,8 +34,9 @@ from tiering.hot import HotTier
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Jobs
-from tiering.mounts import Mounts
 from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, now_ms
+from tiering.mount_uploads import MountUploads
+from tiering.mounts import Mounts
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
 from tiering.policy import Policies
@@ -49,7 +46,6 @@ from tiering.settings import TierSettings
 from tiering.tiers import Tiers
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
-_WRITE_BLOCK = 1024 * 1024  # body bytes gathered per pool call
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
 
 
@@ -99,6 +95,7 @@ class ObjectService:
         self.tiers = Tiers(self.index, self.hot, capacity, settings, self.policies)
         self.multipart = Multipart(self)
         self.mounts = Mounts(self.index, self.hot, settings, region)
+        self.mount_uploads = MountUploads(self.mounts)
         self.jobs = Jobs()
 
     async def start(self) -> None:
@@ -249,9 +246,9 @@ class ObjectService:
             await upload.write(block)
 
         try:
-            await _gather(body, send)
-            _check_size(digests, integrity)
-            checksum = _verify(digests, integrity)
+            await gather(body, send)
+            check_size(digests, integrity)
+            checksum = verify(digests, integrity)
             await upload.complete()
         except BaseException:
             await upload.abort()
@@ -310,10 +307,10 @@ class ObjectService:
         digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
         writer = self.hot.writer(settings.part_size, digests, reserved)
         try:
-            await _gather(body, lambda block: _pool.run(writer.write, block))
-            _check_size(digests, integrity)
+            await gather(body, lambda block: _pool.run(writer.write, block))
+            check_size(digests, integrity)
             chunks = await _pool.run(writer.finish)
-            checksum = _verify(digests, integrity)
+            checksum = verify(digests, integrity)
         except BaseException:
             await _pool.run(writer.abort)
             raise
@@ -356,9 +353,9 @@ class ObjectService:
             chunks.append(await stream.add(label, len(chunks), block))
 
         try:
-            await _gather(body, put_part, settings.part_size)
-            _check_size(digests, integrity)
-            checksum = _verify(digests, integrity)
+            await gather(body, put_part, settings.part_size)
+            check_size(digests, integrity)
+            checksum = verify(digests, integrity)
             if not chunks:
                 chunks.append(await stream.add(label, 0, b""))
             info = await stream.finish()
@@ -511,43 +508,3 @@ def resolve_part(meta: ObjectMeta, part_number: int) -> ByteRange:
         raise InvalidRange("The requested partnumber is not satisfiable", ActualObjectSize=meta.size)
     start = sum(sizes[: part_number - 1])
     return ByteRange(start, start + sizes[part_number - 1])
-
-
-async def _gather(
-    body: AsyncIterator[bytes], consume: Callable[[bytes], Awaitable[object]], block: int = _WRITE_BLOCK
-) -> None:
-    """Gather small network reads into blocks of ``block`` bytes so each
-    hand-off (a pool call, an upload part) amortises its cost."""
-    buffer = bytearray()
-    async for piece in body:
-        buffer += piece
-        while len(buffer) >= block:
-            await consume(bytes(buffer[:block]))
-            del buffer[:block]
-    if buffer:
-        await consume(bytes(buffer))
-
-
-def _check_size(digests: Digests, integrity: Integrity) -> None:
-    if integrity.expected_size is not None and digests.size != integrity.expected_size:
-        raise IncompleteBody("You did not provide the number of bytes specified by the Content-Length HTTP header.")
-
-
-def _verify(writer: Digests, integrity: Integrity) -> Checksum | None:
-    if integrity.payload_sha256 is not None and writer.sha256 is not None:
-        if writer.sha256.hexdigest() != integrity.payload_sha256:
-            raise PayloadHashMismatch(
-                "The provided 'x-amz-content-sha256' header does not match what was computed."
-            )
-    if integrity.content_md5 is not None:
-        if base64.b64encode(writer.md5.digest()).decode() != integrity.content_md5:
-            raise BadDigest("The Content-MD5 you specified did not match what we received.")
-    if writer.checksum is None:
-        return None
-    algorithm = writer.checksum.algorithm
-    value = writer.checksum.b64()
-    if integrity.checksum_value is not None:
-        checksums.decode_digest(algorithm, integrity.checksum_value)
-        if integrity.checksum_value != value:
-            raise BadDigest(f"The {algorithm} you specified did not match the calculated checksum.")
-    return Checksum(algorithm, value, "FULL_OBJECT")

@@ -145,3 +145,65 @@ class SourceBucket(S3Store):
         args: dict[str, Any] = {"ContentType": content_type, "Metadata": user_meta}
         args |= {_OBJECT_ARGS[h]: v for h, v in headers.items() if h in _OBJECT_ARGS}
         return S3Upload(self, key, self._key(key), args)
+
+    # -- multipart uploads, passed through ------------------------------------------
+
+    async def create_upload(
+        self, key: str, content_type: str, headers: dict[str, str], user_meta: dict[str, str],
+        checksum_algorithm: str | None, checksum_type: str | None,
+    ) -> dict[str, Any]:
+        """CreateMultipartUpload at the source; its answer (UploadId, and
+        ChecksumAlgorithm/ChecksumType when the source keeps them)."""
+        args: dict[str, Any] = {"ContentType": content_type, "Metadata": user_meta}
+        args |= {_OBJECT_ARGS[h]: v for h, v in headers.items() if h in _OBJECT_ARGS}
+        if checksum_algorithm:
+            args["ChecksumAlgorithm"] = checksum_algorithm
+        if checksum_type:
+            args["ChecksumType"] = checksum_type
+        return await self._call(
+            "create_multipart_upload", key, self._c().create_multipart_upload,
+            Bucket=self.bucket, Key=self._key(key), **args,
+        )
+
+    async def upload_part(
+        self, key: str, upload_id: str, number: int, data: bytes, checksum: tuple[str, str] | None
+    ) -> dict[str, Any]:
+        """One part, with the checksum the gateway verified (algorithm, base64
+        value) so the source checks and keeps it too."""
+        extra = {"ChecksumAlgorithm": checksum[0], f"Checksum{checksum[0]}": checksum[1]} if checksum else {}
+        answer = await self._call(
+            "upload_part", key, self._c().upload_part, Bucket=self.bucket, Key=self._key(key),
+            UploadId=upload_id, PartNumber=number, Body=data, **extra,
+        )
+        self.stats.bytes_written += len(data)
+        return answer
+
+    async def complete_upload(self, key: str, upload_id: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self._call(
+            "complete_multipart_upload", key, self._c().complete_multipart_upload,
+            Bucket=self.bucket, Key=self._key(key), UploadId=upload_id, MultipartUpload={"Parts": parts},
+        )
+
+    async def abort_upload(self, key: str, upload_id: str) -> None:
+        await self._call(
+            "abort_multipart_upload", key, self._c().abort_multipart_upload,
+            Bucket=self.bucket, Key=self._key(key), UploadId=upload_id,
+        )
+
+    async def list_parts(self, key: str, upload_id: str, after: int, limit: int) -> dict[str, Any]:
+        return await self._call(
+            "list_parts", key, self._c().list_parts, Bucket=self.bucket, Key=self._key(key),
+            UploadId=upload_id, PartNumberMarker=after, MaxParts=max(1, limit),
+        )
+
+    async def list_uploads(self, prefix: str, key_marker: str, id_marker: str, limit: int) -> dict[str, Any]:
+        """One ListMultipartUploads page, keys relative to the mount."""
+        kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix + prefix, "MaxUploads": max(1, limit)}
+        if key_marker:
+            kw["KeyMarker"] = self.prefix + key_marker
+            if id_marker:
+                kw["UploadIdMarker"] = id_marker
+        answer = await self._call("list_multipart_uploads", prefix, self._c().list_multipart_uploads, **kw)
+        cut = len(self.prefix)
+        answer["Uploads"] = [{**u, "Key": u["Key"][cut:]} for u in answer.get("Uploads", ()) if len(u["Key"]) > cut]
+        return answer

@@ -5,7 +5,9 @@ seen after the freshness window; an outage serves what is cached."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import json
 import os
 import time
@@ -16,6 +18,7 @@ import boto3
 import httpx
 import pytest
 import s3fs
+from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
@@ -288,14 +291,91 @@ def test_a_read_write_mount_writes_through_natively(gw: Gateway, moto_endpoint: 
         client.put_object(Bucket="ckpt", Key="corrupt", Body=b"abc", ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==")
     assert bad_digest.value.response["Error"]["Code"] == "BadDigest"
     assert src.list_objects_v2(Bucket="datasets", Prefix="ckpt/corrupt")["KeyCount"] == 0, "nothing written"
-    for refused in (lambda: client.create_multipart_upload(Bucket="ckpt", Key="mp"),
-                    lambda: client.delete_bucket(Bucket="ckpt")):
-        with pytest.raises(ClientError) as denied:
-            refused()
-        assert denied.value.response["Error"]["Code"] == "AccessDenied"
+    with pytest.raises(ClientError) as denied:
+        client.delete_bucket(Bucket="ckpt")
+    assert denied.value.response["Error"]["Code"] == "AccessDenied"
     with pytest.raises(ClientError) as conditional:
         client.put_object(Bucket="ckpt", Key="x", Body=b"x", IfNoneMatch="*")
     assert conditional.value.response["Error"]["Code"] == "NotImplemented"
+
+
+def error_code(call) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(ClientError) as failed:
+        call()
+    return failed.value.response["Error"]["Code"]
+
+
+def test_multipart_uploads_on_a_read_write_mount_pass_through(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
+    src = direct(moto_endpoint)
+    mount(gw, "shards", "s3://datasets/shards", moto_endpoint, read_write=True)
+
+    # boto3's managed transfer: parts of 5 MiB, the source's upload and ETag.
+    data = os.urandom(12 * MiB)
+    small_parts = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    client.upload_fileobj(io.BytesIO(data), "shards", "shard-000.tar", Config=small_parts,
+                          ExtraArgs={"ContentType": "application/x-tar", "Metadata": {"epoch": "1"}})
+    seen = src.get_object(Bucket="datasets", Key="shards/shard-000.tar")
+    assert seen["Body"].read() == data and seen["ETag"].endswith('-3"')
+    assert seen["ContentType"] == "application/x-tar" and seen["Metadata"] == {"epoch": "1"}
+    assert client.head_object(Bucket="shards", Key="shard-000.tar")["ETag"] == seen["ETag"]
+    assert client.get_object(Bucket="shards", Key="shard-000.tar")["Body"].read() == data
+
+    # The low-level calls: the upload is the source's, seen by both clients.
+    upload_id = client.create_multipart_upload(Bucket="shards", Key="manual.bin")["UploadId"]
+    direct_ids = [u["UploadId"] for u in src.list_multipart_uploads(Bucket="datasets").get("Uploads", [])]
+    assert upload_id in direct_ids
+    listed = client.list_multipart_uploads(Bucket="shards")["Uploads"]
+    assert [(u["Key"], u["UploadId"]) for u in listed] == [("manual.bin", upload_id)]
+    first = os.urandom(5 * MiB)
+    e1 = client.upload_part(Bucket="shards", Key="manual.bin", UploadId=upload_id, PartNumber=1, Body=first)["ETag"]
+    e2 = client.upload_part_copy(Bucket="shards", Key="manual.bin", UploadId=upload_id, PartNumber=2,
+                                 CopySource={"Bucket": "imagenet", "Key": "README"})["CopyPartResult"]["ETag"]
+    parts = client.list_parts(Bucket="shards", Key="manual.bin", UploadId=upload_id)["Parts"]
+    assert [(p["PartNumber"], p["Size"], p["ETag"]) for p in parts] == [(1, 5 * MiB, e1), (2, 10, e2)]
+    assert error_code(lambda: client.upload_part(
+        Bucket="shards", Key="manual.bin", UploadId=upload_id, PartNumber=3, Body=b"abc",
+        ContentMD5="1B2M2Y8AsgTpgAmY7PhCfg==")) == "BadDigest"
+    assert len(src.list_parts(Bucket="datasets", Key="shards/manual.bin", UploadId=upload_id)["Parts"]) == 2
+
+    def complete(chosen: list[tuple[int, str]]) -> dict:
+        return client.complete_multipart_upload(
+            Bucket="shards", Key="manual.bin", UploadId=upload_id,
+            MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in chosen]})
+
+    assert error_code(lambda: complete([(2, e2), (1, e1)])) == "InvalidPartOrder"
+    assert error_code(lambda: complete([(1, e1), (2, '"0123456789abcdef0123456789abcdef"')])) == "InvalidPart"
+    done = complete([(1, e1), (2, e2)])
+    whole = src.get_object(Bucket="datasets", Key="shards/manual.bin")
+    assert whole["Body"].read() == first + b"a data set" and done["ETag"] == whole["ETag"]
+    assert client.get_object(Bucket="shards", Key="manual.bin", Range="bytes=-10")["Body"].read() == b"a data set"
+
+    # A checksum the client asks for is verified here and kept by the source.
+    upload_id = client.create_multipart_upload(Bucket="shards", Key="summed", ChecksumAlgorithm="SHA256")["UploadId"]
+    small = client.upload_part(Bucket="shards", Key="summed", UploadId=upload_id, PartNumber=1, Body=b"x" * 100,
+                               ChecksumAlgorithm="SHA256")
+    last = client.upload_part(Bucket="shards", Key="summed", UploadId=upload_id, PartNumber=2, Body=b"y",
+                              ChecksumAlgorithm="SHA256")
+    assert small["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(b"x" * 100).digest()).decode()
+    chosen = [{"PartNumber": 1, "ETag": small["ETag"], "ChecksumSHA256": small["ChecksumSHA256"]},
+              {"PartNumber": 2, "ETag": last["ETag"], "ChecksumSHA256": last["ChecksumSHA256"]}]
+    assert error_code(lambda: client.complete_multipart_upload(  # a first part under 5 MiB
+        Bucket="shards", Key="summed", UploadId=upload_id, MultipartUpload={"Parts": chosen})) == "EntityTooSmall"
+    client.abort_multipart_upload(Bucket="shards", Key="summed", UploadId=upload_id)
+
+    # Abort: the source forgets the upload; later calls are NoSuchUpload.
+    aborted = client.create_multipart_upload(Bucket="shards", Key="dropped")["UploadId"]
+    client.abort_multipart_upload(Bucket="shards", Key="dropped", UploadId=aborted)
+    assert not src.list_multipart_uploads(Bucket="datasets", Prefix="shards/").get("Uploads")
+    # (S3 says NoSuchUpload to UploadPart and Complete too; moto answers 500.)
+    assert error_code(lambda: client.list_parts(Bucket="shards", Key="dropped", UploadId=aborted)) == "NoSuchUpload"
+
+    # s3fs writes in blocks: a multipart upload when the file outgrows one.
+    fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=gw.endpoint,
+                           client_kwargs={"region_name": "us-east-1"}, use_listings_cache=False)
+    payload = os.urandom(11 * MiB)
+    with fs.open("shards/from-s3fs.bin", "wb", block_size=5 * MiB) as f:
+        f.write(payload)
+    assert src.get_object(Bucket="datasets", Key="shards/from-s3fs.bin")["Body"].read() == payload
 
 
 def test_the_cli_mounts_lists_and_unmounts(gw: Gateway, moto_endpoint: str, dataset: dict[str, bytes]) -> None:
