@@ -61,8 +61,16 @@ ReadWrite = Annotated[
     bool,
     typer.Option(
         "--read-write",
-        help="Write PUT, copy and DELETE through to the source (default: read-only, "
-        "writes answer AccessDenied).",
+        help="Write PUT, copy, DELETE and multipart uploads through to the source "
+        "(default: read-only, writes answer AccessDenied).",
+    ),
+]
+ListingTtl = Annotated[
+    float | None,
+    typer.Option(
+        metavar="SECONDS",
+        help="Seconds a listing page from the source is reused, for huge data sets listed "
+        "often; writes through the gateway drop the pages at once. (default: 0, off)",
     ),
 ]
 ServeStale = Annotated[
@@ -99,12 +107,13 @@ def mount(
     freshness: Freshness = None,
     serve_stale: ServeStale = None,
     read_write: ReadWrite = False,
+    listing_ttl: ListingTtl = None,
 ) -> None:
     """Mount an existing S3 bucket or prefix as a gateway bucket, read through and cached.
 
     The objects stay at the source, one object per key; what is read is kept
-    in the hot tier. Read-only unless --read-write: then PUT, copy and DELETE
-    go through to the source natively.
+    in the hot tier. Read-only unless --read-write: then PUT, copy, DELETE and
+    multipart uploads go through to the source natively.
     """
     try:
         parse_s3_url(source)  # sent as typed; checked here for a one-line usage error
@@ -114,6 +123,8 @@ def mount(
         fresh = None if freshness is None else parse_freshness(freshness)
     except ValueError as exc:
         fail(f"--freshness: {exc}", EXIT_USAGE)
+    if listing_ttl is not None and not 0 <= listing_ttl <= 86400:
+        fail(f"--listing-ttl: expected 0 to 86400 seconds, got {listing_ttl:g}", EXIT_USAGE)
     # The gateway needs both or neither, as for the capacity store; say so before sending.
     access_key, secret_key = access_key or None, secret_key or None
     if (access_key is None) != (secret_key is None):
@@ -130,6 +141,7 @@ def mount(
         "freshness": fresh,
         "serve_stale": serve_stale,
         "read_write": read_write or None,
+        "listing_ttl": listing_ttl,
     }
     options = {field: value for field, value in given.items() if value is not None}
     session.show(session.api.mount(name, source, options), render.mount)

@@ -284,21 +284,24 @@ def _freshness(value: object) -> str:
 
 
 def _mount_cells(document: Mapping[str, Any]) -> list[str]:
-    """endpoint, region, access key, freshness, serve stale."""
+    """endpoint, region, access key, writes, freshness, serve stale, listing ttl."""
+    ttl = document.get("listing_ttl")
     return [
         number(document.get("endpoint")),
         number(document.get("region")),
         number(document.get("access_key")),
+        {True: "read-write", False: "read-only"}.get(document.get("read_write"), NONE),
         _freshness(document.get("freshness")),
         {True: "yes", False: "no"}.get(document.get("serve_stale"), NONE),
+        (f"{ttl:g} s" if ttl else "off") if isinstance(ttl, (int, float)) else NONE,
     ]
 
 
 def mounts(document: Mapping[str, Any]) -> None:
     """``tierstore mounts``: one row per mounted bucket."""
     columns = (
-        "mount", "source", "endpoint", "region", "access key", "freshness", "serve stale",
-        "created",
+        "mount", "source", "endpoint", "region", "access key", "writes", "freshness",
+        "serve stale", "listing ttl", "created",
     )
     rows = [
         [str(m.get("name")), number(m.get("source")), *_mount_cells(m), when(m.get("created"))]
@@ -313,15 +316,17 @@ def mounts(document: Mapping[str, Any]) -> None:
 
 def mount(document: Mapping[str, Any]) -> None:
     """What ``tierstore mount`` answers: the mount, its secret key masked by the API."""
-    endpoint, region, access_key, freshness, serve_stale = _mount_cells(document)
+    endpoint, region, access_key, writes, freshness, serve_stale, listing_ttl = _mount_cells(document)
     rows = [
         ("source", number(document.get("source"))),
         ("endpoint", endpoint),
         ("region", region),
         ("access key", access_key),
         ("secret key", number(document.get("secret_key"))),
+        ("writes", writes),
         ("freshness", freshness),
         ("serve stale", serve_stale),
+        ("listing ttl", listing_ttl),
         ("created", when(document.get("created"))),
     ]
     _out().print(_pairs(f"mount {document.get('name')}", rows))

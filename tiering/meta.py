@@ -191,6 +191,7 @@ class Mount(_Record):
     freshness: float | None = None  # None: immutable; else seconds a validation holds
     serve_stale: bool = True  # serve cached objects while the source is unreachable
     read_write: bool = False  # writes go through to the source; else AccessDenied
+    listing_ttl: float = 0.0  # seconds a listing page from the source is reused (0: never)
 
     @property
     def source(self) -> str:

@@ -15,9 +15,11 @@ so bytes of two versions are never mixed. While the source is unreachable,
 what is validated and cached is served (``serve_stale``); anything else is a
 503 naming the source.
 
-Listings are passed through to the source. On a read-write mount, PUT,
-copy and DELETE go through to the source natively (one PUT, or a streamed
-multipart upload for large bodies, with the object's metadata), and the
+Listings are passed through to the source (pages reused for ``listing_ttl``
+seconds when the mount asks for it, see ``tiering.listing_cache``). On a
+read-write mount, PUT, copy and DELETE go through to the source natively
+(one PUT, or a streamed multipart upload for large bodies, with the
+object's metadata), and the
 gateway's description of the key is replaced by the source's; a read-only
 mount answers writes with AccessDenied.
 """
@@ -45,6 +47,7 @@ from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
 from tiering.inputs import NewObject
+from tiering.listing_cache import ListingCache
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.names import check_bucket_name
 from tiering.readahead import ReadTally, stream
@@ -71,6 +74,7 @@ class Mounts:
         self._mounts: dict[str, Mount] = {}
         self._sources: dict[str, SourceBucket] = {}
         self._flight: SingleFlight[bytes] = SingleFlight()
+        self.listings = ListingCache()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -134,6 +138,7 @@ class Mounts:
         if name not in self._mounts:
             raise NoSuchBucket(BucketName=name)
         del self._mounts[name]
+        self.listings.forget(name)
         await self._sources.pop(name).close()
         known = await _pool.run(self._index.remove_mount, name)
         await _pool.run(self._hot.drop_cached, [n for obj in known for n in self._pieces(name, obj)])
@@ -214,6 +219,7 @@ class Mounts:
 
     async def committed(self, name: str, key: str) -> ObjectMeta:
         """After a write: describe ``key`` as the source now has it."""
+        self.listings.forget(name)
         known = await _pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
@@ -230,6 +236,7 @@ class Mounts:
             await (await self.client(name)).delete(key)
         except CapacityError as exc:
             raise unreachable(mount, exc) from None
+        self.listings.forget(name)
         known = await _pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
@@ -319,8 +326,13 @@ class Mounts:
     async def list_objects(
         self, name: str, prefix: str, delimiter: str, marker: str, max_keys: int
     ) -> ListPage:
-        """One listing page, asked of the source."""
+        """One listing page, asked of the source (or reused for the mount's
+        ``listing_ttl``)."""
         mount = self._mounts[name]
+        cached = self.listings.get(name, prefix, delimiter, marker, max_keys)
+        if cached is not None:
+            return cached
+        generation = self.listings.generation(name)
         start_after = successor(marker) if delimiter and marker.endswith(delimiter) else marker
         try:
             page = await (await self.client(name)).page(prefix, delimiter, start_after, max_keys)
@@ -328,7 +340,10 @@ class Mounts:
             raise unreachable(mount, exc) from None
         contents = [ListEntry(o.key, o.size, o.etag, o.last_modified_ms, None) for o in page.objects]
         names = sorted([e.key for e in contents] + page.prefixes)
-        return ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
+        answer = ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
+        if mount.listing_ttl > 0:
+            self.listings.put(name, prefix, delimiter, marker, max_keys, answer, mount.listing_ttl, generation)
+        return answer
 
 
 def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:

@@ -163,7 +163,10 @@ class NewMount(Strict):
         60.0, description='"immutable", or seconds a validation with the source holds.'
     )
     serve_stale: bool = Field(True, description="Serve cached objects while the source is unreachable.")
-    read_write: bool = Field(False, description="Write PUT, copy and DELETE through to the source.")
+    read_write: bool = Field(False, description="Write PUT, copy, DELETE and multipart uploads through to the source.")
+    listing_ttl: Annotated[float, Field(ge=0, le=86400)] = Field(
+        0.0, description="Seconds a listing page from the source is reused (0: every listing asks the source)."
+    )
 
 
 class MountView(BaseModel):
@@ -176,6 +179,7 @@ class MountView(BaseModel):
     freshness: Literal["immutable"] | float
     serve_stale: bool
     read_write: bool
+    listing_ttl: float
     created: str
     source_requests: dict[str, int] = Field(description="Requests made of the source since start, by kind.")
     source_bytes_read: int
@@ -192,6 +196,7 @@ def mount_view(mount: Mount, stats: CapacityStats) -> MountView:
         freshness="immutable" if mount.freshness is None else mount.freshness,
         serve_stale=mount.serve_stale,
         read_write=mount.read_write,
+        listing_ttl=mount.listing_ttl,
         created=iso(mount.created_ms / 1000) or "",
         source_requests={
             "gets": stats.gets, "heads": stats.heads, "lists": stats.lists, "retries": stats.retries,

@@ -48,7 +48,7 @@ def router(ctx: AdminContext) -> APIRouter:
             name=new.name, bucket=bucket, prefix=prefix, created_ms=now_ms(), endpoint=new.endpoint,
             region=new.region, access_key=new.access_key, secret_key=new.secret_key,
             freshness=None if new.freshness == "immutable" else float(new.freshness),
-            serve_stale=new.serve_stale, read_write=new.read_write,
+            serve_stale=new.serve_stale, read_write=new.read_write, listing_ttl=new.listing_ttl,
         )
         try:
             mounts = ctx.service().mounts

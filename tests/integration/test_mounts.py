@@ -124,6 +124,32 @@ def test_listings_pass_through_with_prefix_delimiter_and_pages(client, dataset: 
     assert client.list_objects_v2(Bucket="imagenet", Prefix="elsewhere/")["KeyCount"] == 0
 
 
+def test_a_listing_ttl_reuses_pages_until_a_write_or_expiry(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
+    src = direct(moto_endpoint)
+    src.put_object(Bucket="datasets", Key="listed/a", Body=b"a")
+    view = mount(gw, "listed", "s3://datasets/listed", moto_endpoint, read_write=True, listing_ttl=1.5)
+    assert view["listing_ttl"] == 1.5
+
+    def keys(**kw: object) -> list[str]:
+        return [o["Key"] for o in client.list_objects_v2(Bucket="listed", **kw).get("Contents", [])]
+
+    lists = source_stats(gw, "listed")["lists"]
+    assert keys() == ["a"] and keys() == ["a"] and keys() == ["a"]
+    assert source_stats(gw, "listed")["lists"] == lists + 1, "one page asked of the source, reused twice"
+    assert keys(Prefix="a") == ["a"] and source_stats(gw, "listed")["lists"] == lists + 2, "another question"
+
+    src.put_object(Bucket="datasets", Key="listed/b", Body=b"b")  # at the source directly: seen after the TTL
+    assert keys() == ["a"]
+    time.sleep(1.6)
+    assert keys() == ["a", "b"]
+    client.put_object(Bucket="listed", Key="c", Body=b"c")  # through the gateway: seen at once
+    assert keys() == ["a", "b", "c"]
+    client.delete_object(Bucket="listed", Key="a")
+    assert keys() == ["b", "c"]
+    assert admin(gw, "POST", "/mounts", json={"name": "x", "source": "s3://datasets", "listing_ttl": -1}
+                 ).status_code == 400
+
+
 def test_a_cold_small_read_costs_the_source_one_request_and_counts_as_a_miss(
     gw: Gateway, client, moto_endpoint: str  # type: ignore[no-untyped-def]
 ) -> None:
@@ -388,10 +414,13 @@ def test_the_cli_mounts_lists_and_unmounts(gw: Gateway, moto_endpoint: str, data
         return result.stdout
 
     shown = json.loads(tierstore("mount", "cli-val", "s3://datasets/imagenet/val", "--endpoint", moto_endpoint,
-                                 "--access-key", "testing", "--freshness", "immutable", "--json"))
-    assert (shown["source"], shown["freshness"], shown["read_write"]) == ("s3://datasets/imagenet/val", "immutable", False)
+                                 "--access-key", "testing", "--freshness", "immutable", "--listing-ttl", "30",
+                                 "--json"))
+    assert (shown["source"], shown["freshness"], shown["read_write"], shown["listing_ttl"]) == (
+        "s3://datasets/imagenet/val", "immutable", False, 30)
     assert make_client(gw.endpoint).get_object(Bucket="cli-val", Key="003.jpg")["Body"].read() == dataset["val/003.jpg"]
-    assert "cli-val" in tierstore("mounts")
+    table = tierstore("mounts")
+    assert "cli-val" in table and "read-only" in table and "30 s" in table
     assert tierstore("unmount", "cli-val") == "unmounted cli-val\n"
     assert "cli-val" not in [m["name"] for m in json.loads(tierstore("mounts", "--json"))["mounts"]]
 
