@@ -133,6 +133,23 @@ class AdminClient:
     def pin(self, bucket: str, prefix: str) -> JSON:
         return self._call("POST", "/jobs/pin", json=_scope(bucket, prefix))
 
+    def warm(self, bucket: str, scope: JSON) -> JSON:
+        """``scope``: {"prefix"} | {"keys"} | {"manifest"}, plus
+        "concurrency" and "bandwidth" when given."""
+        return self._call("POST", "/jobs/warm", json={"bucket": bucket, **scope})
+
+    def register_epoch(self, body: JSON) -> JSON:
+        return self._call("POST", "/epochs", json=body)
+
+    def epochs(self) -> JSON:
+        return self._call("GET", "/epochs")
+
+    def epoch(self, epoch_id: str) -> JSON:
+        return self._call("GET", f"/epochs/{quote(epoch_id, safe='')}")
+
+    def end_epoch(self, epoch_id: str) -> JSON:
+        return self._call("DELETE", f"/epochs/{quote(epoch_id, safe='')}")
+
     def jobs(self) -> JSON:
         return self._call("GET", "/jobs")
 

@@ -22,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from gateway import cli_admin, cli_mounts
+from gateway import cli_admin, cli_mounts, cli_prefetch
 from gateway._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
 from gateway.config import VERSION, Config, load_config
 
@@ -265,6 +265,7 @@ def _configure_logging(level: str) -> None:
 
 cli_admin.register(app)
 cli_mounts.register(app)
+cli_prefetch.register(app)
 
 
 def main() -> None:

@@ -15,6 +15,11 @@ class SingleFlight(Generic[T]):
     def __init__(self) -> None:
         self._inflight: dict[Hashable, asyncio.Future[T]] = {}
 
+    def __contains__(self, key: Hashable) -> bool:
+        """True while someone runs the work for ``key`` (a batch fetch
+        leaves such keys to that caller)."""
+        return key in self._inflight
+
     async def run(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """``work()``'s result, and True for the caller that ran it (the
         others got the same result, or the same exception)."""

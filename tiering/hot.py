@@ -9,8 +9,10 @@ Two kinds of files, in two trees:
   Never evicted.
 - ``<root>/cache/<xx>/<segment>-<offset>``: clean copies of capacity-tier
   extents (raw bytes), named by the extent so no index record is needed.
-  Evictable, least recently used first, when the tier passes its high
-  watermark. A flushed staged file is renamed into this tree.
+  Evictable when the tier passes its high watermark, in SIEVE order
+  (``tiering.eviction``: files read only once go before files read again),
+  or by an ``EvictionAdvisor``'s hints when one is set. A flushed staged
+  file is renamed into this tree.
 
 Files are named by opaque ids, never by object keys, so no key can reach
 outside the data directory. Every method blocks; the object service calls
@@ -25,13 +27,13 @@ import secrets
 import threading
 import time
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from tiering._files import sync_dir, write_all
 from tiering.digests import Digests
 from tiering.errors import SlowDown
+from tiering.eviction import EvictionAdvisor, Sieve
 from tiering.meta import Chunk
 
 _FANOUT = 256  # subdirectories, so no directory holds millions of entries
@@ -128,7 +130,9 @@ class HotTier:
         self.reserved = 0  # bytes promised to writes in progress
         self.cached = 0  # bytes in cache files
         self.evicted = 0  # bytes evicted since start
-        self._lru: OrderedDict[str, int] = OrderedDict()  # cache name -> size, oldest first
+        self._sieve = Sieve()  # evictable cache files: name -> size, in SIEVE order
+        # Hints about future reads, set by another component at any time.
+        self.advisor: EvictionAdvisor | None = None
         # Pinned cache files are never evicted; they count in ``cached`` too.
         self._pinned: dict[str, int] = {}
         self.pinned = 0
@@ -244,11 +248,11 @@ class HotTier:
             self._pinned[name] = size
             self.pinned += size
         else:
-            self._lru[name] = size
+            self._sieve.insert(name, size)
 
     def _forget(self, name: str) -> int | None:
         """Stop accounting a cache file (lock held); its size, if known."""
-        size = self._lru.pop(name, None)
+        size = self._sieve.remove(name)
         if size is None:
             size = self._pinned.pop(name, None)
             if size is None:
@@ -274,12 +278,11 @@ class HotTier:
             self.drop_cached([name])
             return None
         with self._lock:
-            if name in self._lru:
-                self._lru.move_to_end(name)
+            self._sieve.touch(name)  # a bit set, no reordering (pinned: not queued)
         return fd
 
     def is_cached(self, name: str) -> bool:
-        return name in self._lru or name in self._pinned
+        return name in self._sieve or name in self._pinned
 
     def read_cached(self, name: str, size: int) -> bytes | None:
         fd = self.open_cached(name, size)
@@ -298,7 +301,7 @@ class HotTier:
         concurrent fills cannot together pass the high watermark."""
         size = len(data)
         with self._lock:
-            if name in self._lru or name in self._pinned:
+            if name in self._sieve or name in self._pinned:
                 if pin:
                     self._pin(name)
                 return True
@@ -348,7 +351,7 @@ class HotTier:
             return sum(self._pin(name) for name in names)
 
     def _pin(self, name: str) -> int:
-        size = self._lru.pop(name, None)
+        size = self._sieve.remove(name)
         if size is None:
             return 0
         self._pinned[name] = size
@@ -356,14 +359,14 @@ class HotTier:
         return size
 
     def unpin(self, names: Iterable[str]) -> int:
-        """Make pinned files evictable again (most recently used); bytes."""
+        """Make pinned files evictable again (queued as new); bytes."""
         freed = 0
         with self._lock:
             for name in names:
                 size = self._pinned.pop(name, None)
                 if size is not None:
                     self.pinned -= size
-                    self._lru[name] = size
+                    self._sieve.insert(name, size)
                     freed += size
         return freed
 
@@ -396,25 +399,78 @@ class HotTier:
                 self._insert(new, size, pinned)
 
     def evict(self, target: int | None = None) -> int:
-        """Evict least recently used cache files until the tier holds at
-        most ``target`` bytes (the low watermark by default)."""
+        """Evict unpinned cache files until the tier holds at most ``target``
+        bytes (the low watermark by default); bytes freed.
+
+        Without an advisor, in SIEVE order. With one, files no registered
+        future read wants go first (in SIEVE order), then wanted files,
+        the one needed furthest in the future first (Belady's rule), then,
+        if still over, whatever SIEVE picks."""
         return self._evict_to(self.low if target is None else target)
 
     def _evict_to(self, target: int) -> int:
+        target = max(target, 0)
+        advisor = self.advisor  # one advisor for the whole pass
+        if advisor is None:
+            return self._evict_victims(target, None)
+        freed = self._evict_victims(target, advisor.wanted)
+        freed += self._evict_furthest(target, advisor)
+        return freed + self._evict_victims(target, None)
+
+    def _done(self, target: int) -> bool:
+        """At or below ``target``, or nothing left to evict (lock held)."""
+        return self.staged + self.reserved + self.cached <= target or not self._sieve
+
+    def _evict_victims(self, target: int, skip: Callable[[str], bool] | None) -> int:
+        """Evict SIEVE victims (passing over names ``skip`` keeps) until done
+        or every queued name is skipped."""
         freed = 0
         while True:
             with self._lock:
-                if self.staged + self.reserved + self.cached <= max(target, 0) or not self._lru:
+                if self._done(target):
                     break
-                name, size = self._lru.popitem(last=False)
-                self.cached -= size
-                self.evicted += size
-            try:
-                os.unlink(self.cache_path(name))
-            except FileNotFoundError:
-                pass
+                picked = self._sieve.victim(skip)
+                if picked is None:
+                    break
+                name, size = picked
+                self._account_evicted(size)
+            self._unlink_cached(name)
             freed += size
         return freed
+
+    def _evict_furthest(self, target: int, advisor: EvictionAdvisor) -> int:
+        """Evict queued names in the advisor's furthest-first order until
+        done. The lock is held per name, never while the advisor's iterator
+        runs, so it may be a generator doing work of its own."""
+        with self._lock:
+            if self._done(target):
+                return 0
+        freed = 0
+        for name in advisor.furthest():
+            with self._lock:
+                if self._done(target):
+                    break
+                size = self._sieve.remove(name)  # None: not cached, pinned or filling
+                if size is not None:
+                    self._account_evicted(size)
+                done = self._done(target)
+            if size is not None:
+                self._unlink_cached(name)
+                freed += size
+            if done:
+                break
+        return freed
+
+    def _account_evicted(self, size: int) -> None:
+        """A file left the queue to be evicted (lock held)."""
+        self.cached -= size
+        self.evicted += size
+
+    def _unlink_cached(self, name: str) -> None:
+        try:
+            os.unlink(self.cache_path(name))
+        except FileNotFoundError:
+            pass
 
     # -- start and stop ----------------------------------------------------
 
@@ -469,7 +525,8 @@ class HotTier:
         return previous is not None and previous != boot
 
     def _load_cache(self, drop: bool) -> None:
-        """Rebuild the LRU order from the cache tree (oldest mtime first)."""
+        """Rebuild the SIEVE queue from the cache tree: oldest mtime queued
+        first, so the newest files end up at the head. Visited bits are lost."""
         found: list[tuple[int, str, int]] = []
         for i in range(_FANOUT):
             with os.scandir(self.cache_root / f"{i:02x}") as entries:
@@ -482,7 +539,9 @@ class HotTier:
         found.sort()
         with self._lock:
             # Pins are the index's; the service pins these again after start.
-            self._lru = OrderedDict((name, size) for _, name, size in found)
+            self._sieve = Sieve()
+            for _, name, size in found:
+                self._sieve.insert(name, size)
             self._pinned = {}
             self.pinned = 0
             self.cached = sum(size for _, _, size in found)

@@ -26,9 +26,12 @@ mount answers writes with AccessDenied.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
@@ -141,7 +144,7 @@ class Mounts:
         self.listings.forget(name)
         await self._sources.pop(name).close()
         known = await _pool.run(self._index.remove_mount, name)
-        await _pool.run(self._hot.drop_cached, [n for obj in known for n in self._pieces(name, obj)])
+        await _pool.run(self._hot.drop_cached, [n for obj in known for n in self.piece_names(name, obj)])
 
     def bucket(self, name: str) -> BucketInfo | None:
         mount = self._mounts.get(name)
@@ -165,7 +168,7 @@ class Mounts:
 
     # -- objects -----------------------------------------------------------------
 
-    def _pieces(self, name: str, obj: MountedObject) -> list[str]:
+    def piece_names(self, name: str, obj: MountedObject | ObjectMeta) -> list[str]:
         count = max(1, -(-obj.size // self._settings.part_size))
         return [piece_name(name, obj.key, obj.etag, i) for i in range(count)]
 
@@ -264,17 +267,37 @@ class Mounts:
                 return await client.head(key), None  # an empty object: no byte to ask for
 
         found, data = await self._revalidate(name, key, known, ask)
-        if data is None or found.size > probe:
-            return _as_meta(name, found), None  # stale, empty, or the start of a larger object
+        if data is None or (found.size > probe and len(data) < self._settings.part_size):
+            return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
         try:
             await _pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
         except OSError as exc:
             log.warning("could not cache %s/%s: %s", name, key, exc)
-        return _as_meta(name, found), data
+        return _as_meta(name, found), data if found.size <= probe else None
+
+    async def warm(self, name: str, key: str, room: int) -> MountWarm:
+        """Bring every piece of ``key`` into the hot tier, unless it is
+        larger than ``room`` bytes. A small object costs one ranged GET
+        (description and body at once), a large one a probe of its first
+        piece and then its other pieces, fetched concurrently."""
+        meta, _ = await self.open_for_read(name, key, self._settings.part_size)
+        names = self.piece_names(name, meta)
+        missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
+        if missing and meta.size > room:
+            return MountWarm(meta.size, hot=False)
+        part = self._settings.part_size
+
+        async def one(index: int) -> None:
+            got = await self._piece(meta, index, min(part, meta.size - index * part))
+            if isinstance(got, int):
+                os.close(got)  # cached meanwhile by a reader
+
+        await asyncio.gather(*(one(i) for i in missing))
+        return MountWarm(meta.size, all(self._hot.is_cached(piece) for piece in names))
 
     async def _forget(self, name: str, known: MountedObject) -> None:
         await _pool.run(self._index.delete_mounted, name, known.key)
-        await _pool.run(self._hot.drop_cached, self._pieces(name, known))
+        await _pool.run(self._hot.drop_cached, self.piece_names(name, known))
 
     async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally) -> AsyncIterator[bytes]:
         """Yield ``wanted`` of a mounted object: cached pieces from the hot
@@ -344,6 +367,14 @@ class Mounts:
         if mount.listing_ttl > 0:
             self.listings.put(name, prefix, delimiter, marker, max_keys, answer, mount.listing_ttl, generation)
         return answer
+
+
+@dataclass(frozen=True, slots=True)
+class MountWarm:
+    """What warming one mounted object did."""
+
+    size: int
+    hot: bool  # every piece is in the hot tier now
 
 
 def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:

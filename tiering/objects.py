@@ -20,6 +20,7 @@ from tiering import _pool
 from tiering.capacity import CapacityStore
 from tiering.conditions import Conditions, check
 from tiering.digests import Digests, check_size, gather, verify
+from tiering.epochs import Epochs
 from tiering.errors import (
     BucketAlreadyOwnedByYou,
     EntityTooLarge,
@@ -44,6 +45,7 @@ from tiering.readahead import ReadTally, Source, stream
 from tiering.segments import Piece, SegmentStream
 from tiering.settings import TierSettings
 from tiering.tiers import Tiers
+from tiering.warm import Warmer
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
@@ -96,6 +98,8 @@ class ObjectService:
         self.multipart = Multipart(self)
         self.mounts = Mounts(self.index, self.hot, settings, region)
         self.mount_uploads = MountUploads(self.mounts)
+        self.warmer = Warmer(self)
+        self.epochs = Epochs(self)
         self.jobs = Jobs()
 
     async def start(self) -> None:
@@ -110,9 +114,11 @@ class ObjectService:
         await self.tiers.residency.restore()
         await self.tiers.start()
         await self.mounts.start()
+        self.epochs.start()
 
     async def close(self) -> None:
         await self.jobs.stop()
+        await self.epochs.stop()
         await self.mounts.close()
         await self.tiers.stop()
         await _pool.run(self.index.close)

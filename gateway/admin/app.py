@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import metrics
-from gateway.admin import buckets, jobs, mounts
+from gateway.admin import buckets, epochs, jobs, mounts
 from gateway.admin.context import AdminContext, S3Status
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
 from gateway.config import VERSION, Config, redacted
@@ -113,6 +113,7 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
     api.include_router(buckets.router(ctx))
     api.include_router(jobs.router(ctx))
     api.include_router(mounts.router(ctx))
+    api.include_router(epochs.router(ctx))
     app.include_router(api)
     fix_schema(app)
     return app

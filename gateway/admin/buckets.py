@@ -145,8 +145,14 @@ def router(ctx: AdminContext) -> APIRouter:
             raise _no_bucket(bucket) from None
         except NoSuchKey:
             raise AdminError("NoSuchKey", f"no object {key!r} in bucket {bucket!r}") from None
-        states = service.tiers.residency.states(meta)
-        return location_view(meta, states, service.policies.pinned(bucket, key))
+        if service.mounts.get(bucket) is None:
+            return location_view(meta, service.tiers.residency.states(meta), service.policies.pinned(bucket, key))
+        # A mounted object: its cached pieces, or only at the source.
+        names = service.mounts.piece_names(bucket, meta)
+        part = service.settings.part_size
+        sizes = [min(part, meta.size - i * part) for i in range(len(names))] if meta.size else [0]
+        states = ["cached" if service.hot.is_cached(n) else "capacity" for n in names]
+        return location_view(meta, states, False, sizes)
 
     @api.get("/pins", tags=["pins"], response_model=PinList)
     async def list_pins() -> PinList:

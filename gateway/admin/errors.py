@@ -29,6 +29,7 @@ CODES = {
     "NoSuchJob": 404,
     "NoSuchPin": 404,
     "NoSuchMount": 404,
+    "NoSuchEpoch": 404,
     "MethodNotAllowed": 405,
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,

@@ -15,9 +15,18 @@ from fastapi import APIRouter, Body, Response
 
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
-from gateway.admin.models import CompactRequest, EvictRequest, JobList, JobView, Pin, job_view
-from tiering.errors import NoSuchBucket
+from gateway.admin.models import (
+    CompactRequest,
+    EvictRequest,
+    JobList,
+    JobView,
+    Pin,
+    WarmRequest,
+    job_view,
+)
+from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
+from tiering.order import expand_all
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0
@@ -98,6 +107,35 @@ def router(ctx: AdminContext) -> APIRouter:
             return asdict(await residency.pin(request.bucket, request.prefix, job))
 
         return await start("pin", request.model_dump(), work, wait, response)
+
+    @api.post("/jobs/warm", tags=["jobs"], status_code=202, response_model=JobView,
+              responses=responses("NoSuchBucket", "InvalidRequest"))
+    async def warm(response: Response, request: WarmRequest, wait: bool = False) -> JobView:
+        """Bring a prefix, a key list or the keys a manifest object lists
+        (WebDataset shard patterns expanded) into the hot tier, managed or
+        mounted bucket. A set larger than the hot tier is warmed as far as
+        it fits; the result says what was left out."""
+        await known_bucket(request.bucket)
+        service = ctx.service()
+        keys = request.keys
+        try:
+            if request.manifest is not None:
+                keys = await service.warmer.manifest(request.bucket, request.manifest)
+            if keys is not None:
+                keys = expand_all(keys, request.bucket)
+        except NoSuchKey:
+            raise AdminError("InvalidRequest", f"no manifest {request.manifest!r} in {request.bucket!r}") from None
+        except InvalidArgument as exc:
+            raise AdminError("InvalidRequest", exc.message) from None
+
+        async def work(job: Job) -> dict[str, Any]:
+            return asdict(await service.warmer.warm(
+                request.bucket, prefix=request.prefix, keys=keys, concurrency=request.concurrency,
+                bandwidth=request.bandwidth, job=job,
+            ))
+
+        params = request.model_dump(exclude={"keys"}) | ({"keys": len(request.keys)} if request.keys else {})
+        return await start("warm", params, work, wait, response)
 
     @api.get("/jobs", tags=["jobs"], response_model=JobList)
     async def list_jobs() -> JobList:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from gateway.config import parse_size
 from gateway.xml import iso8601
@@ -115,19 +115,27 @@ class ObjectLocation(BaseModel):
     chunks: list[ChunkView]
 
 
-def location_view(meta: ObjectMeta, states: list[str], pinned: bool) -> ObjectLocation:
-    chunks = [
-        ChunkView(
-            size=c.size,
-            state=state,  # type: ignore[arg-type]
-            file_id=c.file_id,
-            segment=c.extent.segment if c.extent else None,
-            offset=c.extent.offset if c.extent else None,
-            stored=c.extent.stored if c.extent else None,
-            codec=c.extent.codec if c.extent else None,
-        )
-        for c, state in zip(meta.chunks, states, strict=True)
-    ]
+def location_view(
+    meta: ObjectMeta, states: list[str], pinned: bool, piece_sizes: list[int] | None = None
+) -> ObjectLocation:
+    """``states`` per chunk; for a mounted object (no chunks), per cached
+    piece of ``piece_sizes``, where "capacity" means only at the source."""
+    if piece_sizes is not None:
+        chunks = [ChunkView(size=size, state=state, file_id=None, segment=None, offset=None, stored=None,  # type: ignore[arg-type]
+                            codec=None) for size, state in zip(piece_sizes, states, strict=True)]
+    else:
+        chunks = [
+            ChunkView(
+                size=c.size,
+                state=state,  # type: ignore[arg-type]
+                file_id=c.file_id,
+                segment=c.extent.segment if c.extent else None,
+                offset=c.extent.offset if c.extent else None,
+                stored=c.extent.stored if c.extent else None,
+                codec=c.extent.codec if c.extent else None,
+            )
+            for c, state in zip(meta.chunks, states, strict=True)
+        ]
     kinds = set(states)
     if kinds <= {"staged"} and kinds:
         where = "staged"
@@ -227,6 +235,26 @@ class CompactRequest(Strict):
 class EvictRequest(Strict):
     bucket: str | None = Field(None, description="Leave out to evict the whole cache.")
     prefix: str = ""
+
+
+class WarmRequest(Strict):
+    bucket: str
+    prefix: str | None = Field(None, description="Warm every object under this prefix.")
+    keys: list[str] | None = Field(
+        None, max_length=1_000_000,
+        description="Warm these keys; WebDataset shard patterns such as train-{0000..0099}.tar are expanded.",
+    )
+    manifest: str | None = Field(
+        None, description="Key of an object in the bucket listing one key (or shard pattern) per line."
+    )
+    concurrency: int = Field(4, ge=1, le=64, description="Batches (managed) or objects (mounted) fetched at once.")
+    bandwidth: int | None = Field(None, gt=0, description="Bytes per second this job may read from the store.")
+
+    @model_validator(mode="after")
+    def _one_set(self) -> WarmRequest:
+        if sum(x is not None for x in (self.prefix, self.keys, self.manifest)) != 1:
+            raise ValueError("give exactly one of prefix, keys or manifest")
+        return self
 
 
 class Progress(BaseModel):

@@ -81,6 +81,7 @@ async def get_object(ctx: Context, req: S3Request) -> Response:
     # The tally says which tier served the body (metrics, access log); it
     # counts as the body is produced, so a streamed GET is complete once sent.
     tally = req.tally = ReadTally()
+    ctx.service.epochs.observe(req.bucket, req.key)  # moves an epoch reader's position, before the read
     meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
     wanted = wanted or ByteRange(0, meta.size)
     if data is not None:

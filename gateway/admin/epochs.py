@@ -1,0 +1,133 @@
+"""Admin routes for epoch hints: the order a trainer will read a data set
+in, so the gateway has each object hot before it is asked for (see
+``tiering/epochs.py``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field, model_validator
+
+from gateway.admin.context import AdminContext
+from gateway.admin.errors import AdminError, responses
+from gateway.admin.models import Strict, iso
+from tiering.epochs import Epoch
+from tiering.errors import InvalidArgument, NoSuchBucket
+from tiering.order import MAX_KEYS, expand_all, shuffled
+
+MiB = 1024 * 1024
+
+
+class NewEpoch(Strict):
+    bucket: str
+    keys: list[str] | None = Field(
+        None, max_length=MAX_KEYS,
+        description="The keys in the order they will be read; shard patterns such as "
+        "train-{0000..0099}.tar are expanded.",
+    )
+    prefix: str | None = Field(None, description="Every key under this prefix, in the order `seed` gives.")
+    seed: int | None = Field(
+        None, description="With prefix: the keys ordered by BLAKE2b-64 of '<seed>:<key>' "
+        "(tiering.epochs.shuffled); without a seed, in key order.",
+    )
+    readers: int = Field(1, ge=1, le=65536, description="Readers sharing the order: reader r reads positions "
+                         "r, r+N, r+2N, ... (DataLoader workers times ranks).")
+    lookahead_bytes: Annotated[int, Field(ge=MiB)] = Field(
+        256 * MiB, description="Most bytes kept in flight ahead of the readers.")
+    lookahead_objects: int = Field(4096, ge=1, le=1_000_000, description="Most objects kept in flight ahead.")
+    idle_timeout: float = Field(600.0, gt=0, le=7 * 86400,
+                                description="Seconds without a read after which the epoch is abandoned.")
+
+    @model_validator(mode="after")
+    def _one_order(self) -> NewEpoch:
+        if (self.keys is None) == (self.prefix is None):
+            raise ValueError("give keys, or prefix (and seed)")
+        if self.seed is not None and self.prefix is None:
+            raise ValueError("seed goes with prefix")
+        return self
+
+
+class EpochView(BaseModel):
+    id: str
+    bucket: str
+    state: str = Field(description="queued, active, finished, ended or abandoned")
+    objects: int
+    readers: int
+    positions: list[int] = Field(description="Per reader: the last position read (-N..-1 before its first).")
+    consumed: int
+    hits: int = Field(description="Reads that found the object hot.")
+    misses: int
+    hit_ratio: float | None
+    prefetched_objects: int
+    prefetched_bytes: int
+    lookahead_objects: int = Field(description="The window now, adapted to the read rate.")
+    lookahead_bytes: int
+    missing_objects: int = Field(description="Keys named that did not exist when the epoch was registered.")
+    created: str
+    started: str | None
+    finished: str | None
+
+
+class EpochList(BaseModel):
+    epochs: list[EpochView]
+
+
+def epoch_view(epoch: Epoch) -> EpochView:
+    view = epoch.view()
+    for moment in ("created", "started", "finished"):
+        view[moment] = iso(view[moment])  # type: ignore[arg-type]
+    return EpochView(**view)  # type: ignore[arg-type]
+
+
+def router(ctx: AdminContext) -> APIRouter:
+    api = APIRouter()
+
+    def find(epoch_id: str) -> Epoch:
+        found = ctx.service().epochs.get(epoch_id)
+        if found is None:
+            raise AdminError("NoSuchEpoch", f"no epoch {epoch_id!r} (finished ones are kept until 50 newer end)")
+        return found
+
+    @api.post("/epochs", tags=["epochs"], status_code=201, response_model=EpochView,
+              responses=responses("InvalidRequest", "NoSuchBucket"))
+    async def register(new: NewEpoch) -> EpochView:
+        """Register the order the next epoch will read a bucket in. It starts
+        at once, or after the bucket's running epoch (whose end then warms
+        its start). The gateway keeps each reader's next objects in flight
+        and evicts by this future order."""
+        service = ctx.service()
+        try:
+            await service.bucket(new.bucket)
+            if new.prefix is not None:
+                keys = await service.epochs.keys_under(new.bucket, new.prefix)
+                keys = shuffled(keys, new.seed) if new.seed is not None else keys
+            else:
+                keys = expand_all(new.keys or [], new.bucket, unique=False)
+            epoch = await service.epochs.register(
+                new.bucket, keys, new.readers, new.lookahead_bytes, new.lookahead_objects, new.idle_timeout,
+            )
+        except NoSuchBucket:
+            raise AdminError("NoSuchBucket", f"bucket {new.bucket!r} does not exist") from None
+        except InvalidArgument as exc:
+            raise AdminError("InvalidRequest", exc.message) from None
+        return epoch_view(epoch)
+
+    @api.get("/epochs", tags=["epochs"], response_model=EpochList)
+    async def list_epochs() -> EpochList:
+        """Live epochs and the most recent finished ones, newest first."""
+        return EpochList(epochs=[epoch_view(e) for e in ctx.service().epochs.all()])
+
+    @api.get("/epochs/{epoch_id}", tags=["epochs"], response_model=EpochView, responses=responses("NoSuchEpoch"))
+    async def get_epoch(epoch_id: str) -> EpochView:
+        """An epoch's readers' positions, hits, misses and what was prefetched."""
+        return epoch_view(find(epoch_id))
+
+    @api.delete("/epochs/{epoch_id}", tags=["epochs"], response_model=EpochView, responses=responses("NoSuchEpoch"))
+    async def end_epoch(epoch_id: str) -> EpochView:
+        """End an epoch: its hints are dropped (what it warmed stays cached
+        and evictable); a queued epoch of the bucket starts."""
+        find(epoch_id)
+        return epoch_view(ctx.service().epochs.end(epoch_id))  # type: ignore[arg-type]
+
+    return api

@@ -1,0 +1,182 @@
+"""Epoch hints against a real gateway over a moto capacity store: readers on
+threads read a hinted epoch that was made hot ahead of them; the lookahead
+follows a reader's position; epochs queue, finish, end and are abandoned;
+the client helper registers epochs; bad requests are 400s."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import boto3
+import httpx
+import pytest
+
+from gateway.admin_client import Unreachable
+from gateway.hints import HintedSampler, Hints, shard_epoch
+from tests.conftest import make_client, running_gateway
+from tests.servers import ADMIN_TOKEN, Gateway, free_port
+from tiering.order import shuffled
+
+CAPACITY_KEYS = ["--capacity-access-key", "testing", "--capacity-secret-key", "testing"]
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator[Gateway]:
+    bucket = f"epoch-cap-{os.getpid()}"
+    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket=bucket)
+    args = ["--capacity", f"s3://{bucket}/tier", "--capacity-endpoint", moto_endpoint, *CAPACITY_KEYS]
+    with running_gateway(tmp_path_factory.mktemp("epochs") / "data", *args) as gateway:
+        yield gateway
+
+
+@pytest.fixture(scope="module")
+def hints(gw: Gateway) -> Iterator[Hints]:
+    with Hints(gw.admin_url, ADMIN_TOKEN, strict=True) as h:
+        yield h
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait for a state the gateway reaches on its own (not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)
+
+
+def where(gw: Gateway, bucket: str, key: str) -> str:
+    return gw.admin("GET", f"/objects/{bucket}/{key}").json()["where"]
+
+
+def gets(gw: Gateway) -> int:
+    return gw.admin("GET", "/tiers").json()["capacity_requests"]["gets"]
+
+
+def test_four_readers_read_a_hinted_epoch_that_was_made_hot_ahead_of_them(gw: Gateway, hints: Hints) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="epall")
+    data = {f"img/{i:04d}.jpg": os.urandom(16 * 1024) for i in range(400)}
+    for key, body in data.items():
+        s3.put_object(Bucket="epall", Key=key, Body=body)
+    gw.flush()
+    gw.evict()
+    epoch_id = hints.shuffled_epoch("epall", "img/", seed=3, readers=4)
+    assert epoch_id is not None
+    order = shuffled(data, 3)  # the order the gateway was told, reproduced here
+    eventually(lambda: hints.status(epoch_id)["prefetched_objects"] >= 400, "the epoch prefetched")
+    fetched = gets(gw)
+    assert fetched <= 20, "packed neighbours come along: far fewer GETs than objects"
+
+    failures: list[str] = []
+
+    def reader(r: int) -> None:
+        client = make_client(gw.endpoint)
+        for key in order[r::4]:
+            if client.get_object(Bucket="epall", Key=key)["Body"].read() != data[key]:
+                failures.append(key)
+
+    threads = [threading.Thread(target=reader, args=(r,)) for r in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    status = hints.status(epoch_id)
+    assert status["state"] == "finished" and status["consumed"] == 400
+    assert (status["hits"], status["misses"]) == (400, 0)
+    assert gets(gw) == fetched, "every read was served hot"
+
+
+def test_the_lookahead_follows_a_readers_position_on_a_mounted_bucket(
+    gw: Gateway, hints: Hints, moto_endpoint: str
+) -> None:
+    src = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                       aws_secret_access_key="testing", region_name="us-east-1")
+    src.create_bucket(Bucket="epoch-source")
+    keys = [f"k{i:02d}" for i in range(40)]
+    for key in keys:
+        src.put_object(Bucket="epoch-source", Key=key, Body=key.encode() * 100)
+    gw.admin("POST", "/mounts", json={"name": "epmount", "source": "s3://epoch-source", "endpoint": moto_endpoint,
+                                       "access_key": "testing", "secret_key": "testing"})
+    order = list(reversed(keys))
+    epoch_id = hints.epoch("epmount", order, readers=1, lookahead_objects=4)
+    assert epoch_id is not None
+    eventually(lambda: all(where(gw, "epmount", k) == "hot" for k in order[:4]), "the first window is hot")
+    assert where(gw, "epmount", order[8]) != "hot", "nothing beyond the window"
+    s3 = make_client(gw.endpoint)
+    for key in order[:6]:
+        s3.get_object(Bucket="epmount", Key=key)["Body"].read()
+    eventually(lambda: all(where(gw, "epmount", k) == "hot" for k in order[6:10]), "the window moved on")
+    assert where(gw, "epmount", order[16]) != "hot"
+    status = hints.status(epoch_id)
+    assert status["positions"] == [5] and status["hits"] >= 4
+    hints.end(epoch_id)
+    assert hints.status(epoch_id)["state"] == "ended"
+
+
+def test_epochs_queue_behind_each_other_and_an_idle_one_is_abandoned(gw: Gateway, hints: Hints) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="epq")
+    for i in range(3):
+        s3.put_object(Bucket="epq", Key=f"x{i}", Body=b"x")
+    first = hints.epoch("epq", ["x0", "x1", "x2"], idle_timeout=1)
+    second = hints.epoch("epq", ["x2", "x1", "x0"])
+    assert first is not None and second is not None
+    assert hints.status(second)["state"] == "queued"
+    eventually(lambda: hints.status(first)["state"] == "abandoned", "the idle epoch abandoned", timeout=10)
+    assert hints.status(second)["state"] == "active"
+    for key in ("x2", "x1", "x0", "x1"):  # the last read is past the epoch's end: ignored
+        s3.get_object(Bucket="epq", Key=key)
+    assert hints.status(second)["state"] == "finished"
+    listed = gw.admin("GET", "/epochs").json()["epochs"]
+    assert {second, first} <= {e["id"] for e in listed}
+
+
+def test_bad_epoch_requests(gw: Gateway) -> None:
+    make_client(gw.endpoint).create_bucket(Bucket="epbad")
+
+    def error(method: str, path: str, body: dict | None = None) -> tuple[int, str]:
+        with pytest.raises(httpx.HTTPStatusError) as failed:
+            gw.admin(method, path, json=body)
+        return failed.value.response.status_code, failed.value.response.json()["error"]["code"]
+
+    assert error("POST", "/epochs", {"bucket": "epbad"}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["a"], "prefix": ""}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["a"], "seed": 1}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": []}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["a"], "readers": 0}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["s-{9..1}"]}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "nope", "keys": ["a"]}) == (404, "NoSuchBucket")
+    assert error("GET", "/epochs/e000") == (404, "NoSuchEpoch")
+    assert error("DELETE", "/epochs/e000") == (404, "NoSuchEpoch")
+
+
+def test_the_client_helpers_register_what_the_loop_reads(gw: Gateway, hints: Hints, caplog) -> None:  # type: ignore[no-untyped-def]
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="ephelp")
+    keys = [f"shards/train-{i:03d}.tar" for i in range(12)]
+    for key in keys:
+        s3.put_object(Bucket="ephelp", Key=key, Body=b"tar")
+
+    sampler = HintedSampler([3, 1, 2, 0], keys, bucket="ephelp", hints=hints)
+    assert list(sampler) == [3, 1, 2, 0] and len(sampler) == 4
+    first = sampler.epoch_id
+    assert first is not None and hints.status(first)["objects"] == 4
+    assert list(sampler) == [3, 1, 2, 0]  # the next epoch: the last one is ended, a new one registered
+    assert hints.status(first)["state"] == "ended" and sampler.epoch_id != first
+
+    order = shard_epoch("ephelp", "shards/train-{000..011}.tar", seed=9, hints=hints)
+    assert order == shuffled(keys, 9)
+    newest = gw.admin("GET", "/epochs").json()["epochs"]
+    assert any(e["objects"] == 12 and e["state"] in ("active", "queued") for e in newest)
+
+    away = f"http://127.0.0.1:{free_port()}"
+    with caplog.at_level(logging.WARNING, logger="tierstore.hints"):
+        assert Hints(away, "t").epoch("ephelp", keys) is None, "no gateway: the loop reads on without hints"
+    assert "hints unavailable" in caplog.text
+    with pytest.raises(Unreachable):
+        Hints(away, "t", strict=True).epoch("ephelp", keys)

@@ -1,0 +1,574 @@
+"""Epoch hints: the order a trainer will read a data set in, used to have
+each object hot before it is asked for and to evict by the known future.
+
+A trainer registers an epoch: a bucket and its keys in the order they will
+be read, split over ``readers`` that each read an interleaved share (reader
+``r`` reads positions ``r, r + N, r + 2N, ...``: what a DataLoader's workers
+or a job's ranks do with a shared sampler). The gateway follows each
+reader's position from its GETs and keeps the next objects of every reader
+in flight, within a lookahead window of objects and bytes that grows with
+the observed read rate. Epochs registered for a bucket while one runs are
+queued behind it, so the end of an epoch already warms the start of the next.
+
+Eviction follows the future: the hot tier asks ``wanted`` (is a cache file
+in some registered future?) and ``furthest`` (the wanted ones, the one
+needed furthest in the future first). Files no epoch wants go first, which
+includes what this epoch has consumed and no later epoch needs; then the
+furthest-needed: Belady's choice, which a recency or frequency policy cannot
+make when every epoch is a new random order.
+
+Readers that skip keys, read out of order, restart from the start, or stop
+reading cannot wedge it: positions only move by what is observed, a read far
+behind a reader's position is a restart, and an epoch nobody has read from
+for ``idle_timeout`` seconds is abandoned (its hints dropped). A finished,
+ended or abandoned epoch stops asking for anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tiering import _pool
+from tiering.errors import InvalidArgument, NoSuchKey, ServiceUnavailable
+from tiering.meta import Extent, ObjectMeta
+from tiering.order import MAX_KEYS
+
+if TYPE_CHECKING:
+    from tiering.objects import ObjectService
+
+log = logging.getLogger("tierstore.epochs")
+
+KEEP_FINISHED = 50  # finished epochs kept for GET /epochs/{id}
+_RESOLVE_BATCH = 2048
+NEIGHBOUR_REACH = 4 * 1024 * 1024  # bytes either side of a needed extent fetched along with it
+EXTRA_LIMIT = 256 * 1024 * 1024  # bytes of neighbours one prefetch round adds
+
+
+@dataclass(slots=True)
+class Entry:
+    """One position of an epoch: the key and, once resolved, its cache files."""
+
+    key: str
+    size: int = 0
+    names: tuple[str, ...] = ()
+    extents: tuple[Extent, ...] = ()  # managed objects: what a fetch brings
+    resolved: bool = False
+    missing: bool = False
+
+
+@dataclass(slots=True)
+class Epoch:
+    id: str
+    bucket: str
+    entries: list[Entry]
+    readers: int
+    lookahead_bytes: int
+    lookahead_objects: int
+    idle_timeout: float
+    created: float = field(default_factory=time.time)
+    state: str = "queued"  # queued | active | finished | ended | abandoned
+    started: float | None = None
+    finished: float | None = None
+    last_read: float = field(default_factory=time.monotonic)
+    positions: list[int] = field(default_factory=list)  # per reader: last position read
+    consumed: set[int] = field(default_factory=set)
+    hits: int = 0
+    misses: int = 0
+    prefetched_objects: int = 0
+    prefetched_bytes: int = 0
+    window: int = 0  # current lookahead in objects
+    _where: dict[str, list[int]] = field(default_factory=dict)
+    _by_segment: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # segment -> (offset, position)
+    _cum: list[int] = field(default_factory=list)  # bytes of positions before each position
+    _rate: float = 0.0  # objects read per second (moving average)
+    _rate_at: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.positions = [reader - self.readers for reader in range(self.readers)]
+        for position, entry in enumerate(self.entries):
+            self._where.setdefault(entry.key, []).append(position)
+        self.window = min(self.lookahead_objects, 4 * self.readers)
+
+    @property
+    def live(self) -> bool:
+        return self.state in ("queued", "active")
+
+    def index_layout(self) -> None:
+        """After resolution: where each position's extents sit, and the
+        running byte count (how far ahead the hot tier's room reaches)."""
+        self._by_segment = {}
+        self._cum = [0]
+        for position, entry in enumerate(self.entries):
+            self._cum.append(self._cum[-1] + entry.size)
+            for ext in entry.extents:
+                self._by_segment.setdefault(ext.segment, []).append((ext.offset, position))
+        for run in self._by_segment.values():
+            run.sort()
+
+    def horizon(self, room: int) -> int:
+        """The first position beyond what fits in ``room`` bytes counted
+        from the slowest reader: fetching past it would evict sooner needs."""
+        low = max(0, min(self.positions) + 1)
+        return bisect.bisect_right(self._cum, self._cum[min(low, len(self.entries))] + room) - 1
+
+    def neighbours(self, ext: Extent, reach: int) -> Iterator[int]:
+        """Positions with an extent in the same segment within ``reach``
+        bytes of ``ext``: one ranged GET can bring them along."""
+        run = self._by_segment.get(ext.segment, [])
+        i = bisect.bisect_left(run, (ext.offset - reach, -1))
+        while i < len(run) and run[i][0] <= ext.offset + reach:
+            yield run[i][1]
+            i += 1
+
+    def position_of(self, key: str) -> int | None:
+        """The position a read of ``key`` stands for: the first not yet consumed."""
+        for position in self._where.get(key, ()):
+            if position not in self.consumed:
+                return position
+        return None
+
+    def upcoming(self) -> Iterator[int]:
+        """Positions not yet read, the soonest first: the readers' next
+        positions interleaved (reader 0's next, reader 1's next, ...)."""
+        step = self.readers
+        cursors = [p + step for p in self.positions]
+        end = len(self.entries)
+        while True:
+            moved = False
+            for reader, cursor in enumerate(cursors):
+                while cursor < end and cursor in self.consumed:
+                    cursor += step
+                if cursor < end:
+                    yield cursor
+                    cursors[reader] = cursor + step
+                    moved = True
+            if not moved:
+                return
+
+    def view(self) -> dict[str, object]:
+        reads = self.hits + self.misses
+        return {
+            "id": self.id, "bucket": self.bucket, "state": self.state, "objects": len(self.entries),
+            "readers": self.readers, "positions": list(self.positions), "consumed": len(self.consumed),
+            "hits": self.hits, "misses": self.misses, "hit_ratio": self.hits / reads if reads else None,
+            "prefetched_objects": self.prefetched_objects, "prefetched_bytes": self.prefetched_bytes,
+            "lookahead_objects": self.window, "lookahead_bytes": self.lookahead_bytes,
+            "missing_objects": sum(1 for e in self.entries if e.missing),
+            "created": self.created, "started": self.started, "finished": self.finished,
+        }
+
+
+class Epochs:
+    """Registered epochs of one node, their prefetcher, and the eviction
+    advice they give the hot tier (``wanted`` / ``furthest``)."""
+
+    def __init__(self, service: ObjectService) -> None:
+        self._service = service
+        self._epochs: dict[str, Epoch] = {}
+        self._lock = threading.Lock()  # guards _future: the hot tier reads it from pool threads
+        self._future: dict[str, float] = {}  # cache name -> when it is next needed (smaller: sooner)
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[str] = set()  # keys being prefetched
+        self._gate = asyncio.Semaphore(max(2, service.settings.fetch_concurrency))
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        """Advise the hot tier; the prefetcher starts with the first epoch."""
+        self._service.hot.advisor = self
+
+    async def stop(self) -> None:
+        self._service.hot.advisor = None
+        tasks = [t for t in [self._task, *self._tasks] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- registration ----------------------------------------------------------
+
+    async def register(
+        self,
+        bucket: str,
+        keys: list[str],
+        readers: int = 1,
+        lookahead_bytes: int = 256 * 1024 * 1024,
+        lookahead_objects: int = 4096,
+        idle_timeout: float = 600.0,
+    ) -> Epoch:
+        """Register an epoch (queued behind a live one of the same bucket)."""
+        await self._service.bucket(bucket)
+        if not keys:
+            raise InvalidArgument("An epoch needs at least one key")
+        if len(keys) > MAX_KEYS:
+            raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
+        epoch = Epoch(
+            id=f"e{secrets.token_hex(6)}", bucket=bucket, entries=[Entry(k) for k in keys], readers=readers,
+            lookahead_bytes=lookahead_bytes, lookahead_objects=lookahead_objects, idle_timeout=idle_timeout,
+        )
+        await self._resolve(epoch, range(len(keys)))
+        return self.adopt(epoch)
+
+    def adopt(self, epoch: Epoch) -> Epoch:
+        """Take a resolved epoch: active at once, or queued behind the live
+        one of its bucket."""
+        epoch.index_layout()
+        self._epochs[epoch.id] = epoch
+        if not any(e.live and e.bucket == epoch.bucket and e is not epoch for e in self._epochs.values()):
+            self._activate(epoch)
+        self._trim()
+        self._replan()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run())
+        self._wake.set()
+        return epoch
+
+    async def keys_under(self, bucket: str, prefix: str) -> list[str]:
+        """Every key under ``prefix``, in key order (a mount asks its source)."""
+        service = self._service
+        if service.mounts.get(bucket) is None:
+            return await _pool.run(_managed_keys, service, bucket, prefix)
+        keys: list[str] = []
+        marker = ""
+        while True:
+            page = await service.mounts.list_objects(bucket, prefix, "", marker, 1000)
+            keys += [e.key for e in page.contents]
+            if len(keys) > MAX_KEYS:
+                raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
+            if not page.truncated or page.last is None:
+                return keys
+            marker = page.last
+
+    def get(self, epoch_id: str) -> Epoch | None:
+        return self._epochs.get(epoch_id)
+
+    def all(self) -> list[Epoch]:
+        return sorted(self._epochs.values(), key=lambda e: e.created, reverse=True)
+
+    def end(self, epoch_id: str) -> Epoch | None:
+        epoch = self._epochs.get(epoch_id)
+        if epoch is not None and epoch.live:
+            self._close(epoch, "ended")
+        return epoch
+
+    def _activate(self, epoch: Epoch) -> None:
+        epoch.state = "active"
+        epoch.started = time.time()
+        epoch.last_read = time.monotonic()
+
+    def _close(self, epoch: Epoch, state: str) -> None:
+        epoch.state = state
+        epoch.finished = time.time()
+        following = [e for e in self._epochs.values() if e.bucket == epoch.bucket and e.state == "queued"]
+        if following:
+            self._activate(min(following, key=lambda e: e.created))
+        self._replan()
+
+    def _trim(self) -> None:
+        done = [e for e in self._epochs.values() if not e.live]
+        for epoch in sorted(done, key=lambda e: e.created)[:-KEEP_FINISHED or None]:
+            del self._epochs[epoch.id]
+
+    async def _resolve(self, epoch: Epoch, positions: Iterable[int]) -> None:
+        """Look the entries up: their size and cache files (and extents)."""
+        service = self._service
+        mounted = service.mounts.get(epoch.bucket) is not None
+        todo = list(positions)
+        for i in range(0, len(todo), _RESOLVE_BATCH):
+            batch = [epoch.entries[p] for p in todo[i:i + _RESOLVE_BATCH]]
+            if mounted:
+                await _pool.run(_resolve_mounted, service, epoch.bucket, batch)
+            else:
+                await _pool.run(_resolve_managed, service, epoch.bucket, batch)
+
+    # -- reads -------------------------------------------------------------------
+
+    def observe(self, bucket: str, key: str) -> None:
+        """A GET of ``bucket/key`` began: move its reader's position, count a
+        hit if the object was all in the hot tier."""
+        for epoch in self._epochs.values():
+            if epoch.state != "active" or epoch.bucket != bucket:
+                continue
+            position = epoch.position_of(key)
+            if position is None:
+                continue
+            entry = epoch.entries[position]
+            hot = self._service.hot
+            if entry.resolved and not entry.missing and all(hot.is_cached(n) for n in entry.names):
+                epoch.hits += 1
+            else:
+                epoch.misses += 1
+            reader = position % epoch.readers
+            if position < epoch.positions[reader] - epoch.readers * epoch.window:
+                epoch.positions[reader] = position  # far behind: the reader restarted
+            else:
+                epoch.positions[reader] = max(epoch.positions[reader], position)
+            epoch.consumed.add(position)
+            now = time.monotonic()
+            elapsed = max(now - epoch._rate_at, 1e-3)
+            epoch._rate = 0.9 * epoch._rate + 0.1 * (1.0 / elapsed)
+            epoch._rate_at = epoch.last_read = now
+            if len(epoch.consumed) == len(epoch.entries):
+                self._close(epoch, "finished")
+            else:
+                self._forget_consumed(epoch, entry)
+            self._wake.set()
+            return
+
+    # -- eviction advice (called by the hot tier, from pool threads) -------------
+
+    def wanted(self, name: str) -> bool:
+        return name in self._future
+
+    def furthest(self) -> Iterable[str]:
+        with self._lock:
+            ranked = sorted(self._future.items(), key=lambda item: item[1], reverse=True)
+        return (name for name, _ in ranked)
+
+    def _replan(self) -> None:
+        """Recompute when each cache file is next needed, over the live
+        epochs: an active epoch's unread positions, then the queued ones
+        after it (a queued epoch's time starts where the active one ends)."""
+        future: dict[str, float] = {}
+        by_bucket: dict[str, list[Epoch]] = {}
+        for epoch in self._epochs.values():
+            if epoch.live:
+                by_bucket.setdefault(epoch.bucket, []).append(epoch)
+        for chain in by_bucket.values():
+            chain.sort(key=lambda e: (e.state != "active", e.created))
+            offset = 0
+            for epoch in chain:
+                for position, entry in enumerate(epoch.entries):
+                    if position in epoch.consumed:
+                        continue
+                    when = float(offset + position)
+                    for name in entry.names:
+                        if when < future.get(name, float("inf")):
+                            future[name] = when
+                offset += len(epoch.entries)
+        with self._lock:
+            self._future = future
+
+    def _forget_consumed(self, epoch: Epoch, entry: Entry) -> None:
+        """A consumed entry's files are next needed at their next position
+        in a live epoch, if any; else nobody wants them."""
+        nexts = [e for e in self._epochs.values() if e.live and e.bucket == epoch.bucket]
+        for name in entry.names:
+            when = None
+            offset = 0
+            for other in sorted(nexts, key=lambda e: (e.state != "active", e.created)):
+                position = other.position_of(entry.key)
+                if position is not None:
+                    when = float(offset + position)
+                    break
+                offset += len(other.entries)
+            with self._lock:
+                if when is None:
+                    self._future.pop(name, None)
+                else:
+                    self._future[name] = when
+
+    # -- the prefetcher ----------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=0.5)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            try:
+                await self._round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001  a bad round must not stop prefetching for good
+                log.exception("prefetch round failed")
+
+    async def _round(self) -> None:
+        now = time.monotonic()
+        for epoch in list(self._epochs.values()):
+            if epoch.live and now - epoch.last_read > epoch.idle_timeout:
+                log.info("epoch %s abandoned: no read for %.0f s", epoch.id, epoch.idle_timeout)
+                self._close(epoch, "abandoned")
+        hot = self._service.hot
+        room = max(0, hot.high - hot.fixed)
+        for epoch in [e for e in self._epochs.values() if e.state == "active"]:
+            self._adapt(epoch)
+            plan = self._plan(epoch, min(epoch.lookahead_bytes, room // 2))
+            if not plan:
+                continue
+            following = [e for e in self._epochs.values() if e.state == "queued" and e.bucket == epoch.bucket]
+            if len(plan) < epoch.window and following:  # the end of this epoch warms the next one
+                nxt = min(following, key=lambda e: e.created)
+                plan += self._plan(nxt, epoch.lookahead_bytes, epoch.window - len(plan))
+            await self._fetch(epoch, plan, room)
+
+    def _adapt(self, epoch: Epoch) -> None:
+        """Window in objects: enough to cover about two seconds of reads at
+        the observed rate, at least 4 per reader, at most the epoch's cap."""
+        want = int(epoch._rate * 2.0) + 4 * epoch.readers
+        epoch.window = max(4 * epoch.readers, min(epoch.lookahead_objects, want))
+
+    def _plan(self, epoch: Epoch, budget: int, limit: int | None = None) -> list[tuple[Epoch, int]]:
+        """Upcoming positions within the window whose files are not hot."""
+        hot = self._service.hot
+        plan: list[tuple[Epoch, int]] = []
+        nbytes = 0
+        for position in itertools.islice(epoch.upcoming(), limit if limit is not None else epoch.window):
+            entry = epoch.entries[position]
+            if entry.missing:
+                continue
+            nbytes += entry.size
+            if nbytes > budget and plan:
+                break
+            if entry.key in self._inflight:
+                continue
+            if entry.resolved and entry.names and all(hot.is_cached(n) for n in entry.names):
+                continue
+            plan.append((epoch, position))
+        return plan
+
+    async def _fetch(self, epoch: Epoch, plan: list[tuple[Epoch, int]], room: int) -> None:
+        """Start fetches for ``plan`` (in the background, bounded)."""
+        service = self._service
+        if service.mounts.get(epoch.bucket) is not None:
+            for owner, position in plan:
+                entry = owner.entries[position]
+                self._spawn(entry.key, self._fetch_mounted(owner, entry, room))
+            return
+        # Managed: extents of the plan, plus the epoch's other upcoming
+        # objects packed next to them (within the room the hot tier has for
+        # this epoch), so one ranged GET brings a run of them.
+        hot = service.hot
+        chosen = {(owner.id, position): owner for owner, position in plan}
+        extra_bytes = 0
+        for owner, position in plan:
+            horizon = owner.horizon(room)
+            for ext in owner.entries[position].extents:
+                for near in owner.neighbours(ext, NEIGHBOUR_REACH):
+                    if extra_bytes > EXTRA_LIMIT:
+                        break
+                    entry = owner.entries[near]
+                    if ((owner.id, near) in chosen or near in owner.consumed or near >= horizon
+                            or entry.key in self._inflight or all(hot.is_cached(n) for n in entry.names)):
+                        continue
+                    chosen[(owner.id, near)] = owner
+                    extra_bytes += entry.size
+        entries = [owner.entries[position] for (_, position), owner in chosen.items()]
+        extents = [ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)]
+        if not extents:
+            return
+        keys = [entry.key for entry in entries]
+        self._inflight.update(keys)
+        self._spawn_batch(epoch, keys, extents)
+
+    def _spawn(self, key: str, work: object) -> None:
+        self._inflight.add(key)
+
+        async def run() -> None:
+            try:
+                async with self._gate:
+                    await work  # type: ignore[misc]
+            except (NoSuchKey, ServiceUnavailable) as exc:
+                log.debug("prefetch of %s skipped: %s", key, exc)
+            except Exception:  # noqa: BLE001
+                log.exception("prefetch of %s failed", key)
+            finally:
+                self._inflight.discard(key)
+                self._wake.set()
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _spawn_batch(self, epoch: Epoch, keys: list[str], extents: list[Extent]) -> None:
+        reader = self._service.tiers.reader
+
+        async def run() -> None:
+            try:
+                async with self._gate:
+                    report = await reader.fetch_many(extents)
+                epoch.prefetched_objects += len(keys) - report.errors
+                epoch.prefetched_bytes += report.bytes
+                if report.error is not None:  # the readers will fetch (and report) them themselves
+                    log.warning("prefetch for epoch %s: %d extents not fetched: %s",
+                                epoch.id, report.errors, report.error)
+            except Exception:  # noqa: BLE001
+                log.exception("prefetch of %d objects failed", len(keys))
+            finally:
+                self._inflight.difference_update(keys)
+                self._wake.set()
+
+        task = asyncio.create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _fetch_mounted(self, epoch: Epoch, entry: Entry, room: int) -> None:
+        outcome = await self._service.mounts.warm(epoch.bucket, entry.key, room)
+        epoch.prefetched_objects += 1
+        epoch.prefetched_bytes += outcome.size
+        if not entry.resolved or not entry.names:
+            await _pool.run(_resolve_mounted, self._service, epoch.bucket, [entry])
+            position = epoch.position_of(entry.key)
+            if position is not None:
+                when = float(self._offset(epoch) + position)
+                with self._lock:
+                    for name in entry.names:
+                        self._future[name] = min(when, self._future.get(name, when))
+
+    def _offset(self, epoch: Epoch) -> int:
+        """Positions of the live epochs of its bucket read before it."""
+        chain = sorted((e for e in self._epochs.values() if e.live and e.bucket == epoch.bucket),
+                       key=lambda e: (e.state != "active", e.created))
+        offset = 0
+        for other in chain:
+            if other is epoch:
+                return offset
+            offset += len(other.entries)
+        return offset
+
+
+def _managed_keys(service: ObjectService, bucket: str, prefix: str) -> list[str]:
+    keys = []
+    for meta in service.index.iter_objects(bucket, prefix):
+        keys.append(meta.key)
+        if len(keys) > MAX_KEYS:
+            raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
+    return keys
+
+
+def _resolve_managed(service: ObjectService, bucket: str, entries: list[Entry]) -> None:
+    for entry in entries:
+        meta = service.index.get_object(bucket, entry.key)
+        _describe(entry, meta)
+
+
+def _describe(entry: Entry, meta: ObjectMeta | None) -> None:
+    entry.resolved = True
+    if meta is None:
+        entry.missing = True
+        return
+    entry.size = meta.size
+    extents = tuple(c.extent for c in meta.chunks if c.file_id is None and c.extent is not None)
+    entry.extents = extents
+    entry.names = tuple(e.cache_name for e in extents)
+
+
+def _resolve_mounted(service: ObjectService, bucket: str, entries: list[Entry]) -> None:
+    for entry in entries:
+        known = service.index.get_mounted(bucket, entry.key)
+        if known is None:
+            continue  # named once the prefetcher (or a read) has asked the source
+        entry.resolved = True
+        entry.size = known.size
+        entry.names = tuple(service.mounts.piece_names(bucket, known))

@@ -1,0 +1,285 @@
+"""Warm jobs: bring a data set into the hot tier before it is read.
+
+The set is a prefix, a list of keys, or a manifest object in the bucket (one
+key per line, blank lines and ``#`` comments skipped); keys and manifest
+lines may be WebDataset-style shard patterns (``train-{0000..0099}.tar``,
+``{a,b}``) or ``s3://bucket/key`` of the same bucket.
+
+Managed buckets are warmed in batches of packed objects: ``fetch_many``
+brings a run of neighbouring extents of a segment in one ranged GET, so a
+data set of small objects costs a few large reads, not one per object.
+Mounted buckets are warmed object by object (one ranged GET for a small one,
+its pieces for a large one), ``concurrency`` at a time.
+
+A set larger than the hot tier is warmed as far as it fits: the room is the
+high watermark less what eviction cannot free (staged, reserved, pinned);
+what is already hot counts against it, and the rest is reported left out
+rather than fetched only to evict the start of the set again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from packer.ranges import ByteRange
+from tiering import _pool
+from tiering.errors import InvalidArgument, NoSuchKey
+from tiering.jobs import Job
+from tiering.meta import Extent, ObjectMeta
+
+if TYPE_CHECKING:
+    from tiering.objects import ObjectService
+
+MANIFEST_LIMIT = 64 * 1024 * 1024  # bytes of a manifest object read
+BATCH = 256  # objects looked up and fetched per step
+_SHOWN = 10  # missing keys named in the report
+
+
+@dataclass(slots=True)
+class WarmReport:
+    objects: int = 0  # objects of the set found
+    bytes: int = 0
+    hot_objects: int = 0  # hot when the job ended (already, or fetched)
+    hot_bytes: int = 0
+    fetched_bytes: int = 0  # transferred from the capacity store or source
+    requests: int = 0  # GETs made
+    missing: int = 0  # keys named that do not exist
+    missing_keys: list[str] = field(default_factory=list)
+    left_out_objects: int = 0  # did not fit in the hot tier
+    left_out_bytes: int = 0
+    room_bytes: int = 0  # what the hot tier could give the set when the job started
+    errors: int = 0  # extents the store failed to return (after retries), not cached
+    note: str = ""
+
+
+class RateLimit:
+    """A byte budget per second (token bucket allowed to run into debt:
+    a transfer is never split, the next one waits for the debt to clear)."""
+
+    def __init__(self, bytes_per_second: float | None) -> None:
+        self._rate = bytes_per_second
+        self._start = time.monotonic()
+        self._spent = 0
+
+    async def take(self, nbytes: int) -> None:
+        if not self._rate:
+            return
+        self._spent += nbytes
+        ahead = self._spent / self._rate - (time.monotonic() - self._start)
+        if ahead > 0:
+            await asyncio.sleep(ahead)
+
+
+class Warmer:
+    def __init__(self, service: ObjectService) -> None:
+        self._service = service
+
+    async def warm(
+        self,
+        bucket: str,
+        *,
+        prefix: str | None = None,
+        keys: list[str] | None = None,
+        concurrency: int = 4,
+        bandwidth: float | None = None,
+        job: Job | None = None,
+    ) -> WarmReport:
+        """Warm one set: every object under ``prefix``, or ``keys`` (as
+        given: ``expand_all`` turns patterns and manifest lines into keys)."""
+        service = self._service
+        await service.bucket(bucket)
+        if (prefix is None) == (keys is None):
+            raise InvalidArgument("Give exactly one of prefix or keys")
+        hot = service.hot
+        report = WarmReport(room_bytes=max(0, hot.high - hot.fixed))
+        limit = RateLimit(bandwidth)
+        mounted = service.mounts.get(bucket) is not None
+        if job is not None and keys is not None:
+            job.expect(len(keys), None)
+        elif job is not None and not mounted:
+            job.expect(*await _pool.run(_count, service, bucket, prefix or ""))
+        batches = self._batches(bucket, prefix, keys, mounted, report)
+        if mounted:
+            await self._warm_mounted(bucket, batches, report, concurrency, limit, job)  # type: ignore[arg-type]
+        else:
+            await self._warm_managed(batches, report, concurrency, limit, job)  # type: ignore[arg-type]
+        if report.left_out_objects:
+            report.note = report.note and report.note + "; "
+            report.note += (
+                f"the set is larger than the hot tier can hold: {report.hot_bytes} of {report.bytes} bytes warmed, "
+                f"{report.left_out_objects} objects ({report.left_out_bytes} bytes) left out"
+            )
+        return report
+
+    async def manifest(self, bucket: str, key: str) -> list[str]:
+        """The lines of a manifest object (NoSuchKey if there is none)."""
+        meta = await self._service.head(bucket, key)
+        if meta.size > MANIFEST_LIMIT:
+            raise InvalidArgument(f"The manifest {key} is larger than {MANIFEST_LIMIT} bytes")
+        text = b"".join([block async for block in self._service.read(meta, ByteRange(0, meta.size))])
+        lines = (line.strip() for line in text.decode("utf-8", errors="replace").splitlines())
+        return [line for line in lines if line and not line.startswith("#")]
+
+    async def _batches(
+        self, bucket: str, prefix: str | None, keys: list[str] | None, mounted: bool, report: WarmReport
+    ) -> AsyncIterator[list[ObjectMeta] | list[tuple[str, int | None]]]:
+        """The set in batches: objects (managed) or (key, size if listed)
+        pairs (mounted)."""
+        service = self._service
+        if keys is not None:
+            for i in range(0, len(keys), BATCH):
+                chunk = keys[i:i + BATCH]
+                if mounted:
+                    yield [(key, None) for key in chunk]
+                    continue
+                found = await _pool.run(_lookup, service, bucket, chunk)
+                for key, meta in zip(chunk, found, strict=True):
+                    if meta is None:
+                        _missing(report, key)
+                yield [m for m in found if m is not None]
+            return
+        marker: str | None = None
+        while True:
+            if mounted:
+                page = await service.mounts.list_objects(bucket, prefix or "", "", marker or "", 1000)
+                if page.contents:
+                    yield [(e.key, e.size) for e in page.contents]
+                if not page.truncated or page.last is None:
+                    return
+                marker = page.last
+            else:
+                metas = await _pool.run(service.index.objects_page, bucket, prefix or "", marker, BATCH)
+                if not metas:
+                    return
+                yield metas
+                marker = metas[-1].key
+
+    async def _warm_managed(
+        self, batches: AsyncIterator[list[ObjectMeta]], report: WarmReport,
+        concurrency: int, limit: RateLimit, job: Job | None,
+    ) -> None:
+        """Batches of packed objects, each fetched with ``fetch_many`` (runs
+        of neighbouring extents in one GET), ``concurrency`` batches at once."""
+        reader = self._service.tiers.reader
+        hot = self._service.hot
+        gate = asyncio.Semaphore(max(1, concurrency))
+        tasks: set[asyncio.Task[None]] = set()
+        errors: list[str] = []
+
+        async def fetch(extents: list[Extent], objects: int, nbytes: int) -> None:
+            try:
+                outcome = await reader.fetch_many(extents)
+                report.requests += outcome.requests
+                report.fetched_bytes += outcome.bytes
+                if outcome.errors:
+                    report.errors += outcome.errors
+                    errors.append(str(outcome.error))
+                if job is not None:
+                    job.advance(objects, nbytes)
+            finally:
+                gate.release()
+
+        try:
+            async for batch in batches:
+                chosen: list[Extent] = []
+                for meta in batch:
+                    report.objects += 1
+                    report.bytes += meta.size
+                    # Staged chunks are hot already (the tier counts them as fixed).
+                    wanted = [c.extent for c in meta.chunks if c.file_id is None and c.extent is not None]
+                    size = sum(e.raw for e in wanted)
+                    if report.left_out_objects or report.hot_bytes + size > report.room_bytes:
+                        report.left_out_objects += 1  # in order: the set's start is what is warmed
+                        report.left_out_bytes += meta.size
+                        continue
+                    report.hot_objects += 1
+                    report.hot_bytes += size
+                    chosen.extend(e for e in wanted if not hot.is_cached(e.cache_name))
+                nbytes = sum(m.size for m in batch)
+                if not chosen:
+                    if job is not None:
+                        job.advance(len(batch), nbytes)
+                    continue
+                await limit.take(sum(e.stored for e in chosen))
+                await gate.acquire()
+                task = asyncio.create_task(fetch(chosen, len(batch), nbytes))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.gather(*tasks)
+            if errors:
+                report.note = f"{report.errors} extents could not be fetched: {errors[0]}"
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _warm_mounted(
+        self, bucket: str, batches: AsyncIterator[list[tuple[str, int | None]]], report: WarmReport,
+        concurrency: int, limit: RateLimit, job: Job | None,
+    ) -> None:
+        """Object by object, ``concurrency`` at once: a small one is one
+        ranged GET, a large one its pieces."""
+        mounts = self._service.mounts
+        gate = asyncio.Semaphore(max(1, concurrency))
+
+        def left_out(size: int) -> None:
+            report.left_out_objects += 1
+            report.left_out_bytes += size
+
+        async def one(key: str, listed: int | None) -> None:
+            async with gate:
+                room = report.room_bytes - report.hot_bytes
+                if report.left_out_objects or (listed is not None and listed > room):
+                    report.objects += 1  # (a key of a list is not asked about once the room is gone)
+                    report.bytes += listed or 0
+                    left_out(listed or 0)
+                    return
+                try:
+                    outcome = await mounts.warm(bucket, key, room)
+                except NoSuchKey:
+                    _missing(report, key)
+                    return
+                report.objects += 1
+                report.bytes += outcome.size
+                if outcome.hot:
+                    report.hot_objects += 1
+                    report.hot_bytes += outcome.size
+                else:
+                    left_out(outcome.size)
+                if job is not None:
+                    job.advance(1, outcome.size)
+                now = stats.bytes_read
+                await limit.take(max(0, now - seen[0]))
+                seen[0] = max(seen[0], now)
+
+        stats = mounts.stats(bucket)
+        before, read = stats.gets + stats.heads, stats.bytes_read
+        seen = [read]
+        try:
+            async for batch in batches:
+                await asyncio.gather(*(one(key, size) for key, size in batch))
+        finally:
+            report.requests = stats.gets + stats.heads - before
+            report.fetched_bytes = stats.bytes_read - read
+
+
+def _missing(report: WarmReport, key: str) -> None:
+    report.missing += 1
+    if len(report.missing_keys) < _SHOWN:
+        report.missing_keys.append(key)
+
+
+def _count(service: ObjectService, bucket: str, prefix: str) -> tuple[int, int]:
+    objects = size = 0
+    for meta in service.index.iter_objects(bucket, prefix):
+        objects += 1
+        size += meta.size
+    return objects, size
+
+
+def _lookup(service: ObjectService, bucket: str, keys: list[str]) -> list[ObjectMeta | None]:
+    return [service.index.get_object(bucket, key) for key in keys]
