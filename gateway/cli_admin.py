@@ -352,7 +352,7 @@ buckets_app = typer.Typer(
 )
 jobs_app = typer.Typer(
     cls=_ListByDefault,
-    help="Flush, compaction, eviction and pin jobs. Without a subcommand: list.",
+    help="Flush, compaction, eviction, pin and warm jobs. Without a subcommand: list.",
 )
 
 BucketName = Annotated[str, typer.Argument(metavar="NAME", help="The bucket.")]

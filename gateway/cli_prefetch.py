@@ -1,4 +1,5 @@
-"""The ``tierstore`` commands that make data hot before it is read: ``warm``.
+"""The ``tierstore`` commands that make data hot before it is read:
+``warm``, and ``epochs start|list|show|end`` for epoch hints.
 
 Admin API commands built like those of ``gateway/cli_admin.py`` (the same
 shared options, session, job progress bar and one-line errors).
@@ -11,8 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
+from gateway import cli_render as render
 from gateway._cli import EXIT_USAGE, fail
-from gateway.cli_admin import PANEL, Location, Session, Wait, _location, _run, admin
+from gateway.cli_admin import PANEL, Location, Session, Wait, _ListByDefault, _location, _run, admin
 from gateway.config import parse_size
 
 KeysFrom = Annotated[
@@ -64,8 +66,7 @@ def warm(
         if keys_from is not None and manifest is not None:
             fail("give --keys-from or --manifest, not both", EXIT_USAGE)
         if keys_from is not None:
-            lines = (line.strip() for line in keys_from.read_text(encoding="utf-8").splitlines())
-            scope["keys"] = [line for line in lines if line and not line.startswith("#")]
+            scope["keys"] = _keys_file(keys_from)
         else:
             scope["manifest"] = manifest
     else:
@@ -80,6 +81,84 @@ def warm(
     _run(session, session.api.warm(location.bucket, scope), wait)
 
 
+def _keys_file(path: Path) -> list[str]:
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+epochs_app = typer.Typer(
+    cls=_ListByDefault,
+    help="Epoch hints: the order the next epoch reads a bucket in. Without a subcommand: list.",
+)
+EpochId = Annotated[str, typer.Argument(metavar="ID", help="The epoch id.")]
+OrderFrom = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys-from", metavar="FILE", exists=True, dir_okay=False,
+        help="The keys in read order, one per line (shard patterns expanded); S3_URL names the bucket only.",
+    ),
+]
+Seed = Annotated[
+    int | None,
+    typer.Option(help="Read every key under the prefix in the order of this seed (the gateway's shuffle).")
+]
+Readers = Annotated[int, typer.Option(metavar="N", help="Readers sharing the order, each an interleaved share.")]
+Lookahead = Annotated[
+    str | None, typer.Option(metavar="SIZE", help="Most bytes kept in flight ahead of the readers. (default: 256M)")
+]
+
+
+@epochs_app.command("start")
+@admin
+def start_epoch(
+    session: Session,
+    url: Location,
+    keys_from: OrderFrom = None,
+    seed: Seed = None,
+    readers: Readers = 1,
+    lookahead: Lookahead = None,
+) -> None:
+    """Register the order the next epoch reads: a key file, or a prefix and a seed."""
+    location = _location(url)
+    body: dict[str, Any] = {"bucket": location.bucket, "readers": readers}
+    if keys_from is not None:
+        if location.prefix or seed is not None:
+            fail("with --keys-from, give the bucket alone and no --seed", EXIT_USAGE)
+        body["keys"] = _keys_file(keys_from)
+    else:
+        body["prefix"] = location.prefix
+        if seed is not None:
+            body["seed"] = seed
+    if lookahead is not None:
+        try:
+            body["lookahead_bytes"] = parse_size(lookahead)
+        except ValueError as exc:
+            fail(f"--lookahead: {exc}", EXIT_USAGE)
+    session.show(session.api.register_epoch(body), render.epoch)
+
+
+@epochs_app.command("list")
+@admin
+def list_epochs(session: Session) -> None:
+    """Live epochs and the last finished ones, newest first."""
+    session.show(session.api.epochs(), render.epochs)
+
+
+@epochs_app.command("show")
+@admin
+def show_epoch(session: Session, epoch_id: EpochId) -> None:
+    """One epoch: readers' positions, hits, misses, what was prefetched."""
+    session.show(session.api.epoch(epoch_id), render.epoch)
+
+
+@epochs_app.command("end")
+@admin
+def end_epoch(session: Session, epoch_id: EpochId) -> None:
+    """End an epoch: its hints are dropped, the bucket's next queued epoch starts."""
+    session.show(session.api.end_epoch(epoch_id), render.epoch)
+
+
 def register(app: typer.Typer) -> None:
     """Add the prefetch commands to the ``tierstore`` app."""
     app.command(rich_help_panel=PANEL)(warm)
+    app.add_typer(epochs_app, name="epochs", rich_help_panel=PANEL)

@@ -333,6 +333,52 @@ def mount(document: Mapping[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------
+# epochs
+
+
+def _epoch_progress(epoch: Mapping[str, Any]) -> str:
+    return f"{epoch.get('consumed')}/{epoch.get('objects')}"
+
+
+def epochs(document: Mapping[str, Any]) -> None:
+    """``tierstore epochs list``: newest first."""
+    columns = ("epoch", "bucket", "state", "read", "readers", "hit ratio", "prefetched", "created")
+    rows = [
+        [str(e.get("id")), str(e.get("bucket")), str(e.get("state")), _epoch_progress(e),
+         number(e.get("readers")), percent(e.get("hit_ratio")), size(e.get("prefetched_bytes")),
+         when(e.get("created"))]
+        for e in document.get("epochs", [])
+    ]
+    console = _out()
+    if rows:
+        console.print(_table(None, columns, rows, numeric=("readers", "hit ratio", "prefetched")))
+    else:
+        console.print("no epochs")
+
+
+def epoch(document: Mapping[str, Any]) -> None:
+    """``tierstore epochs start|show|end``: one epoch."""
+    positions = document.get("positions") or []
+    shown = ", ".join(str(p) for p in positions[:8]) + (", ..." if len(positions) > 8 else "")
+    rows = [
+        ("bucket", number(document.get("bucket"))),
+        ("state", number(document.get("state"))),
+        ("read", _epoch_progress(document)),
+        ("readers", number(document.get("readers"))),
+        ("positions", shown or NONE),
+        ("hits", f"{document.get('hits')} ({percent(document.get('hit_ratio'))})"),
+        ("misses", number(document.get("misses"))),
+        ("prefetched", f"{document.get('prefetched_objects')} objects, {size(document.get('prefetched_bytes'))}"),
+        ("lookahead", f"{document.get('lookahead_objects')} objects, {size(document.get('lookahead_bytes'))}"),
+        ("missing keys", number(document.get("missing_objects"))),
+        ("created", when(document.get("created"))),
+        ("started", when(document.get("started"))),
+        ("finished", when(document.get("finished"))),
+    ]
+    _out().print(_pairs(f"epoch {document.get('id')}", rows))
+
+
+# --------------------------------------------------------------------------
 # jobs
 
 

@@ -33,7 +33,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,6 +49,7 @@ log = logging.getLogger("tierstore.epochs")
 
 KEEP_FINISHED = 50  # finished epochs kept for GET /epochs/{id}
 _RESOLVE_BATCH = 2048
+INLINE_REPLAN = 100_000  # positions recomputed on the event loop (a few ms); more go to the pool
 NEIGHBOUR_REACH = 4 * 1024 * 1024  # bytes either side of a needed extent fetched along with it
 EXTRA_LIMIT = 256 * 1024 * 1024  # bytes of neighbours one prefetch round adds
 
@@ -101,6 +102,10 @@ class Epoch:
     @property
     def live(self) -> bool:
         return self.state in ("queued", "active")
+
+    @property
+    def laid_out(self) -> bool:
+        return len(self._cum) == len(self.entries) + 1
 
     def index_layout(self) -> None:
         """After resolution: where each position's extents sit, and the
@@ -181,6 +186,7 @@ class Epochs:
         self._inflight: set[str] = set()  # keys being prefetched
         self._gate = asyncio.Semaphore(max(2, service.settings.fetch_concurrency))
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stale = False  # the future needs recomputing (see _replan)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -212,17 +218,21 @@ class Epochs:
             raise InvalidArgument("An epoch needs at least one key")
         if len(keys) > MAX_KEYS:
             raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
-        epoch = Epoch(
-            id=f"e{secrets.token_hex(6)}", bucket=bucket, entries=[Entry(k) for k in keys], readers=readers,
-            lookahead_bytes=lookahead_bytes, lookahead_objects=lookahead_objects, idle_timeout=idle_timeout,
+        epoch = await _pool.run(
+            lambda: Epoch(
+                id=f"e{secrets.token_hex(6)}", bucket=bucket, entries=[Entry(k) for k in keys], readers=readers,
+                lookahead_bytes=lookahead_bytes, lookahead_objects=lookahead_objects, idle_timeout=idle_timeout,
+            )
         )
         await self._resolve(epoch, range(len(keys)))
+        await _pool.run(epoch.index_layout)  # O(keys): off the event loop, as the rest of the set-up
         return self.adopt(epoch)
 
     def adopt(self, epoch: Epoch) -> Epoch:
         """Take a resolved epoch: active at once, or queued behind the live
         one of its bucket."""
-        epoch.index_layout()
+        if not epoch.laid_out:
+            epoch.index_layout()
         self._epochs[epoch.id] = epoch
         if not any(e.live and e.bucket == epoch.bucket and e is not epoch for e in self._epochs.values()):
             self._activate(epoch)
@@ -332,30 +342,36 @@ class Epochs:
 
     def furthest(self) -> Iterable[str]:
         with self._lock:
-            ranked = sorted(self._future.items(), key=lambda item: item[1], reverse=True)
-        return (name for name, _ in ranked)
+            items = list(self._future.items())  # a copy under the lock, sorted outside it
+        items.sort(key=lambda item: item[1], reverse=True)
+        return (name for name, _ in items)
 
     def _replan(self) -> None:
-        """Recompute when each cache file is next needed, over the live
-        epochs: an active epoch's unread positions, then the queued ones
-        after it (a queued epoch's time starts where the active one ends)."""
-        future: dict[str, float] = {}
+        """Recompute when each cache file is next needed (after an epoch
+        starts or ends). Up to ``INLINE_REPLAN`` positions this is done at
+        once; beyond, the prefetcher does it in the pool at its next round
+        (the advice is a round late, never wrong about what is read)."""
+        chains = self._chains()
+        if sum(len(e.entries) for chain in chains for e in chain) <= INLINE_REPLAN:
+            self._set_future(_future_of([[(e.entries, e.consumed) for e in chain] for chain in chains]))
+        else:
+            self._stale = True
+            self._wake.set()
+
+    async def _replan_in_pool(self) -> None:
+        self._stale = False
+        snapshot = [[(e.entries, frozenset(e.consumed)) for e in chain] for chain in self._chains()]
+        self._set_future(await _pool.run(_future_of, snapshot))
+
+    def _chains(self) -> list[list[Epoch]]:
+        """Live epochs per bucket: the active one, then the queued in order."""
         by_bucket: dict[str, list[Epoch]] = {}
         for epoch in self._epochs.values():
             if epoch.live:
                 by_bucket.setdefault(epoch.bucket, []).append(epoch)
-        for chain in by_bucket.values():
-            chain.sort(key=lambda e: (e.state != "active", e.created))
-            offset = 0
-            for epoch in chain:
-                for position, entry in enumerate(epoch.entries):
-                    if position in epoch.consumed:
-                        continue
-                    when = float(offset + position)
-                    for name in entry.names:
-                        if when < future.get(name, float("inf")):
-                            future[name] = when
-                offset += len(epoch.entries)
+        return [sorted(chain, key=lambda e: (e.state != "active", e.created)) for chain in by_bucket.values()]
+
+    def _set_future(self, future: dict[str, float]) -> None:
         with self._lock:
             self._future = future
 
@@ -395,6 +411,8 @@ class Epochs:
                 log.exception("prefetch round failed")
 
     async def _round(self) -> None:
+        if self._stale:
+            await self._replan_in_pool()
         now = time.monotonic()
         for epoch in list(self._epochs.values()):
             if epoch.live and now - epoch.last_read > epoch.idle_timeout:
@@ -536,6 +554,25 @@ class Epochs:
                 return offset
             offset += len(other.entries)
         return offset
+
+
+def _future_of(chains: list[list[tuple[list[Entry], Collection[int]]]]) -> dict[str, float]:
+    """Cache file -> when it is next needed, over chains of epochs: an
+    active epoch's unread positions, then the queued ones after it (a queued
+    epoch's time starts where the one before it ends)."""
+    future: dict[str, float] = {}
+    for chain in chains:
+        offset = 0
+        for entries, consumed in chain:
+            for position, entry in enumerate(entries):
+                if position in consumed:
+                    continue
+                when = float(offset + position)
+                for name in entry.names:
+                    if when < future.get(name, float("inf")):
+                        future[name] = when
+            offset += len(entries)
+    return future
 
 
 def _managed_keys(service: ObjectService, bucket: str, prefix: str) -> list[str]:

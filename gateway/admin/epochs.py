@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import Strict, iso
+from tiering import _pool
 from tiering.epochs import Epoch
 from tiering.errors import InvalidArgument, NoSuchBucket
 from tiering.order import MAX_KEYS, expand_all, shuffled
@@ -99,11 +100,13 @@ def router(ctx: AdminContext) -> APIRouter:
         service = ctx.service()
         try:
             await service.bucket(new.bucket)
+            # Hashing or expanding millions of keys takes seconds: in the pool.
             if new.prefix is not None:
                 keys = await service.epochs.keys_under(new.bucket, new.prefix)
-                keys = shuffled(keys, new.seed) if new.seed is not None else keys
+                if new.seed is not None:
+                    keys = await _pool.run(shuffled, keys, new.seed)
             else:
-                keys = expand_all(new.keys or [], new.bucket, unique=False)
+                keys = await _pool.run(expand_all, new.keys or [], new.bucket, False)
             epoch = await service.epochs.register(
                 new.bucket, keys, new.readers, new.lookahead_bytes, new.lookahead_objects, new.idle_timeout,
             )

@@ -24,6 +24,7 @@ from gateway.admin.models import (
     WarmRequest,
     job_view,
 )
+from tiering import _pool
 from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
 from tiering.order import expand_all
@@ -122,7 +123,7 @@ def router(ctx: AdminContext) -> APIRouter:
             if request.manifest is not None:
                 keys = await service.warmer.manifest(request.bucket, request.manifest)
             if keys is not None:
-                keys = expand_all(keys, request.bucket)
+                keys = await _pool.run(expand_all, keys, request.bucket)
         except NoSuchKey:
             raise AdminError("InvalidRequest", f"no manifest {request.manifest!r} in {request.bucket!r}") from None
         except InvalidArgument as exc:

@@ -5,17 +5,21 @@ the client helper registers epochs; bad requests are 400s."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import boto3
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from gateway.admin_client import Unreachable
+from gateway.cli import app as cli_app
 from gateway.hints import HintedSampler, Hints, shard_epoch
 from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway, free_port
@@ -180,3 +184,30 @@ def test_the_client_helpers_register_what_the_loop_reads(gw: Gateway, hints: Hin
     assert "hints unavailable" in caplog.text
     with pytest.raises(Unreachable):
         Hints(away, "t", strict=True).epoch("ephelp", keys)
+
+
+def test_the_cli_starts_shows_lists_and_ends_epochs(gw: Gateway, tmp_path: Path) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="epcli")
+    keys = [f"data/{i:02d}" for i in range(6)]
+    for key in keys:
+        s3.put_object(Bucket="epcli", Key=key, Body=b"d")
+    env = {"TIERSTORE_ADMIN_URL": gw.admin_url, "TIERSTORE_ADMIN_TOKEN": ADMIN_TOKEN}
+
+    def tierstore(*args: str) -> str:
+        result = CliRunner().invoke(cli_app, list(args), env=env, catch_exceptions=False)
+        assert result.exit_code == 0, result.stdout + result.stderr
+        return result.stdout
+
+    started = json.loads(tierstore("epochs", "start", "s3://epcli/data/", "--seed", "5", "--readers", "2", "--json"))
+    assert (started["objects"], started["readers"], started["state"]) == (6, 2, "active")
+    s3.get_object(Bucket="epcli", Key=shuffled(keys, 5)[1])  # position 1: reader 1
+    shown = tierstore("epochs", "show", started["id"])
+    assert "epoch " + started["id"] in shown and "1/6" in shown
+    assert started["id"] in tierstore("epochs", "list")
+    order = tmp_path / "order.txt"
+    order.write_text("data/05\ndata/04\n")
+    queued = json.loads(tierstore("epochs", "start", "s3://epcli", "--keys-from", str(order), "--json"))
+    assert queued["state"] == "queued"
+    assert json.loads(tierstore("epochs", "end", started["id"], "--json"))["state"] == "ended"
+    assert json.loads(tierstore("epochs", "show", queued["id"], "--json"))["state"] == "active"
