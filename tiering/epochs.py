@@ -125,14 +125,23 @@ class Epoch:
         low = max(0, min(self.positions) + 1)
         return bisect.bisect_right(self._cum, self._cum[min(low, len(self.entries))] + room) - 1
 
-    def neighbours(self, ext: Extent, reach: int) -> Iterator[int]:
+    def neighbours(self, extents: Iterable[Extent], reach: int) -> Iterator[int]:
         """Positions with an extent in the same segment within ``reach``
-        bytes of ``ext``: one ranged GET can bring them along."""
-        run = self._by_segment.get(ext.segment, [])
-        i = bisect.bisect_left(run, (ext.offset - reach, -1))
-        while i < len(run) and run[i][0] <= ext.offset + reach:
-            yield run[i][1]
-            i += 1
+        bytes of one of ``extents``: one ranged GET can bring them along.
+        Overlapping reaches are walked once."""
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for ext in extents:
+            spans.setdefault(ext.segment, []).append((ext.offset - reach, ext.offset + reach))
+        for segment, wanted in spans.items():
+            run = self._by_segment.get(segment, [])
+            wanted.sort()
+            done = -1  # offsets up to here were walked already
+            for low, high in wanted:
+                i = bisect.bisect_left(run, (max(low, done + 1), -1))
+                while i < len(run) and run[i][0] <= high:
+                    yield run[i][1]
+                    i += 1
+                done = max(done, high)
 
     def position_of(self, key: str) -> int | None:
         """The position a read of ``key`` stands for: the first not yet consumed."""
@@ -470,18 +479,18 @@ class Epochs:
         hot = service.hot
         chosen = {(owner.id, position): owner for owner, position in plan}
         extra_bytes = 0
-        for owner, position in plan:
+        for owner in {owner.id: owner for owner, _ in plan}.values():
             horizon = owner.horizon(room)
-            for ext in owner.entries[position].extents:
-                for near in owner.neighbours(ext, NEIGHBOUR_REACH):
-                    if extra_bytes > EXTRA_LIMIT:
-                        break
-                    entry = owner.entries[near]
-                    if ((owner.id, near) in chosen or near in owner.consumed or near >= horizon
-                            or entry.key in self._inflight or all(hot.is_cached(n) for n in entry.names)):
-                        continue
-                    chosen[(owner.id, near)] = owner
-                    extra_bytes += entry.size
+            mine = [ext for o, position in plan if o is owner for ext in o.entries[position].extents]
+            for near in owner.neighbours(mine, NEIGHBOUR_REACH):
+                if extra_bytes > EXTRA_LIMIT:
+                    break
+                entry = owner.entries[near]
+                if ((owner.id, near) in chosen or near in owner.consumed or near >= horizon
+                        or entry.key in self._inflight or all(hot.is_cached(n) for n in entry.names)):
+                    continue
+                chosen[(owner.id, near)] = owner
+                extra_bytes += entry.size
         entries = [owner.entries[position] for (_, position), owner in chosen.items()]
         extents = [ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)]
         if not extents:

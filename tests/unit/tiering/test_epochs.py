@@ -9,6 +9,7 @@ import random
 from types import SimpleNamespace
 
 from tiering.epochs import Entry, Epoch, Epochs
+from tiering.meta import Extent
 from tiering.eviction import Sieve
 
 
@@ -143,3 +144,17 @@ def test_hinted_eviction_makes_beladys_choices_on_a_known_sequence() -> None:
         assert misses == _belady_misses(sequence, 15)
         assert misses < 0.8 * len(sequence)
     run(body)
+
+
+def test_packed_neighbours_are_found_once_within_reach_and_the_horizon_follows_the_room() -> None:
+    entries = [Entry(f"k{i}", size=100, extents=(Extent("seg", i * 100, 100, 100),), resolved=True)
+               for i in range(50)]
+    entries[20].extents = (Extent("other", 0, 100, 100),)
+    epoch = Epoch(id="e", bucket="b", entries=entries, readers=1, lookahead_bytes=1 << 20,
+                  lookahead_objects=8, idle_timeout=60)
+    epoch.index_layout()
+    near = list(epoch.neighbours([entries[10].extents[0], entries[12].extents[0]], reach=250))
+    assert near == [8, 9, 10, 11, 12, 13, 14], "overlapping reaches walked once; other segments not"
+    assert epoch.horizon(room=1000) == 10, "ten 100-byte objects fit ahead of the slowest reader"
+    epoch.positions = [19]
+    assert epoch.horizon(room=1000) == 30
