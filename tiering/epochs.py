@@ -51,7 +51,10 @@ KEEP_FINISHED = 50  # finished epochs kept for GET /epochs/{id}
 _RESOLVE_BATCH = 2048
 INLINE_REPLAN = 100_000  # positions recomputed on the event loop (a few ms); more go to the pool
 NEIGHBOUR_REACH = 4 * 1024 * 1024  # bytes either side of a needed extent fetched along with it
-EXTRA_LIMIT = 256 * 1024 * 1024  # bytes of neighbours one prefetch round adds
+EXTRA_LIMIT = 64 * 1024 * 1024  # bytes of neighbours one bulk batch takes
+MUST_GAP = 256 * 1024  # holes read through rather than split a run
+MUST_SPAN = 4 * 1024 * 1024  # runs of the readers' next objects: small, to land soon
+BULK_SPAN = 16 * 1024 * 1024  # runs of a bulk batch, fetched one slice after another
 
 
 @dataclass(slots=True)
@@ -196,6 +199,7 @@ class Epochs:
         self._gate = asyncio.Semaphore(max(2, service.settings.fetch_concurrency))
         self._tasks: set[asyncio.Task[None]] = set()
         self._stale = False  # the future needs recomputing (see _replan)
+        self._bulk_busy = False  # a bulk batch of packed neighbours is running
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -431,14 +435,13 @@ class Epochs:
         room = max(0, hot.high - hot.fixed)
         for epoch in [e for e in self._epochs.values() if e.state == "active"]:
             self._adapt(epoch)
-            plan = self._plan(epoch, min(epoch.lookahead_bytes, room // 2))
-            if not plan:
-                continue
+            plan, left = self._plan(epoch, min(epoch.lookahead_bytes, room // 2))
             following = [e for e in self._epochs.values() if e.state == "queued" and e.bucket == epoch.bucket]
-            if len(plan) < epoch.window and following:  # the end of this epoch warms the next one
+            if left < epoch.window and following:  # the end of this epoch warms the start of the next
                 nxt = min(following, key=lambda e: e.created)
-                plan += self._plan(nxt, epoch.lookahead_bytes, epoch.window - len(plan))
-            await self._fetch(epoch, plan, room)
+                plan += self._plan(nxt, epoch.lookahead_bytes, epoch.window - left)[0]
+            if plan:
+                await self._fetch(epoch, plan, room)
 
     def _adapt(self, epoch: Epoch) -> None:
         """Window in objects: enough to cover about two seconds of reads at
@@ -446,12 +449,15 @@ class Epochs:
         want = int(epoch._rate * 2.0) + 4 * epoch.readers
         epoch.window = max(4 * epoch.readers, min(epoch.lookahead_objects, want))
 
-    def _plan(self, epoch: Epoch, budget: int, limit: int | None = None) -> list[tuple[Epoch, int]]:
-        """Upcoming positions within the window whose files are not hot."""
+    def _plan(self, epoch: Epoch, budget: int, limit: int | None = None) -> tuple[list[tuple[Epoch, int]], int]:
+        """Upcoming positions within the window whose files are not hot, and
+        how many upcoming positions the window held (fewer near the end)."""
         hot = self._service.hot
         plan: list[tuple[Epoch, int]] = []
         nbytes = 0
+        seen = 0
         for position in itertools.islice(epoch.upcoming(), limit if limit is not None else epoch.window):
+            seen += 1
             entry = epoch.entries[position]
             if entry.missing:
                 continue
@@ -463,7 +469,7 @@ class Epochs:
             if entry.resolved and entry.names and all(hot.is_cached(n) for n in entry.names):
                 continue
             plan.append((epoch, position))
-        return plan
+        return plan, seen
 
     async def _fetch(self, epoch: Epoch, plan: list[tuple[Epoch, int]], room: int) -> None:
         """Start fetches for ``plan`` (in the background, bounded)."""
@@ -473,11 +479,18 @@ class Epochs:
                 entry = owner.entries[position]
                 self._spawn(entry.key, self._fetch_mounted(owner, entry, room))
             return
-        # Managed: extents of the plan, plus the epoch's other upcoming
-        # objects packed next to them (within the room the hot tier has for
-        # this epoch), so one ranged GET brings a run of them.
+        # Managed: the readers' next objects first, in small runs of their
+        # own (a reader is about to ask for them); then, one bulk batch at a
+        # time, the epoch's other upcoming objects packed next to them
+        # (within the room the hot tier has for this epoch), so a ranged GET
+        # brings a run of them without holding the GET slots readers need.
         hot = service.hot
+        must = [owner.entries[position] for owner, position in plan]
+        self._spawn_batch(epoch, must, self._gate, gap=MUST_GAP, span=MUST_SPAN)
+        if self._bulk_busy:
+            return
         chosen = {(owner.id, position): owner for owner, position in plan}
+        extra: list[Entry] = []
         extra_bytes = 0
         for owner in {owner.id: owner for owner, _ in plan}.values():
             horizon = owner.horizon(room)
@@ -490,14 +503,11 @@ class Epochs:
                         or entry.key in self._inflight or all(hot.is_cached(n) for n in entry.names)):
                     continue
                 chosen[(owner.id, near)] = owner
+                extra.append(entry)
                 extra_bytes += entry.size
-        entries = [owner.entries[position] for (_, position), owner in chosen.items()]
-        extents = [ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)]
-        if not extents:
-            return
-        keys = [entry.key for entry in entries]
-        self._inflight.update(keys)
-        self._spawn_batch(epoch, keys, extents)
+        if extra:
+            self._bulk_busy = True
+            self._spawn_batch(epoch, extra, None, gap=MUST_GAP, span=BULK_SPAN)
 
     def _spawn(self, key: str, work: object) -> None:
         self._inflight.add(key)
@@ -518,22 +528,43 @@ class Epochs:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _spawn_batch(self, epoch: Epoch, keys: list[str], extents: list[Extent]) -> None:
+    def _spawn_batch(
+        self, epoch: Epoch, entries: list[Entry], gate: asyncio.Semaphore | None, gap: int, span: int
+    ) -> None:
+        """Fetch ``entries`` in the background: under ``gate`` (the readers'
+        next objects), or as the one bulk batch, slice by slice in offset
+        order so it keeps at most a GET or two in flight."""
+        hot = self._service.hot
+        extents = sorted((ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)),
+                         key=lambda ext: (ext.segment, ext.offset))
+        keys = [entry.key for entry in entries]
+        if not extents:
+            if gate is None:
+                self._bulk_busy = False
+            return
+        self._inflight.update(keys)
         reader = self._service.tiers.reader
+        slices = [extents] if gate is not None else _slices(extents, span)
 
         async def run() -> None:
             try:
-                async with self._gate:
-                    report = await reader.fetch_many(extents)
-                epoch.prefetched_objects += len(keys) - report.errors
-                epoch.prefetched_bytes += report.bytes
-                if report.error is not None:  # the readers will fetch (and report) them themselves
-                    log.warning("prefetch for epoch %s: %d extents not fetched: %s",
-                                epoch.id, report.errors, report.error)
+                for part in slices:
+                    if gate is not None:
+                        async with gate:
+                            report = await reader.fetch_many(part, gap=gap, span=span)
+                    else:
+                        report = await reader.fetch_many(part, gap=gap, span=span)
+                    epoch.prefetched_bytes += report.bytes
+                    if report.error is not None:  # the readers will fetch (and report) them themselves
+                        log.warning("prefetch for epoch %s: %d extents not fetched: %s",
+                                    epoch.id, report.errors, report.error)
+                epoch.prefetched_objects += len(keys)
             except Exception:  # noqa: BLE001
                 log.exception("prefetch of %d objects failed", len(keys))
             finally:
                 self._inflight.difference_update(keys)
+                if gate is None:
+                    self._bulk_busy = False
                 self._wake.set()
 
         task = asyncio.create_task(run())
@@ -563,6 +594,19 @@ class Epochs:
                 return offset
             offset += len(other.entries)
         return offset
+
+
+def _slices(extents: list[Extent], span: int) -> list[list[Extent]]:
+    """Extents (sorted by place) cut into slices of about ``span`` bytes."""
+    out: list[list[Extent]] = [[]]
+    size = 0
+    for ext in extents:
+        if size + ext.stored > span and out[-1]:
+            out.append([])
+            size = 0
+        out[-1].append(ext)
+        size += ext.stored
+    return out
 
 
 def _future_of(chains: list[list[tuple[list[Entry], Collection[int]]]]) -> dict[str, float]:
