@@ -51,10 +51,11 @@ KEEP_FINISHED = 50  # finished epochs kept for GET /epochs/{id}
 _RESOLVE_BATCH = 2048
 INLINE_REPLAN = 100_000  # positions recomputed on the event loop (a few ms); more go to the pool
 NEIGHBOUR_REACH = 4 * 1024 * 1024  # bytes either side of a needed extent fetched along with it
-EXTRA_LIMIT = 64 * 1024 * 1024  # bytes of neighbours one bulk batch takes
-MUST_GAP = 256 * 1024  # holes read through rather than split a run
-MUST_SPAN = 4 * 1024 * 1024  # runs of the readers' next objects: small, to land soon
-BULK_SPAN = 16 * 1024 * 1024  # runs of a bulk batch, fetched one slice after another
+EXTRA_LIMIT = 256 * 1024 * 1024  # bytes of neighbours one prefetch round adds
+MUST_GAP = 256 * 1024  # runs of the readers' next objects: small, to land within a round trip
+MUST_SPAN = 4 * 1024 * 1024
+BULK_GAP = 1024 * 1024  # runs of packed neighbours: large, bandwidth over latency
+BULK_SPAN = 32 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -199,7 +200,6 @@ class Epochs:
         self._gate = asyncio.Semaphore(max(2, service.settings.fetch_concurrency))
         self._tasks: set[asyncio.Task[None]] = set()
         self._stale = False  # the future needs recomputing (see _replan)
-        self._bulk_busy = False  # a bulk batch of packed neighbours is running
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -480,15 +480,13 @@ class Epochs:
                 self._spawn(entry.key, self._fetch_mounted(owner, entry, room))
             return
         # Managed: the readers' next objects first, in small runs of their
-        # own (a reader is about to ask for them); then, one bulk batch at a
-        # time, the epoch's other upcoming objects packed next to them
-        # (within the room the hot tier has for this epoch), so a ranged GET
-        # brings a run of them without holding the GET slots readers need.
+        # own (a reader is about to ask for them); then a bulk batch of the
+        # epoch's other upcoming objects packed next to them (within the room
+        # the hot tier has for this epoch), so a ranged GET brings a run of
+        # them. The bulk batch queues behind the small one for GET slots.
         hot = service.hot
         must = [owner.entries[position] for owner, position in plan]
-        self._spawn_batch(epoch, must, self._gate, gap=MUST_GAP, span=MUST_SPAN)
-        if self._bulk_busy:
-            return
+        self._spawn_batch(epoch, must, gap=MUST_GAP, span=MUST_SPAN)
         chosen = {(owner.id, position): owner for owner, position in plan}
         extra: list[Entry] = []
         extra_bytes = 0
@@ -506,8 +504,7 @@ class Epochs:
                 extra.append(entry)
                 extra_bytes += entry.size
         if extra:
-            self._bulk_busy = True
-            self._spawn_batch(epoch, extra, None, gap=MUST_GAP, span=BULK_SPAN)
+            self._spawn_batch(epoch, extra, gap=BULK_GAP, span=BULK_SPAN)
 
     def _spawn(self, key: str, work: object) -> None:
         self._inflight.add(key)
@@ -528,43 +525,30 @@ class Epochs:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _spawn_batch(
-        self, epoch: Epoch, entries: list[Entry], gate: asyncio.Semaphore | None, gap: int, span: int
-    ) -> None:
-        """Fetch ``entries`` in the background: under ``gate`` (the readers'
-        next objects), or as the one bulk batch, slice by slice in offset
-        order so it keeps at most a GET or two in flight."""
+    def _spawn_batch(self, epoch: Epoch, entries: list[Entry], gap: int, span: int) -> None:
+        """Fetch ``entries`` in the background with ``fetch_many``; batches
+        started earlier take the GET slots first."""
         hot = self._service.hot
-        extents = sorted((ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)),
-                         key=lambda ext: (ext.segment, ext.offset))
-        keys = [entry.key for entry in entries]
+        extents = [ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)]
         if not extents:
-            if gate is None:
-                self._bulk_busy = False
             return
+        keys = [entry.key for entry in entries]
         self._inflight.update(keys)
         reader = self._service.tiers.reader
-        slices = [extents] if gate is not None else _slices(extents, span)
 
         async def run() -> None:
             try:
-                for part in slices:
-                    if gate is not None:
-                        async with gate:
-                            report = await reader.fetch_many(part, gap=gap, span=span)
-                    else:
-                        report = await reader.fetch_many(part, gap=gap, span=span)
-                    epoch.prefetched_bytes += report.bytes
-                    if report.error is not None:  # the readers will fetch (and report) them themselves
-                        log.warning("prefetch for epoch %s: %d extents not fetched: %s",
-                                    epoch.id, report.errors, report.error)
-                epoch.prefetched_objects += len(keys)
+                async with self._gate:
+                    report = await reader.fetch_many(extents, gap=gap, span=span)
+                epoch.prefetched_objects += len(keys) - report.errors
+                epoch.prefetched_bytes += report.bytes
+                if report.error is not None:  # the readers will fetch (and report) them themselves
+                    log.warning("prefetch for epoch %s: %d extents not fetched: %s",
+                                epoch.id, report.errors, report.error)
             except Exception:  # noqa: BLE001
                 log.exception("prefetch of %d objects failed", len(keys))
             finally:
                 self._inflight.difference_update(keys)
-                if gate is None:
-                    self._bulk_busy = False
                 self._wake.set()
 
         task = asyncio.create_task(run())
@@ -594,19 +578,6 @@ class Epochs:
                 return offset
             offset += len(other.entries)
         return offset
-
-
-def _slices(extents: list[Extent], span: int) -> list[list[Extent]]:
-    """Extents (sorted by place) cut into slices of about ``span`` bytes."""
-    out: list[list[Extent]] = [[]]
-    size = 0
-    for ext in extents:
-        if size + ext.stored > span and out[-1]:
-            out.append([])
-            size = 0
-        out[-1].append(ext)
-        size += ext.stored
-    return out
 
 
 def _future_of(chains: list[list[tuple[list[Entry], Collection[int]]]]) -> dict[str, float]:
