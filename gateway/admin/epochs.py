@@ -13,7 +13,7 @@ from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import Strict, iso
 from tiering import _pool
-from tiering.epochs import Epoch
+from tiering.epoch_order import Epoch
 from tiering.errors import InvalidArgument, NoSuchBucket
 from tiering.order import MAX_KEYS, expand_all, shuffled
 

@@ -8,9 +8,10 @@ import asyncio
 import random
 from types import SimpleNamespace
 
-from tiering.epochs import Entry, Epoch, Epochs
-from tiering.meta import Extent
+from tiering.epoch_order import Entry, Epoch
+from tiering.epochs import Epochs
 from tiering.eviction import Sieve
+from tiering.meta import Extent
 
 
 class _Hot:
