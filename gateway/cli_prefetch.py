@@ -74,11 +74,16 @@ def warm(
     if concurrency is not None:
         scope["concurrency"] = concurrency
     if bandwidth is not None:
-        try:
-            scope["bandwidth"] = parse_size(bandwidth)
-        except ValueError as exc:
-            fail(f"--bandwidth: {exc}", EXIT_USAGE)
+        scope["bandwidth"] = _size("--bandwidth", bandwidth)
     _run(session, session.api.warm(location.bucket, scope), wait)
+
+
+def _size(flag: str, text: str) -> int:
+    """A SIZE flag's bytes; a bad one is a one-line usage error."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        fail(f"{flag}: {exc}", EXIT_USAGE)
 
 
 def _keys_file(path: Path) -> list[str]:
@@ -130,10 +135,7 @@ def start_epoch(
         if seed is not None:
             body["seed"] = seed
     if lookahead is not None:
-        try:
-            body["lookahead_bytes"] = parse_size(lookahead)
-        except ValueError as exc:
-            fail(f"--lookahead: {exc}", EXIT_USAGE)
+        body["lookahead_bytes"] = _size("--lookahead", lookahead)
     session.show(session.api.register_epoch(body), render.epoch)
 
 

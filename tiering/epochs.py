@@ -248,13 +248,23 @@ class Epochs:
         snapshot = [[(e.entries, frozenset(e.consumed)) for e in chain] for chain in self._chains()]
         self._set_future(await _pool.run(future_of, snapshot))
 
+    def _chain(self, bucket: str) -> list[Epoch]:
+        """The live epochs of ``bucket``: the active one, then the queued in order."""
+        live = (e for e in self._epochs.values() if e.live and e.bucket == bucket)
+        return sorted(live, key=lambda e: (e.state != "active", e.created))
+
     def _chains(self) -> list[list[Epoch]]:
-        """Live epochs per bucket: the active one, then the queued in order."""
-        by_bucket: dict[str, list[Epoch]] = {}
-        for epoch in self._epochs.values():
-            if epoch.live:
-                by_bucket.setdefault(epoch.bucket, []).append(epoch)
-        return [sorted(chain, key=lambda e: (e.state != "active", e.created)) for chain in by_bucket.values()]
+        return [self._chain(bucket) for bucket in {e.bucket for e in self._epochs.values() if e.live}]
+
+    def _next_use(self, bucket: str, key: str) -> float | None:
+        """When ``key`` is next read over the bucket's chain (None: never)."""
+        offset = 0
+        for epoch in self._chain(bucket):
+            position = epoch.position_of(key)
+            if position is not None:
+                return float(offset + position)
+            offset += len(epoch.entries)
+        return None
 
     def _set_future(self, future: dict[str, float]) -> None:
         with self._lock:
@@ -263,17 +273,9 @@ class Epochs:
     def _forget_consumed(self, epoch: Epoch, entry: Entry) -> None:
         """A consumed entry's files are next needed at their next position
         in a live epoch, if any; else nobody wants them."""
-        nexts = [e for e in self._epochs.values() if e.live and e.bucket == epoch.bucket]
-        for name in entry.names:
-            when = None
-            offset = 0
-            for other in sorted(nexts, key=lambda e: (e.state != "active", e.created)):
-                position = other.position_of(entry.key)
-                if position is not None:
-                    when = float(offset + position)
-                    break
-                offset += len(other.entries)
-            with self._lock:
+        when = self._next_use(epoch.bucket, entry.key)
+        with self._lock:
+            for name in entry.names:
                 if when is None:
                     self._future.pop(name, None)
                 else:
@@ -442,10 +444,8 @@ class Epochs:
 
     def _offset(self, epoch: Epoch) -> int:
         """Positions of the live epochs of its bucket read before it."""
-        chain = sorted((e for e in self._epochs.values() if e.live and e.bucket == epoch.bucket),
-                       key=lambda e: (e.state != "active", e.created))
         offset = 0
-        for other in chain:
+        for other in self._chain(epoch.bucket):
             if other is epoch:
                 return offset
             offset += len(other.entries)
