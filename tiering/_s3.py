@@ -69,6 +69,10 @@ _RETRY_CODES = frozenset(
         "PriorRequestNotComplete",
         "InternalError",
         "ServiceUnavailable",
+        # The store refused a body that no longer matched the digest sent
+        # with it: damaged in transit. The body is still in hand; send it again.
+        "BadDigest",
+        "XAmzContentSHA256Mismatch",
     }
 )
 
@@ -228,6 +232,11 @@ class S3Store:
             read_timeout=60,
             # One attempt per botocore call: _call owns the retry policy.
             retries={"total_max_attempts": 1},
+            # Every body sent carries its CRC32 (x-amz-checksum-crc32), also
+            # where AWS_REQUEST_CHECKSUM_CALCULATION=when_required would drop
+            # it: the store refuses a body damaged on the way (BadDigest,
+            # retried) rather than keeping it.
+            request_checksum_calculation="when_supported",
             **({"s3": {"addressing_style": "path"}} if self.endpoint else {}),
         )
         kwargs: dict[str, Any] = {

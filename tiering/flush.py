@@ -111,7 +111,9 @@ class Flusher:
 
     async def wait_flushed(self, seq: int, timeout: float) -> None:
         """Wait until the version with sequence ``seq`` is in the capacity
-        tier (or superseded). ServiceUnavailable after ``timeout``."""
+        tier (or superseded). ServiceUnavailable when a round that started
+        after this call fails (the capacity store refused it after its
+        retries), or after ``timeout``."""
         future = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(seq, []).append(future)
         try:
@@ -126,7 +128,7 @@ class Flusher:
     async def wait_records(self, seq: int, timeout: float) -> None:
         """Wait until every footer record (tombstone, bucket event) queued
         up to sequence ``seq`` is in the capacity tier. ServiceUnavailable
-        after ``timeout``."""
+        as ``wait_flushed``."""
         future = asyncio.get_running_loop().create_future()
         self._record_waiters.append((seq, future))
         try:
@@ -144,6 +146,23 @@ class Flusher:
                 f"The capacity store did not take the {what} in time"
                 + (f" ({self.last_error})" if self.last_error else "")
             ) from None
+
+    def _waiting(self) -> list[tuple[asyncio.Future[None], str]]:
+        """The writers waiting now, each with what it waits for."""
+        writes = [(f, "write") for futures in self._waiters.values() for f in futures]
+        return writes + [(f, "delete") for _, f in self._record_waiters]
+
+    @staticmethod
+    def _fail(waiting: list[tuple[asyncio.Future[None], str]], exc: Exception) -> None:
+        """A round failed after the capacity store's own retries: the writers
+        waiting for it get 503 now rather than when their timeout ends (past
+        an S3 client's read timeout, 60 s in botocore, they would never see
+        it). Their writes stay committed and are flushed by a later round."""
+        for future, what in waiting:
+            if not future.done():
+                future.set_exception(
+                    ServiceUnavailable(f"The capacity store did not take the {what}: {exc}")
+                )
 
     async def _settle_records(self) -> None:
         if not self._record_waiters:
@@ -176,6 +195,7 @@ class Flusher:
             # only and let the rest fill up. On the timer or on request,
             # write everything.
             urgent, self._urgent = self._urgent, False
+            waiting = self._waiting()
             try:
                 await self.flush_round(force=urgent, whole=timed_out or urgent)
                 await self._settle_records()
@@ -183,6 +203,7 @@ class Flusher:
             except Exception as exc:
                 failures += 1
                 self.last_error = str(exc) or type(exc).__name__
+                self._fail(waiting, exc)
                 delay = min(_MAX_BACKOFF, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
                 if isinstance(exc, (CapacityError, OSError)):
                     log.warning("flush failed (%s); retrying in %.1fs", exc, delay)

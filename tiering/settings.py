@@ -23,4 +23,6 @@ class TierSettings:
     compact_interval: float = 60.0  # seconds between compaction passes
     fetch_concurrency: int = 8  # capacity-tier GETs in flight per node
     write_through: bool = False  # the policy a new bucket gets
-    write_through_timeout: float = 120.0  # how long a write-through PUT waits for the flush
+    # How long a write-through PUT waits for the flush: below the 60 s read
+    # timeout of botocore and most S3 clients, so they see the 503.
+    write_through_timeout: float = 50.0

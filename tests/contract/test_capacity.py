@@ -531,6 +531,46 @@ async def test_s3_short_body_is_retried(s3store: S3Store, monkeypatch: pytest.Mo
     assert s3store.stats.retries == 3
 
 
+async def test_s3_uploads_carry_a_checksum(
+    make_s3: Callable[..., S3Store], monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """Every body sent carries its CRC32, so the store refuses one damaged in
+    transit instead of keeping it; also when botocore is configured to send
+    checksums only where an operation requires them."""
+    monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
+    store = make_s3()
+    await store.start()
+    sent: list[tuple[str, str | None]] = []
+
+    def record(request: Any, event_name: str, **_: Any) -> None:
+        sent.append((event_name.split(".")[-1], request.headers.get("x-amz-checksum-crc32")))
+
+    store._client.meta.events.register("before-send.s3.PutObject", record)
+    store._client.meta.events.register("before-send.s3.UploadPart", record)
+    try:
+        await store.put("one", b"payload")
+        upload = store.upload("parts")
+        await write_in_pieces(upload, pattern(6 * MiB, seed=7), 3 * MiB)
+        await upload.complete()
+    finally:
+        await store.close()
+    assert [op for op, _ in sent] == ["PutObject", "UploadPart", "UploadPart"]
+    assert all(crc for _, crc in sent), sent
+
+
+async def test_s3_body_refused_as_damaged_is_sent_again(
+    s3store: S3Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    puts = inject(monkeypatch, s3store, "put_object", [client_error("BadDigest", 400)])
+    await s3store.put("t", b"payload")
+    parts = inject(monkeypatch, s3store, "upload_part", [client_error("XAmzContentSHA256Mismatch", 400)])
+    upload = s3store.upload("u")
+    await write_in_pieces(upload, pattern(6 * MiB, seed=8), 3 * MiB)
+    await upload.complete()
+    assert (len(puts), len(parts), s3store.stats.retries) == (2, 3, 2)
+    assert await s3store.get_range("t", 0, 7) == b"payload"
+
+
 async def test_s3_part_upload_retried(s3store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:
     data = pattern(11 * MiB, seed=6)
     calls = inject(monkeypatch, s3store, "upload_part", [client_error("SlowDown", 503)])
