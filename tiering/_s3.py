@@ -26,6 +26,7 @@ from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    FlexibleChecksumError,
     HTTPClientError,
     IncompleteReadError,
 )
@@ -82,6 +83,9 @@ _TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
     HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
     BotoConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ...
     IncompleteReadError,
+    # A body that does not match the checksum the store sent with it
+    # (x-amz-checksum-*, checked by botocore): damaged in transit.
+    FlexibleChecksumError,
     aiohttp.ClientError,
     asyncio.TimeoutError,
     OSError,  # ConnectionError and friends
@@ -313,7 +317,10 @@ class S3Store:
                     ) from exc
                 failure: BaseException = exc
             except (*_TRANSIENT_EXCEPTIONS, _BadBody) as exc:
-                reason = one_line(exc)
+                reason = (
+                    "the body did not match its checksum (corrupt in transit)"
+                    if isinstance(exc, FlexibleChecksumError) else one_line(exc)
+                )
                 failure = exc
             except BotoCoreError as exc:
                 # No credentials, bad parameters, ...: retrying cannot help.

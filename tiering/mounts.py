@@ -7,6 +7,10 @@ caches the bytes it read in the hot tier, one file per ``part_size`` piece,
 named by (mount, key, ETag, piece): a new version at the source has new
 names, so a stale piece can never be served for it.
 
+Integrity: a ranged GET carries no checksum, so a piece can only be checked
+for its length; a piece that is the whole object is also checked against
+the ETag where that is the MD5 of the bytes (see ``_whole``).
+
 Freshness: an ``immutable`` mount trusts what it validated once; otherwise a
 validation holds ``freshness`` seconds, after which the next HEAD or GET asks
 the source again (a changed ETag drops the cached pieces, a missing object
@@ -58,6 +62,8 @@ from tiering.settings import TierSettings
 from tiering.source import SourceBucket, SourceObject
 
 log = logging.getLogger("tierstore.mounts")
+
+_WHOLE_ATTEMPTS = 3  # fetches of a whole object whose bytes do not match its MD5 ETag
 
 
 def piece_name(mount: str, key: str, etag: str, index: int) -> str:
@@ -260,11 +266,16 @@ class Mounts:
         async def ask() -> tuple[SourceObject, bytes | None]:
             client = await self.client(name)
             try:
-                return await client.first(key, probe)
+                found, data = await client.first(key, probe)
             except CapacityError as exc:
                 if exc.detail.get("code") != "InvalidRange":
                     raise
                 return await client.head(key), None  # an empty object: no byte to ask for
+            if len(data) == found.size:
+                data = await _whole(
+                    data, found.etag, lambda: client.get_range(key, 0, found.size, if_match=found.etag)
+                )
+            return found, data
 
         found, data = await self._revalidate(name, key, known, ask)
         if data is None or (found.size > probe and len(data) < self._settings.part_size):
@@ -332,9 +343,13 @@ class Mounts:
         start = index * self._settings.part_size
         mount = self._mounts[meta.bucket]
         try:
-            return await (await self.client(meta.bucket)).get_range(
-                meta.key, start, start + size, if_match=meta.etag
-            )
+            client = await self.client(meta.bucket)
+
+            def get() -> Awaitable[bytes]:
+                return client.get_range(meta.key, start, start + size, if_match=meta.etag)
+
+            data = await get()
+            return await _whole(data, meta.etag, get) if size == meta.size else data
         except CapacityNotFound:
             raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
         except CapacityError as exc:
@@ -375,6 +390,33 @@ class MountWarm:
 
     size: int
     hot: bool  # every piece is in the hot tier now
+
+
+async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) -> bytes:
+    """A whole object's bytes, checked against its ETag when that looks like
+    an MD5 (a single-part upload). A mismatch is fetched again: bytes damaged
+    on the way differ from one fetch to the next, while an ETag that is not
+    the MD5 of the content (SSE-KMS, some S3 servers) mismatches the same
+    bytes every time, and those bytes are the object's. CapacityError when
+    every fetch came back different."""
+    if len(etag) != 32 or not all(c in "0123456789abcdef" for c in etag):
+        return data
+    seen: set[str] = set()
+    for attempt in range(_WHOLE_ATTEMPTS):
+        if attempt:
+            data = await again()
+        digest = await _pool.run(_md5, data)
+        if digest == etag or digest in seen:
+            return data
+        seen.add(digest)
+    raise CapacityError(
+        f"the source sent bytes that do not match the object's MD5 ETag {_WHOLE_ATTEMPTS} times "
+        "(corrupt in transit)"
+    )
+
+
+def _md5(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:
