@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 from gateway import chunked
 from gateway.errors import S3Error
+from gateway.headers import decimal
 from gateway.http import S3Request
 from tiering import checksums
 from tiering.inputs import Integrity
@@ -66,9 +67,10 @@ def _content_md5(value: str | None) -> str | None:
 def _length(value: str | None, name: str) -> int | None:
     if value is None:
         return None
-    if not value.strip().isdigit():
+    length = decimal(value.strip())
+    if length is None:
         raise S3Error("InvalidArgument", f"Invalid {name}", ArgumentName=name, ArgumentValue=value)
-    return int(value)
+    return length
 
 
 def prepare(req: S3Request) -> tuple[AsyncIterator[bytes], Integrity]:

@@ -88,6 +88,9 @@ class Config:
     compression: bool = True
     write_through: bool = False  # the policy new buckets get
     compact_threshold: float = 0.5
+    # Seconds a client may take to send a whole request head, or stay silent
+    # in the middle of a request body (gateway/server.py explains the bounds).
+    client_timeout: float = 30.0
 
     @property
     def capacity_url(self) -> str:
@@ -304,6 +307,7 @@ _COERCE: dict[str, _Coercer] = {
     "compression": _bool,
     "write_through": _bool,
     "compact_threshold": _fraction,
+    "client_timeout": _seconds,
 }
 
 

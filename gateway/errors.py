@@ -48,6 +48,7 @@ STATUS: dict[str, int] = {
     "NotImplemented": 501,
     "NotModified": 304,
     "PreconditionFailed": 412,
+    "RequestHeaderSectionTooLarge": 400,
     "RequestTimeTooSkewed": 403,
     "RequestTimeout": 400,
     "ServiceUnavailable": 503,

@@ -18,8 +18,26 @@ from tiering.errors import InvalidRange
 from tiering.inputs import NewObject
 from tiering.meta import STORED_HEADERS, ObjectMeta
 
-_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
+_RANGE = re.compile(r"^\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*$")
 MAX_USER_METADATA = 2048  # bytes of x-amz-meta-* names and values, as S3
+_DIGITS = re.compile(r"[0-9]+")
+# Larger than any size, offset, count or time a request can name. Longer
+# numbers are clamped to it, not converted: int() refuses strings of more
+# than 4,300 digits (a ValueError that would surface as a 500).
+HUGE = 1 << 63
+# What RFC 9110 allows in a field value besides visible characters: SP, HTAB
+# and obs-text. A control character would make the server refuse the answer.
+_NOT_FIELD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def decimal(text: str) -> int | None:
+    """A non-negative number of ASCII digits (in a header, a query parameter
+    or an XML body), or None. Values past :data:`HUGE` come back as HUGE; the
+    Unicode digits ``str.isdigit()`` accepts ("²", "٣") do not parse."""
+    if not _DIGITS.fullmatch(text):
+        return None
+    digits = text.lstrip("0")
+    return HUGE if len(digits) > 19 else min(int(digits or "0"), HUGE)
 
 
 def parse_range(header: str | None, size: int) -> ByteRange | None:
@@ -33,19 +51,17 @@ def parse_range(header: str | None, size: int) -> ByteRange | None:
     match = _RANGE.match(header)
     if match is None or (not match.group(1) and not match.group(2)):
         return None
-    first, last = match.group(1), match.group(2)
-    if not first:  # suffix: the last N bytes
-        n = int(last)
-        if n == 0 or size == 0:
+    first, last = decimal(match.group(1)), decimal(match.group(2))
+    if first is None:  # suffix: the last N bytes
+        assert last is not None
+        if last == 0 or size == 0:
             raise _unsatisfiable(header, size)
-        return ByteRange(max(0, size - n), size)
-    start = int(first)
-    end = size if not last else int(last) + 1
-    if last and int(last) < start:
+        return ByteRange(max(0, size - last), size)
+    if last is not None and last < first:
         return None  # invalid, so ignored
-    if start >= size:
+    if first >= size:
         raise _unsatisfiable(header, size)
-    return ByteRange(start, min(end, size))
+    return ByteRange(first, size if last is None else min(last + 1, size))
 
 
 def _unsatisfiable(header: str, size: int) -> InvalidRange:
@@ -65,11 +81,11 @@ def parse_http_date(value: str | None) -> int | None:
         return None
     try:
         parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return int(parsed.timestamp())
+    except (TypeError, ValueError, IndexError, OverflowError):  # e.g. year 10000 in UTC
         return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp())
 
 
 def conditions(headers: dict[str, str], prefix: str = "if-") -> Conditions:
@@ -121,7 +137,7 @@ def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> lis
     values = {"content-type": meta.content_type, **meta.headers}
     for param, header in RESPONSE_OVERRIDES.items():
         if query and param in query:
-            values[header] = query[param]
+            values[header] = _override(param, query[param])
     out = [
         ("etag", meta.quoted_etag),
         ("last-modified", http_date(meta.last_modified_s)),
@@ -130,6 +146,14 @@ def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> lis
     out += [(name, _latin1(value)) for name, value in values.items()]
     out += [(f"x-amz-meta-{name}", _latin1(value)) for name, value in meta.user_meta.items()]
     return out
+
+
+def _override(param: str, value: str) -> str:
+    """A response-* value: it becomes a header, so it must be a valid one."""
+    if _NOT_FIELD_VALUE.search(value):
+        raise S3Error("InvalidArgument", f"{param} must be a valid HTTP header value",
+                      ArgumentName=param, ArgumentValue=value)
+    return value
 
 
 def _latin1(value: str) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
 
 from gateway.errors import S3Error
+from gateway.headers import decimal
 
 if TYPE_CHECKING:
     from tiering.readahead import ReadTally
@@ -87,7 +88,12 @@ class S3Request:
                 return
 
     async def read(self, limit: int) -> bytes:
-        """The whole body, refused past ``limit`` bytes (XML request bodies)."""
+        """The whole body, refused past ``limit`` bytes (XML request bodies):
+        before reading anything when Content-Length says so, else as soon as
+        the bytes read pass it."""
+        declared = decimal(self.headers.get("content-length", "").strip())
+        if declared is not None and declared > limit:
+            raise S3Error("MaxMessageLengthExceeded", "Your request was too big.")
         parts: list[bytes] = []
         size = 0
         async for chunk in self.stream():

@@ -16,13 +16,28 @@
 uvicorn's own lifespan handling is off for both servers and its signal capture
 is bypassed: with two servers in one process, each would install its own
 handlers and only the last one would hear the signal.
+
+Abusive clients are bounded here, below the application (see
+:class:`_BoundedHeads` and :class:`_BodyDeadline`): a request head must
+arrive whole within ``client_timeout`` seconds and ``MAX_REQUEST_HEAD``
+bytes, and a request body may not stall for longer than ``client_timeout``.
+uvicorn bounds neither time (and with httptools, its fast parser, not even
+the size of a head): a connection that sends nothing, or trickles a head one byte at a time (slowloris), or a body
+that stops short of its Content-Length, would hold its socket, its task
+and (for a PUT) its hot-tier reservation forever. The number of
+connections is left to the descriptor limit: uvicorn's ``limit_concurrency``
+counts connections that have not sent a head yet, so slow clients holding
+it would get legitimate requests refused with 503; the head deadline is
+what frees them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.util
+import secrets
 import signal
 import socket
 import threading
@@ -33,6 +48,7 @@ import uvicorn
 
 from gateway.admin import build_admin_app
 from gateway.config import VERSION, Config, stored_secrets
+from gateway.errors import S3Error
 
 # Idle keep-alive connections are kept longer than the clients keep theirs, so
 # a pooled connection is closed by the client, not under a request it is
@@ -40,11 +56,16 @@ from gateway.config import VERSION, Config, stored_secrets
 KEEP_ALIVE_SECONDS = 75
 # On shutdown, in-flight requests (a large GET, say) get this long to finish.
 GRACEFUL_SHUTDOWN_SECONDS = 30
-# Bound on one request head with the h11 parser: S3 heads are small (user
-# metadata is capped at 2 KiB) but presigned URLs and many x-amz-* headers add
-# up; h11's 16 KiB default is too tight for some clients.
+# Bound on one request head (request line and headers): S3 heads are small
+# (user metadata is capped at 2 KiB; S3 itself refuses heads over 8 KiB with
+# RequestHeaderSectionTooLarge) but presigned URLs and many x-amz-* headers
+# add up; h11's 16 KiB default is too tight for some clients.
 MAX_REQUEST_HEAD = 64 * 1024
 BACKLOG = 2048
+_TIMED_OUT = ("RequestTimeout", "Your socket connection to the server was not read from or "
+              "written to within the timeout period. Idle connections will be closed.")
+_TOO_LARGE = ("RequestHeaderSectionTooLarge",
+              "Your request header section exceeds the maximum allowed size.")
 
 
 class S3Service(Protocol):
@@ -83,9 +104,10 @@ async def serve(
         admin_sock = _listen(config.admin_host, config.admin_port, "admin API")
         with contextlib.closing(admin_sock):
             s3 = s3_factory(config)
-            s3_server = _Server(_uvicorn_config(s3, config))
+            s3_app = _BodyDeadline(s3, config.client_timeout)
+            s3_server = _Server(_uvicorn_config(s3_app, config, s3_errors=True))
             admin_app = build_admin_app(config, s3)
-            admin_server = _Server(_uvicorn_config(admin_app, config))
+            admin_server = _Server(_uvicorn_config(admin_app, config, s3_errors=False))
             with _signals(stop, [s3_server, admin_server]):
                 await _serve(
                     config, s3, (s3_server, s3_sock), (admin_server, admin_sock), stop, on_ready
@@ -148,13 +170,25 @@ class _Server(uvicorn.Server):
         return int(sockets[0].getsockname()[1])
 
 
-def _uvicorn_config(app: Any, config: Config) -> uvicorn.Config:
-    return uvicorn.Config(
+class _Limits(uvicorn.Config):
+    """uvicorn's configuration, plus the bounds :class:`_BoundedHeads` enforces."""
+
+    def __init__(self, app: Any, *, client_timeout: float, s3_errors: bool, **options: Any) -> None:
+        super().__init__(app, **options)
+        self.client_timeout = client_timeout
+        self.max_head = MAX_REQUEST_HEAD
+        self.s3_errors = s3_errors  # refusals as S3 XML errors (else uvicorn's plain text)
+
+
+def _uvicorn_config(app: Any, config: Config, *, s3_errors: bool) -> uvicorn.Config:
+    return _Limits(
         app,
+        client_timeout=config.client_timeout,
+        s3_errors=s3_errors,
         lifespan="off",  # serve() calls S3App.startup()/shutdown() itself
         interface="asgi3",
         loop="none",  # the loop is ours (run() or the caller's)
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=_protocol(),
         ws="none",
         log_level=config.log_level,
         # Off for both: uvicorn's access logger is one process-wide logger, so
@@ -170,6 +204,197 @@ def _uvicorn_config(app: Any, config: Config) -> uvicorn.Config:
         # botocore corrects its clock skew from the Date of responses.
         date_header=True,
     )
+
+
+# --------------------------------------------------------------------------
+# Bounds on clients
+
+
+class _BoundedHeads:
+    """Bounds on the request heads of one connection, for either uvicorn parser.
+
+    A head must be complete within ``client_timeout`` seconds of the
+    connection opening, or of the first byte of the next request on a
+    kept-alive connection (between requests uvicorn's keep-alive timer
+    closes idle connections, but the first byte of a head cancels it). At
+    most ``max_head`` bytes may arrive while a head is incomplete, so memory
+    is bounded whatever the parser; with httptools, which would buffer a
+    head of any size, a complete head may not be larger either (h11 lets
+    one that arrives whole in a single read through).
+
+    A connection that sent nothing is closed silently; one in the middle of
+    a head gets S3's answer first (400 RequestTimeout or
+    RequestHeaderSectionTooLarge), as does any request the HTTP parser
+    refuses (400 InvalidRequest), so every refusal on the S3 port is S3 XML.
+    """
+
+    config: _Limits
+    cycle: Any
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    _refusal: tuple[str, str] | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._start_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def data_received(self, data: bytes) -> None:
+        cycle = self.cycle
+        super().data_received(data)  # type: ignore[misc]
+        if self.transport.is_closing():
+            self._stop_head_timer()
+        elif self.cycle is not cycle:  # a head is complete: its request runs
+            self._stop_head_timer()
+            self._head_bytes = 0
+        elif self.cycle is None or self.cycle.response_complete:  # part of a head
+            self._head_bytes += len(data)
+            if self._head_bytes > self.config.max_head:
+                self._refuse(_TOO_LARGE)
+            elif self._head_timer is None:
+                self._start_head_timer()
+
+    def send_400_response(self, msg: str) -> None:
+        """What uvicorn sends when its parser refuses a request."""
+        code, message = self._refusal or ("InvalidRequest", msg)
+        if not self.config.s3_errors:
+            super().send_400_response(message)  # type: ignore[misc]
+            return
+        from gateway import xml  # imported late, as the data plane is (see _default_s3_app)
+
+        request_id = secrets.token_hex(8).upper()
+        body = xml.error(S3Error(code, message), "", request_id)
+        head = (f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\nserver: tierstore\r\n"
+                f"x-amz-request-id: {request_id}\r\nx-amz-id-2: {request_id}\r\n\r\n")
+        self.transport.write(head.encode("ascii") + body)
+        self.transport.close()
+
+    def _refuse(self, refusal: tuple[str, str]) -> None:
+        self._refusal = refusal
+        self.send_400_response(refusal[1])
+
+    def _start_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.config.client_timeout, self._head_timed_out)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing():
+            return
+        if self._head_bytes:
+            self._refuse(_TIMED_OUT)
+        else:
+            self.transport.close()
+
+
+@functools.cache
+def _protocol() -> type[asyncio.Protocol]:
+    """uvicorn's fastest HTTP/1.1 protocol (httptools when installed), bounded."""
+    if importlib.util.find_spec("httptools") is None:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        class BoundedH11Protocol(_BoundedHeads, H11Protocol):
+            pass  # h11 itself refuses an incomplete head past h11_max_incomplete_event_size
+
+        return BoundedH11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class BoundedHttpToolsProtocol(_BoundedHeads, HttpToolsProtocol):
+        url: bytes
+        headers: list[tuple[bytes, bytes]]
+
+        def on_headers_complete(self) -> None:
+            # A head that arrived in one read was never counted incomplete.
+            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+            if size > self.config.max_head:
+                self._refusal = _TOO_LARGE
+                raise ValueError("request head too large")  # the parser answers 400
+            super().on_headers_complete()
+
+    return BoundedHttpToolsProtocol
+
+
+class _BodyDeadline:
+    """The S3 app with a bound on silence in the middle of a request body.
+
+    Once ``seconds`` pass without a byte of a body that is not complete,
+    the app's read fails with 400 RequestTimeout (S3's code), which ends the
+    request like any error: what was staged is removed, the connection
+    closed. Reads after the body (a streamed GET watches for a disconnect)
+    wait as long as they need.
+    """
+
+    def __init__(self, app: Any, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        await self.app(scope, _StallGuard(receive, self.seconds).receive, send)
+
+
+class _StallGuard:
+    """One request's ``receive``, failing once its body stalls for ``seconds``.
+
+    One timer per request, re-armed when it fires, not one per read: a
+    fast upload makes thousands of reads, and a timer per read (what
+    ``asyncio.timeout`` would do) costs more than the read itself.
+    """
+
+    def __init__(self, receive: Any, seconds: float) -> None:
+        self._receive = receive
+        self._seconds = seconds
+        self._loop = asyncio.get_running_loop()
+        self._body_done = False
+        self._waiter: asyncio.Task[Any] | None = None  # the task waiting for body bytes
+        self._since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._expired = False
+
+    async def receive(self) -> Any:
+        if self._body_done:
+            return await self._receive()
+        self._waiter = asyncio.current_task()
+        self._since = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._since + self._seconds, self._check)
+        try:
+            message = await self._receive()
+        except asyncio.CancelledError:
+            assert self._waiter is not None
+            if self._expired and self._waiter.uncancel() == 0:  # our cancel, nobody else's
+                raise S3Error(*_TIMED_OUT) from None
+            raise
+        finally:
+            self._waiter = None
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self._body_done = True
+            if self._timer is not None:
+                self._timer.cancel()
+        return message
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._waiter is None:
+            return  # not waiting now: the next read arms the timer again
+        deadline = self._since + self._seconds
+        if self._loop.time() < deadline:
+            self._timer = self._loop.call_at(deadline, self._check)
+        else:
+            self._expired = True
+            self._waiter.cancel()  # it waits in receive(), which turns this into RequestTimeout
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

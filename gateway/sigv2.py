@@ -37,6 +37,7 @@ from gateway._signing import (
     utf8,
 )
 from gateway.errors import S3Error
+from gateway.headers import decimal
 
 __all__ = ["SUB_RESOURCES", "UNSIGNABLE", "authenticate"]
 
@@ -151,11 +152,11 @@ def _parse_time(value: str) -> datetime | None:
         return when
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
+            when = when.replace(tzinfo=UTC)
+        return when.astimezone(UTC)
+    except (TypeError, ValueError, IndexError, OverflowError):  # year 10000 in UTC
         return None
-    if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC)
 
 
 def _check_query(query: Mapping[str, str], now: datetime) -> tuple[str, str, str]:
@@ -163,11 +164,12 @@ def _check_query(query: Mapping[str, str], now: datetime) -> tuple[str, str, str
     if not all(query.get(name) for name in ("AWSAccessKeyId", "Signature", "Expires")):
         raise S3Error("AccessDenied", _QUERY_PARAMS)
     expires = query["Expires"]
-    if not expires.isascii() or not expires.isdigit():
+    seconds = decimal(expires)  # any digit string is valid; a huge one never expires
+    if seconds is None:
         raise S3Error("AccessDenied", f"Invalid date (should be seconds since epoch): {expires}")
-    if int(expires) < now.timestamp():  # compared as numbers: any digit string is valid
+    if seconds < now.timestamp():
         raise S3Error("AccessDenied", "Request has expired",
-                      Expires=iso(datetime.fromtimestamp(int(expires), UTC)),
+                      Expires=iso(datetime.fromtimestamp(seconds, UTC)),
                       ServerTime=iso(now))
     # Base64 has no spaces: a '+' sent unencoded was read as one.
     return query["AWSAccessKeyId"], query["Signature"].replace(" ", "+"), expires

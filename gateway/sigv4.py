@@ -39,6 +39,7 @@ from gateway._signing import (
     utf8,
 )
 from gateway.errors import S3Error
+from gateway.headers import decimal
 
 __all__ = ["AuthContext", "authenticate"]
 
@@ -262,18 +263,18 @@ def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
         return headers["x-amz-date"], when
     try:
         when = parsedate_to_datetime(headers["date"])
-    except (KeyError, TypeError, ValueError, IndexError):
+        if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
+            when = when.replace(tzinfo=UTC)
+        when = when.astimezone(UTC)
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError):  # year 10000 in UTC
         raise S3Error("AccessDenied", _BAD_DATE) from None
-    if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
-        when = when.replace(tzinfo=UTC)
-    when = when.astimezone(UTC)
     return when.strftime(AMZ_DATE_FORMAT), when
 
 
 def _expires(value: str) -> int:
-    if not value.isascii() or not value.isdigit():
+    seconds = decimal(value)
+    if seconds is None:
         raise _query_error("X-Amz-Expires should be a number")
-    seconds = int(value)
     if seconds > MAX_EXPIRES:
         raise _query_error("X-Amz-Expires must be less than a week (in seconds) that is; 604800")
     if seconds < 1:

@@ -3,7 +3,12 @@
 Builders write strings directly (listing pages of 1000 keys are the hot
 path, and string joins are several times faster than an element tree).
 Parsers use the standard library's expat-based ElementTree on bodies whose
-size the caller has already capped; expat refuses entity-expansion bombs.
+size the caller has already capped, and refuse what no S3 request body
+needs while they parse: a document type declaration (so no entity is ever
+expanded or fetched: billion laughs, quadratic blowup, external entities),
+nesting deeper than ``MAX_DEPTH`` and more elements than the request can
+hold (a few bytes of ``<a/>`` per element would otherwise cost ~100 bytes
+of tree each).
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from gateway.errors import S3Error
+from gateway.headers import decimal
 from tiering.index import ListEntry, ListPage
 from tiering.meta import BucketInfo, Checksum, ObjectMeta, Part, Upload
-from tiering.multipart import ChosenPart
+from tiering.multipart import MAX_PART_NUMBER, ChosenPart
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -76,11 +82,25 @@ def _key_encoder(encoding_type: str | None):
 # -- errors ------------------------------------------------------------------
 
 
+# Characters XML 1.0 cannot carry, even as references (and lone surrogates,
+# which UTF-8 cannot): an error document must parse whatever the request
+# held, or clients lose the error code with it.
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _error_el(name: str, value: object) -> str:
+    return _el(name, _NOT_XML.sub("\ufffd", str(value)))
+
+
 def error(err: S3Error, resource: str, request_id: str) -> bytes:
-    extra = "".join(_el(k, v) for k, v in err.fields.items())
+    """The <Error> document. Unlike listings, which keep S3's references to
+    control characters for clients that ask for encoding-type=url, echoed
+    keys and paths here lose such characters (to U+FFFD), so that every
+    XML parser reads the code."""
+    extra = "".join(_error_el(k, v) for k, v in err.fields.items())
     return (
-        f"{_HEAD}<Error>{_el('Code', err.code)}{_el('Message', err.message)}{extra}"
-        f"{_el('Resource', resource)}{_el('RequestId', request_id)}</Error>"
+        f"{_HEAD}<Error>{_el('Code', err.code)}{_error_el('Message', err.message)}{extra}"
+        f"{_error_el('Resource', resource)}{_el('RequestId', request_id)}</Error>"
     ).encode()
 
 
@@ -354,13 +374,49 @@ def list_uploads(
 
 # -- request bodies ----------------------------------------------------------
 
+MAX_DELETE_KEYS = 1000  # keys of one DeleteObjects request
+# Every S3 request body is a root, its items and their fields (3 levels).
+MAX_DEPTH = 8
+# Elements per item of a body, with room for fields this gateway ignores.
+_ELEMENTS_PER_ITEM = 8
 
-def _parse(body: bytes) -> ET.Element:
+
+class _Refused(Exception):
+    """The body holds what no S3 request body needs."""
+
+
+class _Builder(ET.TreeBuilder):
+    """Builds the tree, refusing a DTD, deep nesting and too many elements
+    while expat parses (before the tree grows)."""
+
+    def __init__(self, max_elements: int) -> None:
+        super().__init__()
+        self._depth = 0
+        self._left = max_elements
+
+    def start(self, tag: str, attrs: dict[str, str]) -> ET.Element:
+        self._depth += 1
+        self._left -= 1
+        if self._depth > MAX_DEPTH or self._left < 0:
+            raise _Refused(tag)
+        return super().start(tag, attrs)
+
+    def end(self, tag: str) -> ET.Element:
+        self._depth -= 1
+        return super().end(tag)
+
+    def doctype(self, name: str, pubid: str | None, system: str | None) -> None:
+        raise _Refused("DOCTYPE")
+
+
+def _parse(body: bytes, max_items: int) -> ET.Element:
+    parser = ET.XMLParser(target=_Builder(2 + max_items * _ELEMENTS_PER_ITEM))
     try:
-        root = ET.fromstring(body)
-    except ET.ParseError as exc:
+        parser.feed(body)
+        return parser.close()
+    except (ET.ParseError, _Refused, ValueError, LookupError) as exc:
+        # ValueError, LookupError: an encoding expat cannot read ("UTF-16", "F").
         raise S3Error("MalformedXML") from exc
-    return root
 
 
 def _local(tag: str) -> str:
@@ -378,7 +434,7 @@ def _text(el: ET.Element, name: str) -> str | None:
 
 def parse_delete(body: bytes) -> tuple[bool, list[tuple[str, str | None]]]:
     """<Delete><Quiet/>?<Object><Key/><VersionId/>?</Object>*</Delete>"""
-    root = _parse(body)
+    root = _parse(body, MAX_DELETE_KEYS)
     if _local(root.tag) != "Delete":
         raise S3Error("MalformedXML")
     quiet = (_text(root, "Quiet") or "").strip().lower() == "true"
@@ -388,26 +444,27 @@ def parse_delete(body: bytes) -> tuple[bool, list[tuple[str, str | None]]]:
         if key is None:
             raise S3Error("MalformedXML")
         objects.append((key, _text(obj, "VersionId")))
-    if not objects or len(objects) > 1000:
+    if not objects or len(objects) > MAX_DELETE_KEYS:
         raise S3Error("MalformedXML")
     return quiet, objects
 
 
 def parse_complete(body: bytes) -> list[ChosenPart]:
-    root = _parse(body)
+    root = _parse(body, MAX_PART_NUMBER)
     if _local(root.tag) != "CompleteMultipartUpload":
         raise S3Error("MalformedXML")
     parts = []
     for part in _children(root, "Part"):
         number, etag = _text(part, "PartNumber"), _text(part, "ETag")
-        if number is None or etag is None or not number.strip().isdigit():
+        number_value = decimal(number.strip()) if number is not None else None
+        if number_value is None or etag is None:
             raise S3Error("MalformedXML")
         checksum = algorithm = None
         for child in part:
             name = _local(child.tag)
             if name.startswith("Checksum") and name != "ChecksumType":
                 checksum, algorithm = (child.text or "").strip(), name.removeprefix("Checksum").upper()
-        parts.append(ChosenPart(int(number), etag.strip().strip('"'), checksum, algorithm))
+        parts.append(ChosenPart(number_value, etag.strip().strip('"'), checksum, algorithm))
     if not parts:
         raise S3Error("MalformedXML")
     return parts
@@ -416,6 +473,6 @@ def parse_complete(body: bytes) -> list[ChosenPart]:
 def parse_location_constraint(body: bytes) -> str | None:
     if not body.strip():
         return None
-    root = _parse(body)
+    root = _parse(body, 1)
     value = _text(root, "LocationConstraint")
     return value.strip() if value else None
