@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from packer.ranges import ByteRange
 from tiering import _pool, checksums
 from tiering.errors import (
+    EntityTooLarge,
     EntityTooSmall,
     InvalidArgument,
     InvalidPart,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 MIN_PART_SIZE = 5 * 1024**2  # every part but the last, as S3 requires
 MAX_PART_NUMBER = 10_000
 MAX_PART_SIZE = 5 * 1024**3
+MAX_OBJECT_SIZE = 5 * 1024**4  # S3's largest object: what a Complete may add up to
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,9 @@ class Multipart:
     ) -> Part:
         _check_part_number(part_number)
         if integrity.expected_size is not None and integrity.expected_size > MAX_PART_SIZE:
-            raise InvalidArgument("Part size exceeds 5 GiB", ArgumentName="Content-Length")
+            # Refused from the declared length, before a byte of the body is read.
+            raise EntityTooLarge("Your proposed upload exceeds the maximum allowed size",
+                                 ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PART_SIZE)
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
         upload = await self.get(bucket, key, upload_id)
@@ -207,6 +211,7 @@ class Multipart:
                     ETag=want.etag,
                 )
             parts.append(part)
+        check_object_size([p.size for p in parts])
         meta = ObjectMeta(
             bucket=bucket,
             key=key,
@@ -272,17 +277,31 @@ class Multipart:
 
 
 def check_order(chosen: list[ChosenPart], upload_id: str) -> None:
-    """A Complete names at least one part, in ascending order: a property of
-    the request, checked before any part (else two small parts sent in
-    reverse would be EntityTooSmall)."""
+    """A Complete names 1 to 10,000 parts, numbered 1 to 10,000, in ascending
+    order: a property of the request, checked before any part (else two
+    small parts sent in reverse would be EntityTooSmall)."""
     if not chosen:
         raise InvalidRequest("You must specify at least one part")
+    if len(chosen) > MAX_PART_NUMBER:
+        raise InvalidArgument(f"A multipart upload has at most {MAX_PART_NUMBER} parts; "
+                              f"{len(chosen)} were listed", ArgumentName="Part")
+    for want in chosen:
+        _check_part_number(want.part_number)
     numbers = [want.part_number for want in chosen]
     if any(b <= a for a, b in itertools.pairwise(numbers)):
         raise InvalidPartOrder(
             "The list of parts was not in ascending order. Parts must be ordered by part number.",
             UploadId=upload_id,
         )
+
+
+def check_object_size(part_sizes: list[int]) -> None:
+    """The parts a Complete chose must add up to at most 5 TiB (10,000 parts
+    of up to 5 GiB could make 48.8 TiB)."""
+    total = sum(part_sizes)
+    if total > MAX_OBJECT_SIZE:
+        raise EntityTooLarge("Your proposed upload exceeds the maximum allowed object size.",
+                             ProposedSize=total, MaxSizeAllowed=MAX_OBJECT_SIZE)
 
 
 def _check_part_number(number: int) -> None:

@@ -10,18 +10,18 @@ MAX_KEY_BYTES = 1024
 
 # General-purpose bucket rules: 3-63 characters of lower-case letters,
 # digits, dots and hyphens, starting and ending with a letter or digit.
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_IPV4 = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
 
 
 def check_bucket_name(name: str) -> None:
     """Raise InvalidBucketName unless ``name`` follows S3's naming rules."""
     if (
-        not _BUCKET.match(name)
+        not _BUCKET.fullmatch(name)
         or ".." in name
         or ".-" in name
         or "-." in name
-        or _IPV4.match(name)
+        or _IPV4.fullmatch(name)
         or name.startswith(("xn--", "sthree-", "amzn-s3-demo-"))
         or name.endswith(("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"))
     ):

@@ -62,7 +62,7 @@ async def _set_pinned(service: ObjectService, name: str, pinned: bool | None) ->
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
 
     @api.get("/buckets", tags=["buckets"], response_model=BucketList)
     async def list_buckets() -> BucketList:

@@ -82,7 +82,7 @@ def epoch_view(epoch: Epoch) -> EpochView:
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
 
     def find(epoch_id: str) -> Epoch:
         found = ctx.service().epochs.get(epoch_id)

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger("tierstore.admin")
 
@@ -81,10 +82,13 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = CHALLENGE if exc.status == 401 else None
         return error_response(exc.status, exc.code, exc.message, headers)
 
-    async def on_http_error(_: Request, exc: Exception) -> JSONResponse:
+    async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         code = _HTTP_CODES.get(exc.status_code, "InvalidRequest")
-        return error_response(exc.status_code, code, str(exc.detail), exc.headers)
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": _allowed(app, request)}
+        return error_response(exc.status_code, code, str(exc.detail), headers)
 
     async def on_invalid(_: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
@@ -103,6 +107,39 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AdminError, on_admin_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed(app: FastAPI, request: Request) -> str:
+    """Every method the request's path answers to (RFC 9110, 15.5.6), where
+    Starlette's 405 names only those of the first route matching the path.
+
+    Paths in the schema go by the schema, which matches a concrete path
+    before a templated one (OpenAPI, "Paths Object"): /jobs/compact is the
+    compact action, POST only, though GET /jobs/{job_id} would take it too.
+    Other paths (the schema's own pages) are asked of the router.
+    """
+    path = request.scope["path"]
+    documented = app.openapi()["paths"]
+    for template in sorted(documented, key=lambda t: "{" in t):
+        if _fits(template, path):
+            return ", ".join(sorted(method.upper() for method in documented[template]))
+    allowed = []
+    for method in _METHODS:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            allowed.append(method)
+    return ", ".join(allowed)
+
+
+def _fits(template: str, path: str) -> bool:
+    """Whether ``path`` is ``template`` with each {parameter} one segment."""
+    names, parts = template.split("/"), path.split("/")
+    return len(names) == len(parts) and all(
+        name == part or (name.startswith("{") and part != "") for name, part in zip(names, parts, strict=True)
+    )
 
 
 # For route decorators: the error answers a route may give, in the schema.

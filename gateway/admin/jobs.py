@@ -31,10 +31,14 @@ from tiering.order import expand_all
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0
+# A job action answers 202 at once, or 200 once the job has ended (?wait=true).
+ENDED: dict[int | str, dict[str, Any]] = {
+    200: {"model": JobView, "description": "with ?wait=true: the job has ended; its state says how"},
+}
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
 
     async def start(kind: str, params: Mapping[str, Any], work: Work, wait: bool, response: Response) -> JobView:
         service = ctx.service()
@@ -50,7 +54,7 @@ def router(ctx: AdminContext) -> APIRouter:
         except NoSuchBucket:
             raise AdminError("NoSuchBucket", f"bucket {name!r} does not exist") from None
 
-    @api.post("/jobs/flush", tags=["jobs"], status_code=202, response_model=JobView)
+    @api.post("/jobs/flush", tags=["jobs"], status_code=202, response_model=JobView, responses=ENDED)
     async def flush(response: Response, wait: bool = False) -> JobView:
         """Write every staged object and pending footer record to the
         capacity store now. Progress counts objects and bytes."""
@@ -62,7 +66,7 @@ def router(ctx: AdminContext) -> APIRouter:
 
         return await start("flush", {}, work, wait, response)
 
-    @api.post("/jobs/compact", tags=["jobs"], status_code=202, response_model=JobView)
+    @api.post("/jobs/compact", tags=["jobs"], status_code=202, response_model=JobView, responses=ENDED)
     async def compact(
         response: Response, request: Annotated[CompactRequest | None, Body()] = None, wait: bool = False
     ) -> JobView:
@@ -77,7 +81,7 @@ def router(ctx: AdminContext) -> APIRouter:
         return await start("compact", {"threshold": threshold}, work, wait, response)
 
     @api.post("/jobs/evict", tags=["jobs"], status_code=202, response_model=JobView,
-              responses=responses("NoSuchBucket"))
+              responses={**ENDED, **responses("NoSuchBucket")})
     async def evict(
         response: Response, request: Annotated[EvictRequest | None, Body()] = None, wait: bool = False
     ) -> JobView:
@@ -94,7 +98,7 @@ def router(ctx: AdminContext) -> APIRouter:
         return await start("evict", request.model_dump(), work, wait, response)
 
     @api.post("/jobs/pin", tags=["jobs"], status_code=202, response_model=JobView,
-              responses=responses("NoSuchBucket"))
+              responses={**ENDED, **responses("NoSuchBucket", "InvalidRequest")})
     async def pin(response: Response, request: Pin, wait: bool = False) -> JobView:
         """Pin a bucket/prefix: record it, then pull everything under it into
         the hot tier, where it is never evicted. Fails, keeping what it
@@ -110,7 +114,7 @@ def router(ctx: AdminContext) -> APIRouter:
         return await start("pin", request.model_dump(), work, wait, response)
 
     @api.post("/jobs/warm", tags=["jobs"], status_code=202, response_model=JobView,
-              responses=responses("NoSuchBucket", "InvalidRequest"))
+              responses={**ENDED, **responses("NoSuchBucket", "InvalidRequest")})
     async def warm(response: Response, request: WarmRequest, wait: bool = False) -> JobView:
         """Bring a prefix, a key list or the keys a manifest object lists
         (WebDataset shard patterns expanded) into the hot tier, managed or

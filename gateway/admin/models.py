@@ -4,9 +4,10 @@ docs/admin-api.md) is generated from these."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from gateway.config import parse_size
 from gateway.xml import iso8601
@@ -25,17 +26,44 @@ def iso(seconds: float | None) -> str | None:
     return None if seconds is None else iso8601(int(seconds * 1000))
 
 
+# A size as a string: bytes, or a number with a binary suffix ("8M", "1.5GiB").
+# The same grammar as the configuration's sizes, in ASCII and without spaces,
+# so that the schema's pattern says exactly what is accepted.
+SIZE_PATTERN = r"^[0-9]+(\.[0-9]+)?([KMGTkmgt]([Ii]?[Bb])?|[Bb])?$"
+
+
 def _size(value: object) -> object:
     if isinstance(value, str):
+        if re.fullmatch(SIZE_PATTERN, value) is None:
+            raise ValueError(f"invalid size {value!r}: expected bytes or a number with a K, M, G or T suffix")
         return parse_size(value)  # its ValueError becomes a 400 naming the field
     return value
 
 
-Size = Annotated[int, BeforeValidator(_size)]
+def _size_schema(**bounds: int) -> WithJsonSchema:
+    integer = {"type": "integer", **bounds}
+    return WithJsonSchema({"anyOf": [integer, {"type": "string", "pattern": SIZE_PATTERN}]})
+
+
+PartSize = Annotated[int, BeforeValidator(_size), Field(ge=MIN_PART, le=MAX_PART),
+                     _size_schema(minimum=MIN_PART, maximum=MAX_PART)]
+PositiveSize = Annotated[int, BeforeValidator(_size), Field(gt=0), _size_schema(exclusiveMinimum=0)]
+
+
+# What a bucket name looks like (S3's general-purpose rules), for the schema;
+# tiering.names checks the rest (no IP address form, no "xn--" prefix, ...)
+# and answers InvalidBucketName.
+BUCKET_NAME = {"pattern": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "minLength": 3, "maxLength": 63}
+# A mount's source; admin/mounts.py splits it with this same pattern.
+SOURCE_PATTERN = r"^s3://([A-Za-z0-9._-]+)(/[^?#]*)?$"
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: unknown fields are refused, and values must have the
+    type the schema gives them (no ``false`` for a number, no ``"1"`` for an
+    integer); sizes alone also take their string form."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class BucketPolicy(Strict):
@@ -46,11 +74,9 @@ class BucketPolicy(Strict):
         None, description="Acknowledge writes once the capacity store has them."
     )
     compression: bool | None = Field(None, description="zstd per extent where it saves space.")
-    part_size: Size | None = Field(
-        None, ge=MIN_PART, le=MAX_PART, description='Extent size of large objects: bytes or "8M".'
-    )
-    small_object_size: Size | None = Field(
-        None, gt=0, description='Objects up to this size are packed into shared segments.'
+    part_size: PartSize | None = Field(None, description='Extent size of large objects: bytes or "8M".')
+    small_object_size: PositiveSize | None = Field(
+        None, description='Objects up to this size are packed into shared segments.'
     )
     pinned: bool | None = Field(
         None, description="Keep every object of the bucket in the hot tier (never evicted)."
@@ -58,7 +84,7 @@ class BucketPolicy(Strict):
 
 
 class NewBucket(BucketPolicy):
-    name: str
+    name: str = Field(description="The bucket name (S3 naming rules).", json_schema_extra=BUCKET_NAME)
 
 
 class Bucket(BaseModel):
@@ -161,12 +187,14 @@ def location_view(
 class NewMount(Strict):
     """A gateway bucket over an existing S3 bucket/prefix."""
 
-    name: str = Field(description="The gateway bucket name (S3 naming rules).")
-    source: str = Field(description="s3://bucket or s3://bucket/prefix")
+    name: str = Field(description="The gateway bucket name (S3 naming rules).", json_schema_extra=BUCKET_NAME)
+    source: str = Field(
+        description="s3://bucket or s3://bucket/prefix", json_schema_extra={"pattern": SOURCE_PATTERN}
+    )
     endpoint: str | None = Field(None, description="http(s) URL of a non-AWS S3 (MinIO, Ceph RGW).")
     region: str | None = None
-    access_key: str | None = None
-    secret_key: str | None = None
+    access_key: Annotated[str, Field(min_length=1)] | None = None
+    secret_key: Annotated[str, Field(min_length=1)] | None = None
     freshness: Literal["immutable"] | Annotated[float, Field(gt=0, le=86400 * 365)] = Field(
         60.0, description='"immutable", or seconds a validation with the source holds.'
     )

@@ -3,27 +3,43 @@ hot tier (see ``tiering/mounts.py``)."""
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Response
 
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
-from gateway.admin.models import MountList, MountView, NewMount, mount_view
+from gateway.admin.models import SOURCE_PATTERN, MountList, MountView, NewMount, mount_view
 from tiering.errors import BucketAlreadyOwnedByYou, CapacityError, InvalidBucketName, NoSuchBucket
 from tiering.meta import Mount, now_ms
 
 
 def _source(url: str) -> tuple[str, str]:
-    """``s3://bucket/prefix`` -> (bucket, prefix)."""
-    parts = urlsplit(url)
-    if parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment or "@" in parts.netloc:
+    """``s3://bucket/prefix`` -> (bucket, prefix), by the pattern the schema documents."""
+    match = re.fullmatch(SOURCE_PATTERN, url)
+    if match is None:
         raise AdminError("InvalidRequest", f"source {url!r}: expected s3://bucket or s3://bucket/prefix")
-    return parts.netloc, parts.path.strip("/")
+    return match[1], (match[2] or "").strip("/")
+
+
+def _check_endpoint(url: str) -> None:
+    """An http(s) URL with a host and a valid port, and no credentials in it:
+    the URL is shown by GET /mounts and in error messages, the keys are not."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError when out of range)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise AdminError("InvalidRequest", "endpoint: expected an http(s) URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise AdminError("InvalidRequest",
+                         "endpoint: give access_key and secret_key, not user:password@ in the URL")
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
 
     @api.get("/mounts", tags=["mounts"], response_model=MountList)
     async def list_mounts() -> MountList:
@@ -40,8 +56,8 @@ def router(ctx: AdminContext) -> APIRouter:
         The source must answer now: a missing bucket, refused keys or an
         unreachable endpoint is 502 SourceUnavailable with the reason."""
         bucket, prefix = _source(new.source)
-        if new.endpoint is not None and urlsplit(new.endpoint).scheme not in ("http", "https"):
-            raise AdminError("InvalidRequest", f"endpoint {new.endpoint!r}: expected an http(s) URL")
+        if new.endpoint is not None:
+            _check_endpoint(new.endpoint)
         if (new.access_key is None) != (new.secret_key is None):
             raise AdminError("InvalidRequest", "access_key and secret_key go together: give both or neither")
         record = Mount(

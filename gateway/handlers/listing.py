@@ -12,7 +12,8 @@ from gateway.errors import S3Error
 from gateway.http import Response, S3Request
 
 XML = "application/xml"
-MAX_KEYS = 1000
+MAX_KEYS = 1000  # a page holds at most this many; larger asks are clamped, as S3 does
+MAX_INT32 = 2**31 - 1  # S3 parses max-keys as a 32-bit integer; larger is not one
 _TOKEN = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
 
@@ -24,7 +25,7 @@ def max_keys(req: S3Request, name: str = "max-keys") -> int:
         value = int(raw)
     except ValueError:
         value = -1
-    if value < 0:
+    if not 0 <= value <= MAX_INT32:
         raise S3Error("InvalidArgument", f"Provided {name} not an integer or within integer range",
                       ArgumentName=name, ArgumentValue=raw)
     return min(value, MAX_KEYS)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gateway import body, headers, xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
-from gateway.handlers.listing import encoding_type, max_keys
+from gateway.handlers.listing import MAX_INT32, encoding_type, max_keys
 from gateway.handlers.objects import copy_source
 from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
@@ -78,15 +78,16 @@ def _copy_range(raw: str, size: int) -> ByteRange:
     """x-amz-copy-source-range must be a full ``bytes=first-last`` inside
     the source; anything else is InvalidArgument (not ignored, unlike Range)."""
     spec = raw.strip()
-    first, _, last = spec.removeprefix("bytes=").partition("-")
-    if not spec.startswith("bytes=") or not first.isdigit() or not last.isdigit() or int(last) < int(first):
+    first_text, _, last_text = spec.removeprefix("bytes=").partition("-")
+    first, last = headers.decimal(first_text), headers.decimal(last_text)
+    if not spec.startswith("bytes=") or first is None or last is None or last < first:
         raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form bytes=first-last "
                       "where first and last are the zero-based offsets of the first and last bytes to copy",
                       ArgumentName="x-amz-copy-source-range", ArgumentValue=raw)
-    if int(last) >= size:
+    if last >= size:
         raise S3Error("InvalidRange", "The requested range is not satisfiable",
                       RangeRequested=spec, ActualObjectSize=size)
-    return ByteRange(int(first), int(last) + 1)
+    return ByteRange(first, last + 1)
 
 
 async def complete_upload(ctx: Context, req: S3Request) -> Response:
@@ -107,6 +108,10 @@ async def abort_upload(ctx: Context, req: S3Request) -> Response:
 
 async def list_parts(ctx: Context, req: S3Request) -> Response:
     marker = _int(req, "part-number-marker", 0)
+    if not 0 <= marker <= MAX_INT32:
+        raise S3Error("InvalidArgument",
+                      f"Argument part-number-marker must be an integer between 0 and {MAX_INT32}",
+                      ArgumentName="part-number-marker", ArgumentValue=req.query["part-number-marker"])
     limit = max_keys(req, "max-parts")
     upload, parts, truncated = await ctx.service.multipart.list_parts(
         req.bucket, req.key, req.query["uploadId"], marker, limit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs, unquote_to_bytes
 
 from gateway import body, headers, xml
 from gateway.context import Context
@@ -13,6 +13,7 @@ from tiering import checksums
 from tiering.conditions import check
 from tiering.errors import NotModified, TierstoreError
 from tiering.meta import ObjectMeta
+from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
 from tiering.objects import resolve_part
 from tiering.readahead import ReadTally
@@ -60,9 +61,11 @@ async def _target(
     if "partNumber" in req.query:
         try:
             number = int(req.query["partNumber"])
+            if not 1 <= number <= MAX_PART_NUMBER:
+                raise ValueError(number)
         except ValueError as exc:
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
-                          ArgumentName="partNumber") from exc
+                          ArgumentName="partNumber", ArgumentValue=req.query["partNumber"]) from exc
         wanted = resolve_part(meta, number)
         out.append(("x-amz-mp-parts-count", str(len(meta.part_sizes) or 1)))
     else:
@@ -128,19 +131,29 @@ async def put_object(ctx: Context, req: S3Request) -> Response:
     return Response(headers=out)
 
 
-async def copy_source(ctx: Context, req: S3Request, prefix: str = "x-amz-copy-source") -> ObjectMeta:
-    """The object named by x-amz-copy-source, its conditions checked."""
-    raw = req.headers[prefix]
+def copy_source_name(raw: str, header: str = "x-amz-copy-source") -> tuple[str, str]:
+    """(bucket, key) of an x-amz-copy-source value: ``[/]bucket/key``, URL-encoded
+    UTF-8 (raw UTF-8 bytes are read as such too), and an optional
+    ``?versionId=`` that can only name the "null" version."""
     path, _, query = raw.partition("?")
-    path = unquote(path).lstrip("/")
+    try:
+        path = unquote_to_bytes(path.encode("latin-1")).decode("utf-8").lstrip("/")
+    except UnicodeError:
+        path = ""  # not UTF-8 once decoded: names nothing
     bucket, _, key = path.partition("/")
     if not bucket or not key:
         raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
-                      ArgumentName=prefix, ArgumentValue=raw)
+                      ArgumentName=header, ArgumentValue=raw)
     version = parse_qs(query).get("versionId", [None])[0]
     if version not in (None, "null"):
         raise S3Error("InvalidArgument", "Invalid version id specified",
-                      ArgumentName="x-amz-copy-source", ArgumentValue=raw)
+                      ArgumentName=header, ArgumentValue=raw)
+    return bucket, key
+
+
+async def copy_source(ctx: Context, req: S3Request, prefix: str = "x-amz-copy-source") -> ObjectMeta:
+    """The object named by x-amz-copy-source, its conditions checked."""
+    bucket, key = copy_source_name(req.headers[prefix], prefix)
     source = await ctx.service.head(bucket, key)
     check(source, headers.conditions(req.headers, f"{prefix}-if-"), for_copy=True)
     return source
