@@ -133,6 +133,8 @@ class S3App:
                     raise S3Error("ServiceUnavailable", "The gateway is starting or stopping; retry shortly.")
                 req = S3Request.from_scope(scope, tracked_receive, request_id)
                 response = await self._handle(self._context, req)
+                if method != "HEAD":
+                    await response.first_block()
             except ClientDisconnected:
                 error = "ClientDisconnected"
                 return
@@ -151,9 +153,12 @@ class S3App:
                 await response.send(counted_send, head_only=method == "HEAD", receive=tracked_receive)
             except ClientDisconnected:
                 error = "ClientDisconnected"
-            except Exception as exc:  # mid-body: the server drops the connection
+            except Exception as exc:
+                # Mid-body: the head is gone, no error answer is possible. The
+                # client sees a body shorter than its Content-Length; uvicorn
+                # closes the connection of a response left unfinished.
                 error = to_s3_error(exc).code
-                raise
+                log.warning("request %s: body cut short after %d bytes: %s", request_id, sent, exc)
         finally:
             # After the last byte (or the disconnect): what was sent is known.
             self._record(scope, req, request_id, status, error, received, sent, time.perf_counter() - start)

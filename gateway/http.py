@@ -119,6 +119,28 @@ class Response:
     body: bytes | AsyncIterator[bytes] = b""
     content_type: str | None = None
 
+    async def first_block(self) -> None:
+        """Pull a streamed body's first block now, before the head is sent.
+
+        A body that fails before its first byte (the capacity store does not
+        answer, an extent stays corrupt) then becomes an S3 error answer
+        rather than a 200 whose body is cut short. The body is closed when
+        this raises."""
+        if isinstance(self.body, bytes):
+            return
+        rest = self.body
+        try:
+            first = await anext(rest)
+        except StopAsyncIteration:
+            self.body = b""
+            return
+        except BaseException:
+            aclose = getattr(rest, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            raise
+        self.body = _prepended(first, rest)
+
     async def send(self, send: Any, head_only: bool = False, receive: Any = None) -> None:
         """Send the response. With ``receive``, a streamed body stops (and
         its iterator is closed) once the client has gone: the server drops
@@ -150,6 +172,17 @@ class Response:
             aclose = getattr(body, "aclose", None)
             if aclose is not None:
                 await aclose()  # runs the generator's cleanup now, not at GC
+
+
+async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        async for chunk in rest:
+            yield chunk
+    finally:
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 async def _disconnected(receive: Any) -> None:
