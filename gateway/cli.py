@@ -132,6 +132,10 @@ CompactThreshold = Annotated[
     float | None,
     typer.Option(help="Rewrite segments whose live fraction falls below this. (default: 0.5)"),
 ]
+ClientTimeout = Annotated[
+    float | None,
+    typer.Option(help="Seconds a client may take to send a request head, or stall in a body. (default: 30)"),
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -170,6 +174,7 @@ TUNING_OPTIONS = (
     option("compression", Compression),
     option("write_through", WriteThrough),
     option("compact_threshold", CompactThreshold),
+    option("client_timeout", ClientTimeout),
 )
 
 

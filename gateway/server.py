@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import functools
 import importlib.util
+import os
 import secrets
 import signal
 import socket
@@ -140,8 +142,39 @@ async def _serve(
 
 def run(config: Config) -> None:
     """Run :func:`serve` on a fresh event loop (uvloop when installed)."""
+    tune_malloc()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(serve(config))
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
+MALLOC_ARENAS = 2
+MALLOC_MMAP_THRESHOLD = 1024 * 1024
+
+
+def tune_malloc() -> bool:
+    """Make glibc's malloc give large buffers back to the system when freed.
+
+    By default glibc keeps one arena per thread that allocated, and raises
+    its mmap threshold (up to 32 MiB) each time a large mmapped block is
+    freed. Segment builds and part uploads allocate buffers of several MiB
+    on many pool threads, so after a while those buffers come from arenas
+    and, freed, stay in the process: RSS climbs towards its peak and stays
+    there (the soak benchmark measured +30 MiB a minute over 5 minutes).
+    With two arenas and a fixed 1 MiB threshold, every buffer of 1 MiB or
+    more is its own mapping, returned when freed; small objects are not
+    affected. Left alone when MALLOC_ARENA_MAX or MALLOC_MMAP_THRESHOLD_ is
+    set (glibc has applied it), and a no-op without glibc. True if applied."""
+    if "MALLOC_ARENA_MAX" in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False  # not glibc (musl, macOS)
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_ARENA_MAX, MALLOC_ARENAS) and mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD))
 
 
 # --------------------------------------------------------------------------
