@@ -69,15 +69,22 @@ def cold_set(gw: Gateway, bucket: str, keys: list[str], size: int) -> dict[str, 
     return data
 
 
+def segments_written(gw: Gateway) -> int:
+    return gw.admin("GET", "/tiers").json()["segments_written"]
+
+
 def test_a_prefix_of_packed_objects_is_warmed_in_a_few_gets_then_read_without_any(gw: Gateway) -> None:
     keys = [f"train/{i:04d}.jpg" for i in range(300)]
+    written = segments_written(gw)
     data = cold_set(gw, "wprefix", keys + ["val/0.jpg"], 16 * 1024)
+    # Usually one segment; a timed flush during the writes makes it more.
+    segments = segments_written(gw) - written
     before = gets(gw)
     job = cli(gw, "warm", "s3://wprefix/train/")
     result = job["result"]
     assert job["state"] == "succeeded" and job["progress"]["items_done"] == 300
     assert (result["objects"], result["hot_objects"], result["left_out_objects"]) == (300, 300, 0)
-    assert result["requests"] == gets(gw) - before <= 2, "300 packed objects, one ranged GET per segment run"
+    assert result["requests"] == gets(gw) - before <= max(2, segments), "one ranged GET per segment run"
     assert where(gw, "wprefix", "val/0.jpg") == "capacity", "outside the prefix: not warmed"
 
     s3 = make_client(gw.endpoint)
