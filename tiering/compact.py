@@ -101,12 +101,7 @@ class Compactor:
         # Segments with no data, only footer records (deletes, bucket events,
         # manifests of metadata-only changes), would pile up one per quiet
         # minute: merge them into one.
-        record_only = [s for s in await _pool.run(self._index.segments) if s.data == 0 and s.pins > 0]
-        if len(record_only) >= 2:
-            outcome = await asyncio.shield(self._merge(record_only))
-            if outcome is not None:
-                report.merged += len(record_only)
-                report.bytes_reclaimed += outcome
+        await asyncio.shield(self._merge(report))
         return report
 
     async def _compact_one(self, name: str, report: CompactionReport) -> None:
@@ -131,9 +126,17 @@ class Compactor:
             report.rewritten += 1
             report.bytes_reclaimed += outcome
 
-    async def _merge(self, olds: list[SegmentInfo]) -> int | None:
+    async def _merge(self, report: CompactionReport) -> None:
+        """Merge the record-only segments, listed under the lock: a pass
+        running beside this one may have merged or deleted some meanwhile."""
         async with self._layout:
-            return await self._rewrite(olds)
+            olds = [s for s in await _pool.run(self._index.segments) if s.data == 0 and s.pins > 0]
+            if len(olds) < 2:
+                return
+            outcome = await self._rewrite(olds)
+        if outcome is not None:
+            report.merged += len(olds)
+            report.bytes_reclaimed += outcome
 
     async def _tombstone_needed(self, tomb: seg.Tombstone) -> bool:
         """Needed unless a newer version of the key is itself safely in the

@@ -129,14 +129,24 @@ class Jobs:
         self._jobs: OrderedDict[str, Job] = OrderedDict()  # oldest first
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._numbers = itertools.count(1)
+        self._stopped = False
 
     def start(self, kind: str, params: Mapping[str, Any], work: Work) -> Job:
-        """Run ``work(job)`` in the background; its return value is the result."""
+        """Run ``work(job)`` in the background; its return value is the result.
+
+        Once :meth:`stop` ran (the node is shutting down) a job is recorded
+        as cancelled and its work never starts: the index and the capacity
+        store it would use are being closed."""
         # A counter keeps ids ordered; the random tail keeps them unguessable
         # across restarts (an old id never names a new job).
         job = Job(f"{next(self._numbers):04d}-{secrets.token_hex(3)}", kind, dict(params))
         self._jobs[job.id] = job
-        self._tasks[job.id] = asyncio.create_task(self._run(job, work), name=f"tierstore job {job.id}")
+        if self._stopped:
+            job.error("the gateway is stopping")
+            job.state, job.finished = JobState.CANCELLED, job.created
+        else:
+            task = asyncio.create_task(self._run(job, work), name=f"tierstore job {job.id}")
+            self._tasks[job.id] = task
         self._trim()
         return job
 
@@ -191,7 +201,8 @@ class Jobs:
         return job
 
     async def stop(self) -> None:
-        """Cancel every running job (at shutdown)."""
+        """Cancel every running job and start no more (at shutdown)."""
+        self._stopped = True
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

@@ -60,6 +60,27 @@ def test_a_failing_job_keeps_its_message_and_a_cancelled_one_says_so() -> None:
     asyncio.run(main())
 
 
+def test_after_stop_a_job_is_recorded_cancelled_and_never_runs() -> None:
+    """At shutdown the admin API still answers while the index closes: a job
+    started then must not touch it."""
+    ran: list[str] = []
+
+    async def work(job: Job) -> None:
+        ran.append(job.id)
+
+    async def main() -> None:
+        jobs = Jobs()
+        await jobs.stop()
+        job = jobs.start("flush", {}, work)
+        assert job.state is JobState.CANCELLED and job.done and job.finished is not None
+        assert job.errors == ["the gateway is stopping"]
+        assert (await jobs.wait(job.id, timeout=1)) is job
+        await asyncio.sleep(0)
+        assert ran == [] and jobs.get(job.id) is job
+
+    asyncio.run(main())
+
+
 def test_eta_follows_the_rate_and_unknown_totals_give_none() -> None:
     job = Job("1", "demo", {})
     job.started = 100.0
