@@ -25,7 +25,7 @@ prefix, keys or manifest". Those answers are 400s with the one error body,
 which the other checks verify.
 
 ``TIERSTORE_SCHEMA_EXAMPLES`` sets the generated cases per operation and
-phase (20 by default, for CI, with a fixed seed); a long run sets it to,
+phase (10 by default, for CI, with a fixed seed); a long run sets it to,
 say, 1000, and gets a random seed. What the runs found stays below as plain
 tests, so that CI sees it whatever the seed.
 """
@@ -48,7 +48,7 @@ from tests.conftest import assert_consistent
 from tests.integration.s3raw import Sender
 from tests.servers import ADMIN_TOKEN, Gateway
 
-EXAMPLES = int(os.environ.get("TIERSTORE_SCHEMA_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("TIERSTORE_SCHEMA_EXAMPLES", "10"))
 LONG_RUN = "TIERSTORE_SCHEMA_EXAMPLES" in os.environ
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 SOURCE_BUCKET = "schema-mount-source"

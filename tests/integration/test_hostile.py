@@ -15,7 +15,7 @@ their own whose ``client_timeout`` is two seconds, so the bounds on a slow
 request head or a stalled body show within a test's time.
 
 The raw-request fuzzer tries ``TIERSTORE_FUZZ_EXAMPLES`` requests per mode
-(default 200), as the parser fuzzer does (tests/unit/gateway/test_fuzz_parsers.py).
+(default 100), as the parser fuzzer does (tests/unit/gateway/test_fuzz_parsers.py).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from tests.conftest import running_gateway
 from tests.integration.s3raw import sign
 from tests.servers import Gateway
 
-EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "100"))
 CLIENT_TIMEOUT = 2.0  # the slow-client gateway's client_timeout
 MiB = 1024 * 1024
 TRIED = {"signed": 0, "unsigned": 0}

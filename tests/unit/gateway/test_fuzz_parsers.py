@@ -10,7 +10,7 @@ gateway answers with a 4xx status and an error document that is well-formed
 XML; never another exception, which the gateway would answer with 500. Where a
 writer exists, what it writes parses back to what was written.
 
-Examples per property: ``TIERSTORE_FUZZ_EXAMPLES`` (default 200, the CI
+Examples per property: ``TIERSTORE_FUZZ_EXAMPLES`` (default 100, the CI
 setting). A long run, about 20,000 inputs per property::
 
     TIERSTORE_FUZZ_EXAMPLES=20000 python -m pytest tests/unit/gateway/test_fuzz_parsers.py
@@ -50,7 +50,7 @@ from tiering.errors import NotModified, PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.names import MAX_KEY_BYTES, check_bucket_name, check_key
 
-EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "200"))
+EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
