@@ -1,7 +1,7 @@
 """The ``tierstore`` command line (console script and ``python -m gateway``).
 
 This module holds the app and the commands that run on the gateway's own
-machine and data dir (``serve``, ``recover``, ``check``); the commands that
+machine and data dir (``serve``, ``recover``, ``check``, ``env``); the commands that
 talk to a running gateway are in ``gateway/cli_admin.py`` (docs/cli.md).
 
 Flags default to None so that "not given" is distinguishable from a value and
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +25,7 @@ import typer
 
 from gateway import cli_admin, cli_mounts, cli_prefetch
 from gateway._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
+from gateway.cli_target import resolve_s3, resolve_target
 from gateway.config import VERSION, Config, load_config
 
 app = typer.Typer(
@@ -260,6 +262,33 @@ def check(data_dir: DataDir = None) -> None:
     if problems:
         raise typer.Exit(EXIT_FAILED)
     typer.echo(f"{path}: consistent")
+
+
+@app.command("env", rich_help_panel=GATEWAY_PANEL)
+def env_(config_file: ConfigFile = None, data_dir: DataDir = None) -> None:
+    """Print shell exports that point S3 clients and the hints helper at the gateway.
+
+    Run eval "$(tierstore env)" in the shell of a training job: boto3, the AWS
+    CLI, s3fs and pyarrow then reach the gateway with no further arguments.
+    The endpoint, keys and token are found as by the admin commands (docs/cli.md).
+    Not for the shell that starts a gateway over AWS S3: its AWS_* would win
+    over the capacity store's own credentials chain.
+    """
+    try:
+        s3 = resolve_s3(config_file=config_file, data_dir=data_dir)
+        admin = resolve_target(admin_url=None, token=None, config_file=config_file, data_dir=data_dir)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    for name, value in (
+        ("AWS_ENDPOINT_URL", s3.endpoint),
+        ("AWS_ACCESS_KEY_ID", s3.access_key),
+        ("AWS_SECRET_ACCESS_KEY", s3.secret_key),
+        ("AWS_DEFAULT_REGION", s3.region),
+        ("AWS_REGION", s3.region),
+        ("TIERSTORE_ADMIN_URL", admin.url),
+        ("TIERSTORE_ADMIN_TOKEN", admin.token),
+    ):
+        typer.echo(f"export {name}={shlex.quote(value)}")
 
 
 def _configure_logging(level: str) -> None:

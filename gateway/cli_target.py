@@ -1,4 +1,5 @@
-"""Where the CLI finds a running gateway's admin API, and the token it needs.
+"""Where the CLI finds a running gateway's admin API, and the token it needs;
+and, for ``tierstore env``, its S3 endpoint and a key pair.
 
 The address: ``--admin-url``, then ``TIERSTORE_ADMIN_URL``, then the
 ``admin_host``/``admin_port`` the gateway itself would use
@@ -9,6 +10,11 @@ The token: ``--token``, then ``TIERSTORE_ADMIN_TOKEN``, then ``admin_token`` in
 the ``--config`` file, then the token the gateway generated on first start in
 ``<data dir>/credentials.toml``; the data dir is ``--data-dir``, then
 ``TIERSTORE_DATA_DIR``, then ``data_dir`` in the file, then ``./tierstore-data``.
+
+The S3 endpoint and key pair follow the same order: ``TIERSTORE_HOST``/
+``TIERSTORE_PORT`` and ``TIERSTORE_ACCESS_KEY``/``TIERSTORE_SECRET_KEY``, then
+the ``--config`` file (its first ``[credentials]`` pair), then the pair the
+gateway generated in the data dir.
 
 Unlike :func:`gateway.config.load_config` this never writes anything: a client
 must not generate a token of its own. Errors are ``ValueError`` with a
@@ -39,11 +45,22 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class S3Target:
+    """What an S3 client needs to reach the gateway."""
+
+    endpoint: str
+    region: str
+    access_key: str
+    secret_key: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class _Source:
     """One place a value can come from, e.g. ``("--token", "abc")``."""
 
     label: str
     value: object
+    setting: str = ""  # the setting it is a value of, e.g. "admin_port"
 
 
 def resolve_target(
@@ -64,13 +81,54 @@ def resolve_target(
     return Target(url=url, token=str(found.value), token_source=found.label)
 
 
+def resolve_s3(
+    *, config_file: Path | None, data_dir: Path | None, env: Mapping[str, str] = os.environ
+) -> S3Target:
+    """The S3 side of the gateway, by the precedence rules of the module docstring."""
+    if config_file is None and (named := env.get(env_name("config"))):
+        config_file = Path(named).expanduser()
+    parsed = read_config_file(config_file) if config_file is not None else None
+    file = parsed.values if parsed is not None else {}
+    label = f"config file {config_file}"
+    host = _env(env, "host") or _file(file, label, "host")
+    port = _env(env, "port") or _file(file, label, "port")
+    region = _env(env, "region") or _file(file, label, "region")
+    endpoint = _url_of(
+        _host(host) if host else _DEFAULTS.host, _port(port) if port else _DEFAULTS.port
+    )
+    access, secret = _key_pair(data_dir, env, file, parsed.credentials if parsed else {}, label)
+    return S3Target(endpoint, str(region.value) if region else _DEFAULTS.region, access, secret)
+
+
+def _key_pair(
+    data_dir: Path | None,
+    env: Mapping[str, str],
+    file: Mapping[str, object],
+    credentials: Mapping[str, str],
+    label: str,
+) -> tuple[str, str]:
+    access, secret = _env(env, "access_key"), _env(env, "secret_key")
+    if access is not None and secret is not None:
+        return str(access.value).strip(), str(secret.value)
+    if credentials:
+        return next(iter(credentials.items()))
+    path = credentials_path(_data_dir(data_dir, env, file, label))
+    stored = stored_secrets(path.parent)
+    if "access_key" not in stored or "secret_key" not in stored:
+        raise ValueError(
+            f"no S3 key pair: set TIERSTORE_ACCESS_KEY and TIERSTORE_SECRET_KEY, or a [credentials] "
+            f"table in --config, or start the gateway once so it generates {path}"
+        )
+    return stored["access_key"], stored["secret_key"]
+
+
 def _env(env: Mapping[str, str], name: str) -> _Source | None:
     value = env.get(env_name(name)) or None  # empty counts as unset, as for the gateway
-    return None if value is None else _Source(env_name(name), value)
+    return None if value is None else _Source(env_name(name), value, name)
 
 
 def _file(file: Mapping[str, object], label: str, key: str) -> _Source | None:
-    return _Source(f"{label}, key {key!r}", file[key]) if key in file else None
+    return _Source(f"{label}, key {key!r}", file[key], key) if key in file else None
 
 
 def _url(flag: str | None, env: Mapping[str, str], file: Mapping[str, object], label: str) -> str:
@@ -95,7 +153,7 @@ def _checked_url(url: str, source: str) -> str:
 
 def _host(source: _Source) -> str:
     if not isinstance(source.value, str):
-        raise ValueError(f"invalid admin_host {source.value!r} (from {source.label})")
+        raise ValueError(f"invalid {source.setting} {source.value!r} (from {source.label})")
     # A gateway listening on every address is reached on loopback.
     return _WILDCARDS.get(source.value.strip(), source.value.strip())
 
@@ -104,14 +162,17 @@ def _port(source: _Source) -> int:
     raw = source.value
     if isinstance(raw, str) and raw.strip().isdigit():
         raw = int(raw)
+    name = source.setting
     if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 65535:
-        raise ValueError(f"invalid admin_port {source.value!r} (from {source.label})")
+        raise ValueError(f"invalid {name} {source.value!r} (from {source.label})")
     if raw == 0:
+        flag = "--admin-url" if name == "admin_port" else "TIERSTORE_PORT"
         raise ValueError(
-            f"admin_port is 0 (from {source.label}): the gateway picked a free port, "
-            "pass the address it printed with --admin-url"
+            f"{name} is 0 (from {source.label}): the gateway picked a free port, "
+            f"pass the port it printed with {flag}"
         )
     return raw
+
 
 
 def _url_of(host: str, port: int) -> str:

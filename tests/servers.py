@@ -48,6 +48,7 @@ class Gateway:
 
     data_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
     port: int = 0
     admin_port: int = 0
     proc: subprocess.Popen | None = None
@@ -68,6 +69,7 @@ class Gateway:
             TIERSTORE_SECRET_KEY=SECRET_KEY,
             TIERSTORE_ADMIN_TOKEN=ADMIN_TOKEN,
         )
+        env.update(self.extra_env)
         return env
 
     def start(self) -> Gateway:

@@ -227,9 +227,8 @@ class S3Store:
 
     # ---- lifecycle --------------------------------------------------------
 
-    async def start(self) -> None:
-        if self._client is not None:
-            return
+    def client_kwargs(self) -> dict[str, Any]:
+        """The arguments of the botocore client: its config, endpoint and keys."""
         config = AioConfig(
             max_pool_connections=max(self.concurrency * 2, 16),
             connect_timeout=5,
@@ -241,6 +240,10 @@ class S3Store:
             # it: the store refuses a body damaged on the way (BadDigest,
             # retried) rather than keeping it.
             request_checksum_calculation="when_supported",
+            # The store is `endpoint` or AWS, never AWS_ENDPOINT_URL: that
+            # variable points a shell's clients at this gateway
+            # (`tierstore env`), and the gateway must not become its own store.
+            ignore_configured_endpoint_urls=True,
             **({"s3": {"addressing_style": "path"}} if self.endpoint else {}),
         )
         kwargs: dict[str, Any] = {
@@ -252,6 +255,12 @@ class S3Store:
             # Otherwise the standard botocore chain (env, profiles, roles).
             kwargs["aws_access_key_id"] = self._access_key
             kwargs["aws_secret_access_key"] = self._secret_key
+        return kwargs
+
+    async def start(self) -> None:
+        if self._client is not None:
+            return
+        kwargs = self.client_kwargs()
         self._stack = AsyncExitStack()
         try:
             self._client = await self._stack.enter_async_context(

@@ -21,7 +21,7 @@ from botocore.exceptions import (
 )
 
 from tests.servers import free_port
-from tiering._s3 import MIN_PART_SIZE, S3Store
+from tiering._s3 import MIN_PART_SIZE, S3Store, _session
 from tiering.capacity import CapacityStore, LocalDirStore, open_capacity
 from tiering.errors import CapacityError, CapacityNotFound, TierstoreError
 
@@ -415,6 +415,19 @@ async def test_s3_start_unreachable(make_s3: Callable[..., S3Store], anyio_backe
         await store.start()
     assert "head_bucket failed after 2 attempts" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+async def test_s3_store_ignores_aws_endpoint_url(
+    moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    """AWS_ENDPOINT_URL is for a shell's clients (``tierstore env`` sets it to
+    the gateway); the capacity store is ``endpoint`` or AWS, never that."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_endpoint)
+    for endpoint, expected in ((None, "https://s3.amazonaws.com"), (moto_endpoint, moto_endpoint)):
+        store = S3Store("b", endpoint=endpoint, access_key="testing", secret_key="testing")
+        async with _session().create_client("s3", **store.client_kwargs()) as client:
+            assert client.meta.endpoint_url == expected
 
 
 async def test_s3_retries_throttling(s3store: S3Store, monkeypatch: pytest.MonkeyPatch) -> None:

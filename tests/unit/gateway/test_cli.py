@@ -29,7 +29,7 @@ from gateway import cli, cli_admin, server
 from gateway.admin import build_admin_app
 from gateway.admin_client import AdminClient
 from gateway.cli_admin import S3Location, parse_object_url, parse_s3_url
-from gateway.cli_target import resolve_target
+from gateway.cli_target import resolve_s3, resolve_target
 from gateway.config import VERSION, Config, credentials_path, load_config
 from tests.servers import free_port
 
@@ -830,3 +830,47 @@ def test_every_command_is_documented() -> None:
     assert len(paths) > 20
     missing = [p for p in paths if f"$ {p} --help" not in docs]
     assert not missing, f"docs/cli.md lacks the --help output of: {', '.join(missing)}"
+
+
+def test_s3_target_precedence_env_file_generated(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    credentials_path(data).write_text('access_key = "GEN"\nsecret_key = "gen-secret"\n')
+    toml = tmp_path / "gw.toml"
+    toml.write_text(f'data_dir = "{data}"\nhost = "0.0.0.0"\nport = 9200\nregion = "eu-west-1"\n')
+
+    def target(env: dict[str, str]) -> tuple[str, str, str, str]:
+        s3 = resolve_s3(config_file=toml, data_dir=None, env=env)
+        return s3.endpoint, s3.region, s3.access_key, s3.secret_key
+
+    assert target({}) == ("http://127.0.0.1:9200", "eu-west-1", "GEN", "gen-secret")
+    toml.write_text(f'data_dir = "{data}"\n[credentials]\nFILE = "file-secret"\n')
+    assert target({}) == ("http://127.0.0.1:9100", "us-east-1", "FILE", "file-secret")
+    env = {"TIERSTORE_ACCESS_KEY": "ENV", "TIERSTORE_SECRET_KEY": "env-secret", "TIERSTORE_PORT": "9300"}
+    assert target(env) == ("http://127.0.0.1:9300", "us-east-1", "ENV", "env-secret")
+    assert "env-secret" not in repr(resolve_s3(config_file=toml, data_dir=None, env=env))
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({}, "no S3 key pair: set TIERSTORE_ACCESS_KEY"),
+        ({"TIERSTORE_PORT": "0"}, "port is 0 (from TIERSTORE_PORT): the gateway picked a free port"),
+        ({"TIERSTORE_PORT": "http"}, "invalid port 'http' (from TIERSTORE_PORT)"),
+    ],
+)
+def test_env_command_errors_exit_2_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for name in ("TIERSTORE_ACCESS_KEY", "TIERSTORE_SECRET_KEY", "TIERSTORE_CONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    if env:
+        monkeypatch.setenv("TIERSTORE_ACCESS_KEY", "AK")
+        monkeypatch.setenv("TIERSTORE_SECRET_KEY", "SK")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = runner.invoke(cli.app, ["env"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"tierstore: {message}")
+    assert result.stderr.count("\n") == 1
