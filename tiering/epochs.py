@@ -27,6 +27,7 @@ ended or abandoned epoch stops asking for anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import secrets
@@ -285,10 +286,9 @@ class Epochs:
 
     async def _run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=0.5)
-            except TimeoutError:
-                pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):  # not wait_for: see Flusher.run
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self._round()

@@ -140,7 +140,8 @@ class Flusher:
         """Start a round and wait for ``future`` (set when the round wrote it)."""
         self.request()
         try:
-            await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                await future
         except TimeoutError:
             raise ServiceUnavailable(
                 f"The capacity store did not take the {what} in time"
@@ -187,7 +188,11 @@ class Flusher:
         while True:
             timed_out = False
             try:
-                await asyncio.wait_for(self._wake.wait(), self._settings.flush_delay)
+                # Not asyncio.wait_for: on Python 3.11 it drops a cancellation
+                # that arrives in the step the event is set, and the task
+                # would run a round during shutdown.
+                async with asyncio.timeout(self._settings.flush_delay):
+                    await self._wake.wait()
             except TimeoutError:
                 timed_out = True
             self._wake.clear()

@@ -30,7 +30,6 @@ from tiering.settings import TierSettings
 log = logging.getLogger("tierstore.tiers")
 
 _PROBE = "ready-probe"  # never written: only asked for
-_CANCEL_AGAIN = 2.0  # seconds a cancelled background task has to end before another cancel
 
 
 class ForeignSegments(Exception):
@@ -104,12 +103,6 @@ class Tiers:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            # A task can swallow its cancellation (Python 3.11's wait_for
-            # returns the inner result when that completed in the same step)
-            # and go on to wait for the layout lock held here: cancel again.
-            while not task.done():
-                await asyncio.wait({task}, timeout=_CANCEL_AGAIN)
-                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
