@@ -77,13 +77,19 @@ def http_date(epoch_seconds: int) -> str:
 def parse_http_date(value: str | None) -> int | None:
     """Epoch seconds, or None when absent or unparseable (RFC 9110 says an
     invalid date in a conditional header is ignored)."""
+    parsed = parse_http_datetime(value)
+    return None if parsed is None else int(parsed.timestamp())
+
+
+def parse_http_datetime(value: str | None) -> datetime | None:
+    """An RFC 7231 date (or RFC 850 / asctime) in UTC; None when absent or unparseable."""
     if not value:
         return None
     try:
         parsed = parsedate_to_datetime(value)
-        if parsed.tzinfo is None:
+        if parsed.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
             parsed = parsed.replace(tzinfo=UTC)
-        return int(parsed.timestamp())
+        return parsed.astimezone(UTC)
     except (TypeError, ValueError, IndexError, OverflowError):  # e.g. year 10000 in UTC
         return None
 

@@ -23,7 +23,6 @@ import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from urllib.parse import unquote
 
 from gateway._signing import (
@@ -37,7 +36,7 @@ from gateway._signing import (
     utf8,
 )
 from gateway.errors import S3Error
-from gateway.headers import decimal
+from gateway.headers import decimal, parse_http_datetime
 
 __all__ = ["SUB_RESOURCES", "UNSIGNABLE", "authenticate"]
 
@@ -147,16 +146,7 @@ def _check_header_time(headers: Mapping[str, str], now: datetime) -> list[tuple[
 
 def _parse_time(value: str) -> datetime | None:
     """An RFC 7231 date, or the ISO 8601 basic form some clients put in x-amz-date."""
-    when = parse_amz_date(value.strip())
-    if when is not None:
-        return when
-    try:
-        when = parsedate_to_datetime(value)
-        if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
-            when = when.replace(tzinfo=UTC)
-        return when.astimezone(UTC)
-    except (TypeError, ValueError, IndexError, OverflowError):  # year 10000 in UTC
-        return None
+    return parse_amz_date(value.strip()) or parse_http_datetime(value)
 
 
 def _check_query(query: Mapping[str, str], now: datetime) -> tuple[str, str, str]:

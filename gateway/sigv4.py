@@ -20,8 +20,7 @@ import hmac
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from urllib.parse import quote
 
@@ -39,7 +38,7 @@ from gateway._signing import (
     utf8,
 )
 from gateway.errors import S3Error
-from gateway.headers import decimal
+from gateway.headers import decimal, parse_http_datetime
 
 __all__ = ["AuthContext", "authenticate"]
 
@@ -261,13 +260,9 @@ def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
         if when is None:
             raise S3Error("AccessDenied", _BAD_DATE)
         return headers["x-amz-date"], when
-    try:
-        when = parsedate_to_datetime(headers["date"])
-        if when.tzinfo is None:  # "-0000" means UTC of unknown origin (RFC 5322)
-            when = when.replace(tzinfo=UTC)
-        when = when.astimezone(UTC)
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError):  # year 10000 in UTC
-        raise S3Error("AccessDenied", _BAD_DATE) from None
+    when = parse_http_datetime(headers.get("date"))
+    if when is None:
+        raise S3Error("AccessDenied", _BAD_DATE)
     return when.strftime(AMZ_DATE_FORMAT), when
 
 

@@ -3,15 +3,18 @@
 ``signed`` signs a raw request with botocore's own SigV4 signer (optionally
 with another key pair, another clock or a declared payload hash that is not
 the body's) and sends it with httpx; ``raw_http`` sends bytes exactly as
-given (for paths httpx would re-encode). ``check_error`` asserts the shape
+given (for paths httpx would re-encode); ``read_answer`` reads one response
+off a raw socket. ``check_error`` asserts the shape
 of an S3 error response; ``boto_error`` does the same for a boto3 call.
 """
 
 from __future__ import annotations
 
 import hashlib
+import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.client import HTTPConnection
 from typing import Any
@@ -180,3 +183,38 @@ def boto_error(client: RecordingClient, call: Callable[..., Any], status: int, c
     body = raw["body"] if isinstance(raw["body"], bytes) else b""
     check_error_parts(raw["status_code"], raw["headers"], body, status, code, head=head)
     return err
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def read_answer(sock: socket.socket, head_only: bool = False) -> Answer | None:
+    """One HTTP response from ``sock`` (interim 1xx ones skipped); None if
+    the server closed (or reset) the connection without one."""
+    data = b""
+    try:
+        while True:
+            while b"\r\n\r\n" not in data:
+                piece = sock.recv(65536)
+                if not piece:
+                    return None
+                data += piece
+            head, _, data = data.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            if not lines[0].startswith("HTTP/1.1 1"):  # 100 Continue precedes the answer
+                break
+        body = data
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = 0 if head_only else int(headers.get("content-length", "0"))
+        while len(body) < length:
+            piece = sock.recv(65536)
+            if not piece:
+                break
+            body += piece
+    except ConnectionResetError:
+        return None
+    return Answer(int(lines[0].split(" ")[1]), headers, body[:length])

@@ -29,7 +29,6 @@ import socket
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -39,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import running_gateway
-from tests.integration.s3raw import sign
+from tests.integration.s3raw import Answer, read_answer, sign
 from tests.servers import Gateway
 
 EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "100"))
@@ -49,41 +48,6 @@ TRIED = {"signed": 0, "unsigned": 0}
 
 
 # -- raw HTTP ---------------------------------------------------------------------
-
-
-@dataclass
-class Answer:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-def read_answer(sock: socket.socket, head_only: bool = False) -> Answer | None:
-    """One HTTP response from ``sock`` (interim 1xx ones skipped); None if
-    the server closed (or reset) the connection without one."""
-    data = b""
-    try:
-        while True:
-            while b"\r\n\r\n" not in data:
-                piece = sock.recv(65536)
-                if not piece:
-                    return None
-                data += piece
-            head, _, data = data.partition(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            if not lines[0].startswith("HTTP/1.1 1"):  # 100 Continue precedes the answer
-                break
-        body = data
-        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        length = 0 if head_only else int(headers.get("content-length", "0"))
-        while len(body) < length:
-            piece = sock.recv(65536)
-            if not piece:
-                break
-            body += piece
-    except ConnectionResetError:
-        return None
-    return Answer(int(lines[0].split(" ")[1]), headers, body[:length])
 
 
 def connect(gw: Gateway, timeout: float = 30.0) -> socket.socket:
