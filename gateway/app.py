@@ -72,10 +72,12 @@ class S3App:
         self._context = Context(self.config, service)
 
     async def shutdown(self) -> None:
+        # Dropped first: while the service closes, the admin API answers 503
+        # rather than reach into an index being closed.
         self._context = None
-        if self.service is not None:
-            await self.service.close()
-            self.service = None
+        service, self.service = self.service, None
+        if service is not None:
+            await service.close()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":

@@ -874,3 +874,34 @@ def test_env_command_errors_exit_2_with_one_line(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"tierstore: {message}")
     assert result.stderr.count("\n") == 1
+
+
+def test_admin_answers_503_while_the_service_closes(tmp_path: Path) -> None:
+    from gateway.app import S3App
+
+    config = load_config({"data_dir": tmp_path / "data"}, env={"TIERSTORE_ADMIN_TOKEN": "tok"})
+    s3 = S3App(config)
+    admin = build_admin_app(config, s3)
+
+    async def go() -> tuple[int, str]:
+        await s3.startup()
+        service = s3.service
+        assert service is not None
+        release = asyncio.Event()
+        close = service.close
+
+        async def slow_close() -> None:
+            await release.wait()
+            await close()
+
+        service.close = slow_close  # type: ignore[method-assign]
+        stopping = asyncio.create_task(s3.shutdown())
+        await asyncio.sleep(0)
+        transport = httpx.ASGITransport(app=admin)
+        async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
+            answer = await client.get("/stats", headers={"Authorization": "Bearer tok"})
+        release.set()
+        await stopping
+        return answer.status_code, answer.json()["error"]["code"]
+
+    assert asyncio.run(go()) == (503, "Unavailable")
