@@ -1,22 +1,48 @@
-# tierstore gateway image: the same `tierstore serve` the README starts.
+# tierstore gateway image: the same `tierstore serve` the README starts,
+# listening on every interface of the container, its data dir on /data.
+# docs/deployment.md: building, running, volumes, credentials.
 FROM python:3.11-slim
 
-RUN useradd --create-home --uid 10001 tierstore
-WORKDIR /app
-COPY pyproject.toml README.md ./
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# /data is created owned by the gateway's user: a new named volume mounted
+# there starts with this ownership.
+RUN groupadd --gid 10001 tierstore \
+    && useradd --create-home --uid 10001 --gid 10001 tierstore \
+    && mkdir /data \
+    && chown 10001:10001 /data
+
+WORKDIR /src
+# Dependencies first, read from pyproject.toml itself (no second list to keep
+# in step), so a change of the source rebuilds only the layers below.
+COPY pyproject.toml ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+    && pip install -r /tmp/requirements.txt \
+    && rm /tmp/requirements.txt
+COPY README.md ./
 COPY gateway ./gateway
 COPY tiering ./tiering
 COPY packer ./packer
-RUN pip install --no-cache-dir .
+RUN pip install --no-deps . \
+    && pip check \
+    && rm -rf /src/build /src/*.egg-info
 
-USER tierstore
+# Numeric, so an orchestrator can tell it is not root (runAsNonRoot).
+USER 10001:10001
 WORKDIR /data
-# Listen on all interfaces inside the container; publish ports explicitly.
+# Listen on all interfaces inside the container; the compose file publishes
+# the ports on the host's loopback only.
 ENV TIERSTORE_HOST=0.0.0.0 \
     TIERSTORE_ADMIN_HOST=0.0.0.0 \
-    TIERSTORE_DATA_DIR=/data/tierstore-data
+    TIERSTORE_DATA_DIR=/data
+VOLUME ["/data"]
 EXPOSE 9100 9101
-HEALTHCHECK --interval=10s --timeout=3s --start-period=30s \
-    CMD python -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:9101/health').status == 200 else 1)"
+# GET /health on the admin port is public: 503 while starting or stopping,
+# 200 while S3 is served. The start period covers the start-up sweep.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('TIERSTORE_ADMIN_PORT') or '9101'; urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=3)"]
 ENTRYPOINT ["tierstore"]
 CMD ["serve"]
