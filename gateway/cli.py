@@ -242,15 +242,24 @@ def _progress_printer() -> Callable[[int, int], None]:
     return show
 
 
+CheckedDir = Annotated[
+    Path,
+    typer.Option(
+        "--data-dir", envvar="TIERSTORE_DATA_DIR", show_envvar=False,
+        help="The stopped gateway's data dir; env TIERSTORE_DATA_DIR. (default: ./tierstore-data)",
+    ),
+]
+
+
 @app.command(rich_help_panel=GATEWAY_PANEL)
-def check(data_dir: DataDir = None) -> None:
+def check(data_dir: CheckedDir = Path("tierstore-data")) -> None:
     """Check a stopped gateway's data dir: index and hot-tier files agree.
 
     Exits 0 when consistent, 1 with one line per problem otherwise.
     """
     from tiering import fsck
 
-    path = data_dir or Path("tierstore-data")
+    path = data_dir
     if not (path / "index").exists():
         fail(f"{path} holds no tierstore index", EXIT_USAGE)
     try:

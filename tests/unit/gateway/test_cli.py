@@ -905,3 +905,10 @@ def test_admin_answers_503_while_the_service_closes(tmp_path: Path) -> None:
         return answer.status_code, answer.json()["error"]["code"]
 
     assert asyncio.run(go()) == (503, "Unavailable")
+
+
+def test_check_reads_the_data_dir_from_the_environment(tmp_path: Path) -> None:
+    where = tmp_path / "elsewhere"
+    result = runner.invoke(cli.app, ["check"], env={"TIERSTORE_DATA_DIR": str(where)})
+    assert result.exit_code == 2
+    assert result.stderr == f"tierstore: {where} holds no tierstore index\n"
