@@ -27,12 +27,21 @@ KINDS = {"get", "get_large", "get_range", "head", "put", "overwrite", "put_large
 
 
 @pytest.fixture
-def soak(monkeypatch: pytest.MonkeyPatch):
-    """The benchmark module (its siblings import each other by name)."""
+def workload(monkeypatch: pytest.MonkeyPatch):
+    """The benchmark's workload module (its siblings import each other by name)."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    import soak
+    import _soak_workload
 
-    return soak
+    return _soak_workload
+
+
+@pytest.fixture
+def measure(monkeypatch: pytest.MonkeyPatch):
+    """The benchmark's measurement module: figures, verdict, log reading."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import _soak_measure
+
+    return _soak_measure
 
 
 def run_soak(json_path: Path) -> subprocess.CompletedProcess[str]:
@@ -85,43 +94,43 @@ def samples(rss_mib: list[float]) -> list[dict]:
     return [{"t": float(t), "rss_kib": int(mib * 1024)} for t, mib in enumerate(rss_mib)]
 
 
-def test_rss_slope_is_measured_over_the_second_half(soak) -> None:
+def test_rss_slope_is_measured_over_the_second_half(measure) -> None:
     # Growth while warming up, then flat with noise: flat.
     warm = [100 + t for t in range(60)] + [160 + (t % 3) for t in range(60)]
-    figures = soak.rss_figures(samples(warm), seconds=120, hwm_kib=170 * 1024)
+    figures = measure.rss_figures(samples(warm), seconds=120, hwm_kib=170 * 1024)
     assert abs(figures["slope_mib_per_min"]) < 1
     assert figures["at"]["25"] == pytest.approx(130, abs=1) and figures["peak_mib"] == 170
     # 0.2 MiB a second from the middle on: 12 MiB/min.
     leak = [100.0] * 60 + [100 + 0.2 * t for t in range(60)]
-    figures = soak.rss_figures(samples(leak), seconds=120, hwm_kib=0)
+    figures = measure.rss_figures(samples(leak), seconds=120, hwm_kib=0)
     assert figures["slope_mib_per_min"] == pytest.approx(12, rel=0.05)
     # Buffers of requests in flight at the end: every sample's fit tilts, the floor does not.
     spike = [100.0] * 115 + [250.0] * 5
-    figures = soak.rss_figures(samples(spike), seconds=120, hwm_kib=0)
+    figures = measure.rss_figures(samples(spike), seconds=120, hwm_kib=0)
     assert figures["raw_slope_mib_per_min"] > 20
     assert figures["slope_mib_per_min"] == pytest.approx(0, abs=0.01)
 
 
-def test_a_growing_rss_fails_the_run(soak) -> None:
-    args = type("Args", (), {"max_rss_slope": soak.MAX_RSS_SLOPE})()
+def test_a_growing_rss_fails_the_run(measure) -> None:
+    args = type("Args", (), {"max_rss_slope": measure.MAX_RSS_SLOPE})()
     leak = samples([100 + 0.5 * t for t in range(120)])
     run = {"wall_s": 120.0, "latencies": {k: [0.01] for k in KINDS}, "errors_by_kind": {},
            "errors": 0, "fill_errors": 0, "final_listing": {"ok": True}, "fsck_problems": [],
            "samples": leak, "end": {"VmHWM": 0}, "bytes_up": 0, "bytes_down": 0,
            "gateway_log": {"errors": 0, "tracebacks": 0}}
-    summary = soak.summarise(run, args)
+    summary = measure.summarise(run, args)
     assert not summary["passed"]
     assert summary["failures"] == [
         "the RSS floor grows 30.0 MiB/min over the second half (limit 10)"]
     flat = samples([100.0] * 120)
-    assert soak.summarise(run | {"samples": flat}, args)["passed"]
-    assert not soak.summarise(run | {"samples": flat, "errors": 1, "errors_by_kind": {"get": 1}},
-                              args)["passed"]
+    assert measure.summarise(run | {"samples": flat}, args)["passed"]
+    assert not measure.summarise(run | {"samples": flat, "errors": 1, "errors_by_kind": {"get": 1}},
+                                 args)["passed"]
     logged = {"errors": 0, "tracebacks": 1}
-    assert not soak.summarise(run | {"samples": flat, "gateway_log": logged}, args)["passed"]
+    assert not measure.summarise(run | {"samples": flat, "gateway_log": logged}, args)["passed"]
 
 
-def test_errors_in_the_gateway_log_are_counted(soak, tmp_path: Path) -> None:
+def test_errors_in_the_gateway_log_are_counted(measure, tmp_path: Path) -> None:
     log = tmp_path / "data-gateway.log"
     log.write_text("\n".join([
         "2026-01-01 10:00:00,001 INFO tierstore: serving",
@@ -139,7 +148,7 @@ def test_errors_in_the_gateway_log_are_counted(soak, tmp_path: Path) -> None:
         '  File "gateway/app.py", line 2, in __call__',
         "RuntimeError: boom",
     ]))
-    found = soak.log_problems(log)
+    found = measure.log_problems(log)
     assert (found["warnings"], found["errors"], found["tracebacks"]) == (1, 2, 2)
     assert found["first_errors"] == [
         "2026-01-01 10:00:02,000 ERROR tierstore.flush: segment upload failed",
@@ -163,8 +172,8 @@ class LyingS3:
     """An in-memory S3 bucket for one worker that can be told to lie: flip
     a byte of every body, or ignore deletes."""
 
-    def __init__(self, soak) -> None:
-        self.soak = soak
+    def __init__(self, workload) -> None:
+        self.workload = workload
         self.objects: dict[str, tuple[bytes, str]] = {}
         self.flip = self.keep_deleted = False
 
@@ -173,7 +182,7 @@ class LyingS3:
 
     def upload_fileobj(self, fileobj, bucket: str, key: str, Config) -> None:
         data = fileobj.read()
-        etag = self.soak.multipart_etag(memoryview(data), Config.multipart_chunksize)
+        etag = self.workload.multipart_etag(memoryview(data), Config.multipart_chunksize)
         self.objects[key] = (data, f'"{etag}"')
 
     def _find(self, key: str, code: str) -> tuple[bytes, str]:
@@ -211,11 +220,11 @@ class LyingS3:
 
 
 @pytest.mark.parametrize("lie", ["flip", "keep_deleted"])
-def test_the_checks_catch_a_lying_store(soak, lie: str) -> None:
-    plan = soak.Plan(threads=1, small_keys=20, large_keys=1, small=(4096, 65536),
-                     large=(65536, 131072))  # "large" only in name: the store is a dict
-    s3 = LyingS3(soak)
-    worker = soak.Worker(0, s3, plan, soak.Pool(2**20, seed=1), seed=1)
+def test_the_checks_catch_a_lying_store(workload, lie: str) -> None:
+    plan = workload.Plan(threads=1, small_keys=20, large_keys=1, small=(4096, 65536),
+                         large=(65536, 131072))  # "large" only in name: the store is a dict
+    s3 = LyingS3(workload)
+    worker = workload.Worker(0, s3, plan, workload.Pool(2**20, seed=1), seed=1)
     worker.fill(threading.Event())
     for _ in range(300):
         worker.step()
