@@ -278,7 +278,8 @@ def env_(config_file: ConfigFile = None, data_dir: DataDir = None) -> None:
     """Print shell exports that point S3 clients and the hints helper at the gateway.
 
     Run eval "$(tierstore env)" in the shell of a training job: boto3, the AWS
-    CLI, s3fs and pyarrow then reach the gateway with no further arguments.
+    CLI and s3fs then reach the gateway with no further arguments (other
+    clients: docs/clients.md).
     The endpoint, keys and token are found as by the admin commands (docs/cli.md).
     Not for the shell that starts a gateway over AWS S3: its AWS_* would win
     over the capacity store's own credentials chain.
