@@ -1,8 +1,8 @@
 """The acceptance test of `tierstore recover`: the node's disk is lost, the
 namespace comes back from the segment footers in the capacity store.
 
-One capacity store (a real moto S3 server) is filled once per module: 5,000
-objects of 0 B..20 KiB in two buckets, a few of 6-12 MiB (split into parts)
+One capacity store (a real moto S3 server) is filled once per module: 2,000
+objects (``TIERSTORE_RECOVER_OBJECTS``; 5,000 in ``scripts/release-check``) of 0 B..20 KiB in two buckets, a few of 6-12 MiB (split into parts)
 and one multipart upload, then 500 overwritten and 500 deleted, all flushed;
 besides, an empty bucket, a deleted one and a bucket policy (write-through).
 The gateway is stopped and its data directory deleted. Then:
@@ -17,6 +17,7 @@ The gateway is stopped and its data directory deleted. Then:
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import uuid
@@ -45,7 +46,7 @@ from tiering.index import Index
 
 BUCKETS = ("train", "val")  # hold the objects
 EMPTY, DROPPED = "empty-one", "dropped"  # a bucket left empty, one deleted after a flush
-COUNT = 5_000
+COUNT = int(os.environ.get("TIERSTORE_RECOVER_OBJECTS", "2000"))
 SIZES = ["--segment-size", "8M"]  # several packed segments in the store
 
 
@@ -110,7 +111,7 @@ def store(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
             Bucket="train", Key="checked.txt", Body=b"checked", ChecksumAlgorithm="SHA256"
         )["ChecksumSHA256"]
         oracle.entries[("train", "checked.txt")] = Entry(b"checked")
-        # 5,000 objects, sizes 0 B .. 20 KiB. Most through the lean signer (boto3 costs ~4 ms of
+        # COUNT objects, sizes 0 B .. 20 KiB. Most through the lean signer (boto3 costs ~4 ms of
         # client CPU a request on two cores); every tenth through boto3 with a content type and
         # user metadata.
         items = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -189,5 +190,7 @@ class TiersMachine(RuleBasedStateMachine):
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-TiersMachine.TestCase.settings = settings(max_examples=15, stateful_step_count=25, deadline=None)
+# 10 runs of 25 steps; TIERSTORE_MODEL_EXAMPLES=200 in scripts/release-check.
+EXAMPLES = int(os.environ.get("TIERSTORE_MODEL_EXAMPLES", "10"))
+TiersMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=25, deadline=None)
 test_tiers_against_model = TiersMachine.TestCase
