@@ -71,10 +71,18 @@ def plan_runs(extents: Iterable[Extent], gap: int, span: int) -> list[Run]:
     """Group extents into runs, by segment and offset: a hole of at most
     ``gap`` bytes between neighbours is read along (cheaper than another
     request), a run spans at most ``span`` bytes (an extent larger than that
-    is a run of its own). The same extent listed twice is read once."""
+    is a run of its own). The same extent listed twice is read once.
+
+    Runs come in the order their extents were asked for (a run's first
+    member in ``extents`` decides): a caller listing extents in read order,
+    as the prefetcher does, gets its GETs issued in that order."""
     if gap < 0 or span <= 0:
         raise ValueError(f"need gap >= 0 and span > 0, got gap={gap} span={span}")
-    unique = {ext.place: ext for ext in extents}
+    unique: dict[tuple[str, int, int], Extent] = {}
+    asked: dict[tuple[str, int, int], int] = {}
+    for i, ext in enumerate(extents):
+        unique.setdefault(ext.place, ext)
+        asked.setdefault(ext.place, i)
     runs: list[Run] = []
     members: list[Extent] = []
     start = end = 0
@@ -90,6 +98,7 @@ def plan_runs(extents: Iterable[Extent], gap: int, span: int) -> list[Run]:
         members, start, end = [ext], ext.offset, ext_end
     if members:
         runs.append(Run(members[0].segment, start, end, tuple(members)))
+    runs.sort(key=lambda run: min(asked[ext.place] for ext in run.extents))
     return runs
 
 
@@ -250,18 +259,7 @@ class ExtentReader:
         decoded extent per run.
         """
         report = FetchReport()
-        todo: list[Extent] = []
-        others: list[Extent] = []
-        for ext in {e.place: e for e in extents}.values():
-            name = ext.cache_name
-            if self._hot.is_cached(name):
-                report.skipped += 1
-                if pin:
-                    self._hot.pin([name])
-            elif ext.place in self._flight or name in self._fills or self._hot.is_filling(name):
-                others.append(ext)
-            else:
-                todo.append(ext)
+        todo, others = self._sort_out({e.place: e for e in extents}.values(), pin, report)
         jobs = [self._run(run, pin, on_filled, report) for run in plan_runs(todo, gap, span)]
         jobs += [self._skip(ext, pin, report) for ext in others]
         tasks = [asyncio.create_task(job) for job in jobs]
@@ -271,6 +269,25 @@ class ExtentReader:
             for task in tasks:  # after a failure or a cancellation, stop the rest
                 task.cancel()
         return report
+
+    def _sort_out(
+        self, extents: Iterable[Extent], pin: bool, report: FetchReport
+    ) -> tuple[list[Extent], list[Extent]]:
+        """Extents still to fetch, and those someone else is fetching or
+        filling; cached ones are counted as skipped (and pinned with ``pin``)."""
+        todo: list[Extent] = []
+        others: list[Extent] = []
+        for ext in extents:
+            name = ext.cache_name
+            if self._hot.is_cached(name):
+                report.skipped += 1
+                if pin:
+                    self._hot.pin([name])
+            elif ext.place in self._flight or name in self._fills or self._hot.is_filling(name):
+                others.append(ext)
+            else:
+                todo.append(ext)
+        return todo, others
 
     async def _skip(self, ext: Extent, pin: bool, report: FetchReport) -> None:
         """An extent someone else is fetching or filling: with ``pin``, wait
@@ -309,12 +326,10 @@ class ExtentReader:
         skips: list[asyncio.Task[None]] = []
         async with self._runs:
             async with self._gets:
-                mine = [ext for ext in run.extents if ext.place not in self._flight]
-                skips = [
-                    asyncio.create_task(self._skip(ext, pin, report))
-                    for ext in run.extents
-                    if ext.place in self._flight
-                ]
+                # Sorted out again: while this run waited for its slot, a
+                # reader may have fetched and cached some of its extents.
+                mine, others = self._sort_out(run.extents, pin, report)
+                skips = [asyncio.create_task(self._skip(ext, pin, report)) for ext in others]
                 if mine:
                     pieces = await self._get_run(run, mine, pin, on_filled, report)
             # Not gather: cancelling this call must not cancel pieces that

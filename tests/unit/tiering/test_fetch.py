@@ -240,7 +240,13 @@ def test_plan_runs() -> None:
     big = Extent(SEG_A, 200, 500, 500)
     empty = Extent(SEG_A, 150, 0, 0)  # same offset as the entry after it
     runs = plan_runs([big, *small, *small, empty], gap=0, span=100)
-    assert [(r.start, r.end, len(r.extents)) for r in runs] == [(100, 150, 6), (200, 700, 1)]
+    # In the order asked for: the big extent came first.
+    assert [(r.start, r.end, len(r.extents)) for r in runs] == [(200, 700, 1), (100, 150, 6)]
+    # A run goes where its first-asked member was.
+    runs = plan_runs([big, small[3], small[0]], gap=20, span=100)
+    assert [(r.start, r.end) for r in runs] == [(200, 700), (100, 140)]
+    runs = plan_runs([small[3], big, small[0]], gap=20, span=100)
+    assert [(r.start, r.end) for r in runs] == [(100, 140), (200, 700)]
     assert plan_runs([], gap=0, span=1) == []
     with pytest.raises(ValueError):
         plan_runs(small, gap=0, span=0)
@@ -403,5 +409,39 @@ def test_empty_extents_ride_along_or_need_no_get(tmp_path: Path) -> None:
         assert store.gets == 1 and only_empty.requests == 0 and only_empty.extents == 1
         expected = {e.cache_name: p for e, p in zip(extents, payloads)}
         await _consistent(reader, hot, expected | {Extent(SEG_B, 64, 0, 0).cache_name: b""})
+
+    asyncio.run(go())
+
+
+def test_runs_are_fetched_in_the_order_asked_for(tmp_path: Path) -> None:
+    async def go():
+        store, _, reader = _many(tmp_path, concurrency=1)
+        later = await _packed(store, SEG_A, [_payload(0)])
+        first = await _packed(store, SEG_B, [_payload(1)])
+        report = await reader.fetch_many([*first, *later])
+        assert report.requests == 2
+        assert [name for name, _, _ in store.ranges] == [segment_path(SEG_B), segment_path(SEG_A)]
+
+    asyncio.run(go())
+
+
+def test_a_run_skips_what_was_cached_while_it_waited_for_a_get(tmp_path: Path) -> None:
+    """A reader that fetched an extent itself while the run holding it
+    waited for a GET slot: the run does not fetch it again."""
+    async def go():
+        store, hot, reader = _many(tmp_path, concurrency=1)
+        a = await _packed(store, SEG_A, [_payload(0)])
+        b = await _packed(store, SEG_B, [_payload(1)])
+        store.gate = asyncio.Event()
+        warming = asyncio.create_task(reader.fetch_many([*a, *b]))
+        await store.entered.wait()  # the run of A holds the only GET slot
+        other = ExtentReader(LocalDirStore(tmp_path / "cap"), hot, concurrency=1)
+        assert await other.fetch(b[0]) == _payload(1)
+        await other.drain()
+        store.gate.set()
+        report = await warming
+        assert store.ranges == [(segment_path(SEG_A), a[0].offset, a[0].offset + a[0].stored)]
+        assert (report.requests, report.extents, report.skipped) == (1, 1, 1)
+        await _consistent(reader, hot, {a[0].cache_name: _payload(0), b[0].cache_name: _payload(1)})
 
     asyncio.run(go())
