@@ -32,7 +32,7 @@ from botocore.config import Config as BotoConfig
 from botocore.utils import parse_timestamp
 from delay_proxy import DelayProxy
 
-from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, wait_http
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, stop_process, wait_http
 
 REGION = "us-east-1"
 
@@ -98,13 +98,7 @@ def moto_server() -> Iterator[tuple[str, int]]:
         wait_http(f"{endpoint}/moto-api/", timeout=60, proc=proc)
         yield endpoint, proc.pid
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout=15)
 
 
 @dataclass(frozen=True)

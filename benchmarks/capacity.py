@@ -54,7 +54,7 @@ from _common import REGION, client, machine, process_cpu, table, temp_dir, write
 from botocore.config import Config as BotoConfig
 from delay_proxy import DelayProxy
 
-from tests.servers import ADMIN_TOKEN, Gateway, free_port, wait_http
+from tests.servers import ADMIN_TOKEN, Gateway, free_port, stop_process, wait_http
 
 KiB, MiB, GiB = 1024, 1024**2, 1024**3
 CAPACITY_BUCKET = "bench"  # in moto: the gateway's segments
@@ -135,13 +135,7 @@ def moto_store() -> Iterator[tuple[int, int]]:
         moto_client(f"http://127.0.0.1:{port}").create_bucket(Bucket=CAPACITY_BUCKET)
         yield port, proc.pid
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, timeout=15)
 
 
 def moto_client(endpoint: str):  # type: ignore[no-untyped-def]

@@ -42,6 +42,18 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+    """Signal a process we started (if it still runs), and kill it if it has
+    not ended ``timeout`` seconds later."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @dataclass
 class Gateway:
     """A `tierstore serve` subprocess and how to reach it."""
@@ -89,13 +101,7 @@ class Gateway:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig)
         self.proc = None
 
     def restart(self) -> Gateway:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from tests.servers import free_port, wait_http
+from tests.servers import free_port, stop_process, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "docs" / "quickstart.md"
@@ -84,16 +83,6 @@ class Site:
         return (self.dir.parent / "gateway.log").read_text(errors="replace")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[Site]:
     yield Site(tmp_path)
@@ -115,7 +104,7 @@ def test_embedded_defaults_first_epoch_then_evict_warm_and_a_hot_epoch(site: Sit
         assert (site.dir / "tierstore-data" / "credentials.toml").exists()
         out = site.run(first.splitlines()[0] + "\n" + second)  # the same shell: env evaluated
     finally:
-        stop(proc)
+        stop_process(proc)
     assert proc.returncode == 0, site.log()[-3000:]
     assert "OK: webdataset verified 512 samples" in out, out
     hit_ratio = re.search(r"epoch e\w+: \w+, 16/16 objects read, hit ratio ([\d.]+)", out)
@@ -148,7 +137,7 @@ def test_in_front_of_an_s3_store(site: Site, moto_endpoint: str, tmp_path: Path)
     try:
         out = site.run(blocks("client")[0] + ".venv/bin/tierstore flush\n")
     finally:
-        stop(proc)
+        stop_process(proc)
     assert "OK: webdataset verified 512 samples" in out, out
     stored = moto.list_objects_v2(Bucket="quickstart-capacity", Prefix="tierstore/")
     assert stored.get("KeyCount", 0) > 0, stored
