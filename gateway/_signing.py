@@ -3,6 +3,7 @@ and the wire-level helpers both signature versions need."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import re
@@ -54,12 +55,21 @@ class AuthContext:
         )))
 
 
+@functools.lru_cache(maxsize=256)
 def parse_amz_date(value: str) -> datetime | None:
-    if not _AMZ_DATE.fullmatch(value):  # strptime alone would accept unpadded fields
+    """``20261203T165600Z`` as an aware UTC datetime; None if malformed.
+
+    Cached: requests signed in the same second carry the same value, and
+    this runs for every request (strptime alone cost a third of a SigV4
+    check)."""
+    if not _AMZ_DATE.fullmatch(value):  # exactly 8 digits, T, 6 digits, Z
         return None
     try:
-        return datetime.strptime(value, AMZ_DATE_FORMAT).replace(tzinfo=UTC)
-    except ValueError:  # e.g. month 13
+        return datetime(
+            int(value[0:4]), int(value[4:6]), int(value[6:8]),
+            int(value[9:11]), int(value[11:13]), int(value[13:15]), tzinfo=UTC,
+        )
+    except ValueError:  # e.g. month 13, or second 60
         return None
 
 
@@ -92,7 +102,7 @@ def candidate_uris(raw_path: str) -> list[str]:
 
 
 def hmac_hex(key: bytes, message: str) -> str:
-    return hmac.new(key, utf8(message), hashlib.sha256).hexdigest()
+    return hmac.digest(key, utf8(message), "sha256").hex()  # one-shot: no HMAC object
 
 
 def utf8(text: str) -> bytes:

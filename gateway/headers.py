@@ -7,6 +7,7 @@ Metadata: x-amz-meta-* and the stored representation headers.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
@@ -70,7 +71,10 @@ def _unsatisfiable(header: str, size: int) -> InvalidRange:
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def http_date(epoch_seconds: int) -> str:
+    """An RFC 7231 date; cached, as a hot object's Last-Modified is formatted
+    on every GET."""
     return format_datetime(datetime.fromtimestamp(epoch_seconds, UTC), usegmt=True)
 
 
