@@ -73,6 +73,7 @@ class Epochs:
         self._gate = asyncio.Semaphore(max(2, service.settings.fetch_concurrency))
         self._tasks: set[asyncio.Task[None]] = set()
         self._stale = False  # the future needs recomputing (see _replan)
+        self._ahead_done: set[str] = set()  # epochs with nothing left to fetch past their window
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -165,6 +166,7 @@ class Epochs:
     def _close(self, epoch: Epoch, state: str) -> None:
         epoch.state = state
         epoch.finished = time.time()
+        self._ahead_done.discard(epoch.id)
         following = [e for e in self._epochs.values() if e.bucket == epoch.bucket and e.state == "queued"]
         if following:
             self._activate(min(following, key=lambda e: e.created))
@@ -210,6 +212,7 @@ class Epochs:
             else:
                 epoch.positions[reader] = max(epoch.positions[reader], position)
             epoch.consumed.add(position)
+            self._ahead_done.discard(epoch.id)  # the horizon moved
             now = time.monotonic()
             elapsed = max(now - epoch._rate_at, 1e-3)
             epoch._rate = 0.9 * epoch._rate + 0.1 * (1.0 / elapsed)
@@ -316,6 +319,43 @@ class Epochs:
                 plan += self._plan(nxt, epoch.lookahead_bytes, epoch.window - left)[0]
             if plan:
                 await self._fetch(epoch, plan, room)
+            elif not self._tasks and epoch.id not in self._ahead_done and self._managed(epoch):
+                # The window is hot and nothing is in flight: go on past it,
+                # as far as the room allows, while the readers have not
+                # caught up (else the bulk phase stopped at the window's
+                # neighbours, wherever the first round's timing left it).
+                ahead = await _pool.run(self._ahead, epoch, room)
+                if ahead:
+                    self._spawn_batch(epoch, ahead, gap=BULK_GAP, span=BULK_SPAN)
+                else:
+                    self._ahead_done.add(epoch.id)  # until a read or an eviction
+
+    def _managed(self, epoch: Epoch) -> bool:
+        """A mounted bucket's epoch is prefetched object by object, within
+        its window only: its source is not ours to read ahead of the job."""
+        return self._service.mounts.get(epoch.bucket) is None
+
+    def _ahead(self, epoch: Epoch, room: int) -> list[Entry]:
+        """Upcoming objects past the window that are neither hot nor in
+        flight, in read order, before the horizon the room allows and up to
+        EXTRA_LIMIT bytes. O(horizon): called in the pool."""
+        hot = self._service.hot
+        horizon = epoch.horizon(room)
+        ahead: list[Entry] = []
+        nbytes = 0
+        for position in itertools.islice(epoch.upcoming(), epoch.window, None):
+            if position >= horizon + epoch.readers:  # every reader's cursor is past it
+                break
+            entry = epoch.entries[position]
+            if position >= horizon or entry.missing or entry.key in self._inflight:
+                continue
+            if entry.resolved and entry.names and all(hot.is_cached(n) for n in entry.names):
+                continue
+            ahead.append(entry)
+            nbytes += entry.size
+            if nbytes > EXTRA_LIMIT:
+                break
+        return ahead
 
     def _adapt(self, epoch: Epoch) -> None:
         """Window in objects: enough to cover about two seconds of reads at

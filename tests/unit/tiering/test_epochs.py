@@ -159,3 +159,24 @@ def test_packed_neighbours_are_found_once_within_reach_and_the_horizon_follows_t
     assert epoch.horizon(room=1000) == 10, "ten 100-byte objects fit ahead of the slowest reader"
     epoch.positions = [19]
     assert epoch.horizon(room=1000) == 30
+
+
+def test_past_a_hot_window_the_prefetch_goes_on_as_far_as_the_room_allows() -> None:
+    """With the window's objects hot and nothing in flight, the next
+    objects past it, in read order, up to the horizon, are what to fetch;
+    hot ones and those in flight are left out; nothing once all are hot."""
+    def body() -> None:
+        hot = _Hot()
+        epochs = _epochs(hot)
+        epoch = epochs.adopt(_epoch([f"k{i}" for i in range(100)], readers=2))
+        epochs._adapt(epoch)
+        order = list(epoch.upcoming())
+        window, horizon = order[: epoch.window], epoch.horizon(40)
+        hot.cached |= {f"file-k{p}" for p in window}
+        epochs._inflight.add(f"k{order[epoch.window]}")
+        ahead = [e.key for e in epochs._ahead(epoch, 40)]
+        assert ahead == [f"k{p}" for p in order[epoch.window + 1:] if p < horizon]
+        assert len(ahead) == horizon - epoch.window - 1
+        hot.cached |= {f"file-{key}" for key in ahead}
+        assert epochs._ahead(epoch, 40) == []
+    run(body)

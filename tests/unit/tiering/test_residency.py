@@ -112,6 +112,7 @@ def test_pin_pulls_cold_objects_in_and_eviction_spares_them(node: Node) -> None:
 
     for i in range(6):
         assert node.get("data", f"val/{i}") == bytes([i]) * 100_000  # cached, unpinned
+    node.run(service.tiers.reader.drain())  # a read's cache fill ends after its answer
     evicted = node.run(service.tiers.residency.evict("data", ""))
     assert (evicted.evicted_bytes, evicted.skipped_pinned_bytes) == (600_000, 600_000)
     assert node.run(service.tiers.residency.evict()).evicted_bytes == 0
