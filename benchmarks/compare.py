@@ -32,6 +32,10 @@ Workloads (``--quick`` sizes in parentheses):
   3. PUTs of the small objects from ``--writers`` (16) threads: objects/s,
      and requests to the capacity store per 500 objects (PUTs and flush)
   4. a ListObjectsV2 listing of the small objects' prefix, pages of 1,000
+  5. server efficiency: wrk (C, ``-t2 -c16 -d10s --latency``) against ONE
+     hot 64 KiB object of every server (a presigned SigV4 URL for the S3
+     ones): requests/s, p50/p99, server CPU seconds per 1,000 requests and
+     cores busy (nginx-local near 1 core with 1 worker: saturated)
 
 Run:  .venv/bin/python benchmarks/compare.py [--quick] [--objects 4000] [--latency-ms 20]
 """
@@ -43,6 +47,7 @@ import contextlib
 import json
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -55,6 +60,7 @@ from _common import client, gateway, machine, table, temp_dir, write_results
 from _compare_client import PlainClient, SignedClient
 from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone
 from _compare_workloads import epoch, ingest, listing, random_ranges, ranged_gets, whole_get
+from _compare_wrk import ensure_wrk, presigned_get, server_efficiency
 from capacity import moto_client, moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
 from epoch import Admin, body_of, checker, key_of
@@ -128,7 +134,8 @@ class Run:
 
     def __init__(self, args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
         self.args, self.stack = args, stack
-        self.results: dict = {"skipped": {}, "epoch": [], "large": [], "ingest": [], "listing": []}
+        self.results: dict = {"skipped": {}, "epoch": [], "large": [], "ingest": [], "listing": [],
+                              "wrk": []}
         self.keys = [key_of(i) for i in range(args.objects)]
         rng = random.Random(7)  # randbytes takes at most 2**31 bits at a time
         self.large = b"".join(rng.randbytes(MiB) for _ in range(args.large_mib))
@@ -263,6 +270,37 @@ class Run:
             self.run_epoch(peer.name, "cold", lean, pids, before=peer.cold)
         self.run_epoch(peer.name, "hot", lean, pids)
 
+    # -- workload 5 -----------------------------------------------------------------
+
+    def wrk_all(self, by_name: dict[str, Peer]) -> None:
+        """wrk against one hot small object of tierstore and every peer."""
+        args = self.args
+        try:
+            binary = ensure_wrk()
+        except (OSError, RuntimeError) as exc:
+            self.results["skipped"]["wrk"] = str(exc)
+            log(f"[wrk] left out: {exc}")
+            return
+        key = self.keys[0]
+        targets: list[tuple[str, str, Callable[[], list[int]]]] = [
+            ("tierstore", presigned_get(self.gw.endpoint, BUCKET, key), self.gw_pids)]
+        for name in ("nginx-local", "nginx-cache", "rclone", "juicefs"):
+            if (peer := by_name.get(name)) is not None:
+                url = (presigned_get(peer.endpoint, BUCKET, key) if peer.signed
+                       else f"{peer.endpoint}/{BUCKET}/{key}")
+                targets.append((name, url, peer.pids))
+        for name, url, pids in targets:
+            try:
+                figures = server_efficiency(binary, url, args.size, args.wrk_seconds,
+                                            args.wrk_connections, {"server": pids})
+            except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+                self.results["skipped"][f"wrk {name}"] = str(exc)
+                log(f"[wrk] {name} left out: {exc}")
+                continue
+            self.results["wrk"].append({"config": name, "state": "hot"} | figures)
+            log(f"[wrk] {name}: {figures['requests_per_s']:,.0f} requests/s, p99 "
+                f"{figures['p99_ms']:.1f} ms, server {figures['server_cores']:.2f} cores busy")
+
     # -- workload 2 -----------------------------------------------------------------
 
     def large_reads(self, name: str, lean, make_cold: Callable[[], None] | None) -> None:  # type: ignore[no-untyped-def]
@@ -322,6 +360,8 @@ def run(args: argparse.Namespace) -> dict:
         for name in ("nginx-cache", "rclone", "juicefs"):
             if name in by_name:
                 r.epochs_peer(by_name[name])
+        if "wrk" not in args.skip:  # while everything is hot
+            r.wrk_all(by_name)
 
         if "nginx-local" in by_name:
             r.large_reads("nginx-local", PlainClient(by_name["nginx-local"].port), None)
@@ -418,6 +458,26 @@ def report_listing(rows: list[dict]) -> list[str]:
                    "tierstore / this"], out)]
 
 
+def report_wrk(rows: list[dict], workers: int) -> list[str]:
+    rps = (lambda row: row["requests_per_s"])
+    local = _base(rows, "nginx-local", rps)
+    out = [[row["config"], f"{row['requests_per_s']:,.0f}", f"{row['p50_ms']:.2f}",
+            f"{row['p99_ms']:.2f}", f"{row['server_cpu_per_1k']:.3f}", f"{row['server_cores']:.2f}",
+            f"{row['wrk_cores']:.2f}", f"{row['non_2xx'] + row['socket_errors']:,}",
+            _ratio(row["requests_per_s"], local)] for row in rows]
+    notes = []
+    nginx = next((row for row in rows if row["config"] == "nginx-local"), None)
+    if nginx is not None:
+        busy = nginx["server_cores"] / workers
+        verdict = ("saturated: wrk drives it to its limit" if busy >= 0.9
+                   else "not saturated: the load generator or the machine is the limit")
+        notes = [f"nginx-local: {nginx['requests_per_s']:,.0f} requests/s with "
+                 f"{nginx['server_cores']:.2f} cores busy for worker_processes {workers} "
+                 f"({busy:.0%} of its workers): {verdict}.", ""]
+    return notes + [table(["config", "requests/s", "p50 ms", "p99 ms", "server CPU s / 1k requests",
+                           "server cores busy", "wrk cores busy", "errors", "x nginx-local"], out)]
+
+
 def report(args: argparse.Namespace, r: dict) -> str:
     d = r["delay"]
     lines = [
@@ -448,6 +508,10 @@ def report(args: argparse.Namespace, r: dict) -> str:
     lines += report_ingest(r["ingest"], args.objects) + [""]
     lines += [f"### 4. Listing ({args.objects:,} keys, ListObjectsV2 pages of 1,000)", ""]
     lines += report_listing(r["listing"]) + [""]
+    if r["wrk"]:
+        lines += [f"### 5. Server efficiency (wrk -t2 -c{args.wrk_connections} -d{args.wrk_seconds}s, "
+                  f"one hot {args.size // KiB} KiB object, presigned GETs to the S3 servers)", ""]
+        lines += report_wrk(r["wrk"], args.nginx_workers) + [""]
     return "\n".join(lines)
 
 
@@ -468,8 +532,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nginx-workers", type=int, default=1,
                     help="nginx worker_processes (1: as many processes as tierstore runs)")
     ap.add_argument("--skip", action="append", default=[],
-                    choices=["nginx-local", "nginx-cache", "rclone", "juicefs"],
-                    help="leave a peer out (repeatable)")
+                    choices=["nginx-local", "nginx-cache", "rclone", "juicefs", "wrk"],
+                    help="leave a peer, or the wrk workload, out (repeatable)")
+    ap.add_argument("--wrk-seconds", type=int, default=10, help="wrk's run per server, seconds (10)")
+    ap.add_argument("--wrk-connections", type=int, default=16, help="wrk's connections (16)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     args.objects = args.objects or (1000 if args.quick else 4000)
