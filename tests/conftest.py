@@ -10,6 +10,7 @@ import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 
+from tests import summary
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
 from tiering import fsck
 
@@ -86,3 +87,14 @@ def moto_endpoint() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # type: ignore[no-untyped-def]
+    """xdist: a worker ended; keep the summary lines its modules reported."""
+    summary.collect(node.config, getattr(node, "workeroutput", {}))
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    for line in summary.lines(config):
+        terminalreporter.write_line(line)

@@ -37,6 +37,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import summary
 from tests.conftest import running_gateway
 from tests.integration.s3raw import Answer, read_answer, sign
 from tests.servers import Gateway
@@ -580,9 +581,6 @@ def test_zz_no_traceback_logged(gateway: Gateway, log_offset: int) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def _count_requests(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.getplugin("terminalreporter"), plugins.getplugin("capturemanager")
-    if reporter is not None and capture is not None and any(TRIED.values()):
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(f"\nhostile requests tried: {TRIED['signed']} signed, "
-                                f"{TRIED['unsigned']} unsigned or garbled")
+    if any(TRIED.values()):
+        summary.report(request.config, f"hostile requests tried: {TRIED['signed']} signed, "
+                                       f"{TRIED['unsigned']} unsigned or garbled")

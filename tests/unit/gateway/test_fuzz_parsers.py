@@ -42,6 +42,7 @@ from gateway.errors import S3Error, to_s3_error
 from gateway.handlers import listing, multipart, objects
 from gateway.http import S3Request
 from packer.ranges import ByteRange
+from tests import summary
 from tests.unit.gateway.test_chunked import build_signed, build_unsigned, crc32_b64, signer
 from tests.unit.gateway.test_sigv4 import AK, KEYS, presigned, signed
 from tiering import checksums
@@ -63,12 +64,9 @@ T = TypeVar("T")
 @pytest.fixture(scope="module", autouse=True)
 def _count_inputs(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    plugins = request.config.pluginmanager
-    reporter, capture = plugins.getplugin("terminalreporter"), plugins.getplugin("capturemanager")
-    if reporter is not None and capture is not None and TRIED:
+    if TRIED:
         parts = ", ".join(f"{name} {count}" for name, count in sorted(TRIED.items()))
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(f"\nfuzz inputs tried: {sum(TRIED.values())} ({parts})")
+        summary.report(request.config, f"fuzz inputs tried: {sum(TRIED.values())} ({parts})")
 
 
 # -- the property -------------------------------------------------------------
