@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -22,7 +21,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
-from gateway.http import ClientDisconnected, Response, S3Request
+from gateway.http import ClientDisconnected, Response, S3Request, new_request_id
 from gateway.metrics import Metrics, tier_of
 from gateway.server import StartupError
 from gateway.storage import object_service
@@ -102,7 +101,7 @@ class S3App:
 
     async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         start = time.perf_counter()
-        request_id = secrets.token_hex(8).upper()
+        request_id = new_request_id()
         method = scope["method"]
         resource = scope.get("path", "/")
         body_done = not _has_body(scope)

@@ -259,18 +259,17 @@ def check(data_dir: CheckedDir = Path("tierstore-data")) -> None:
     """
     from tiering import fsck
 
-    path = data_dir
-    if not (path / "index").exists():
-        fail(f"{path} holds no tierstore index", EXIT_USAGE)
+    if not (data_dir / "index").exists():
+        fail(f"{data_dir} holds no tierstore index", EXIT_USAGE)
     try:
-        problems = fsck.check(path)
+        problems = fsck.check(data_dir)
     except Exception as exc:  # e.g. the index is locked by a running gateway
-        fail(f"cannot check {path}: {exc}", EXIT_FAILED)
+        fail(f"cannot check {data_dir}: {exc}", EXIT_FAILED)
     for problem in problems:
         typer.echo(problem)
     if problems:
         raise typer.Exit(EXIT_FAILED)
-    typer.echo(f"{path}: consistent")
+    typer.echo(f"{data_dir}: consistent")
 
 
 @app.command("env", rich_help_panel=GATEWAY_PANEL)

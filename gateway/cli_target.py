@@ -29,7 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway.config import Config, credentials_path, env_name, read_config_file, stored_secrets
+from gateway.config import (
+    Config,
+    ConfigFile,
+    credentials_path,
+    env_key_pair,
+    env_name,
+    read_config_file,
+    stored_secrets,
+)
 
 _DEFAULTS = Config()  # the gateway's own defaults: admin_host, admin_port, data_dir
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}
@@ -72,10 +80,8 @@ def resolve_target(
     env: Mapping[str, str] = os.environ,
 ) -> Target:
     """Apply the precedence rules of the module docstring, once, for every command."""
-    if config_file is None and (named := env.get(env_name("config"))):
-        config_file = Path(named).expanduser()  # as for the gateway: TIERSTORE_CONFIG
-    file = read_config_file(config_file).values if config_file is not None else {}
-    label = f"config file {config_file}"
+    parsed, label = _config_file(config_file, env)
+    file = parsed.values if parsed is not None else {}
     url = _url(admin_url, env, file, label)
     found = _token(token, data_dir, env, file, label)
     return Target(url=url, token=str(found.value), token_source=found.label)
@@ -85,11 +91,8 @@ def resolve_s3(
     *, config_file: Path | None, data_dir: Path | None, env: Mapping[str, str] = os.environ
 ) -> S3Target:
     """The S3 side of the gateway, by the precedence rules of the module docstring."""
-    if config_file is None and (named := env.get(env_name("config"))):
-        config_file = Path(named).expanduser()
-    parsed = read_config_file(config_file) if config_file is not None else None
+    parsed, label = _config_file(config_file, env)
     file = parsed.values if parsed is not None else {}
-    label = f"config file {config_file}"
     host = _env(env, "host") or _file(file, label, "host")
     port = _env(env, "port") or _file(file, label, "port")
     region = _env(env, "region") or _file(file, label, "region")
@@ -107,19 +110,25 @@ def _key_pair(
     credentials: Mapping[str, str],
     label: str,
 ) -> tuple[str, str]:
-    access, secret = _env(env, "access_key"), _env(env, "secret_key")
-    if access is not None and secret is not None:
-        return str(access.value).strip(), str(secret.value)
-    if credentials:
-        return next(iter(credentials.items()))
-    path = credentials_path(_data_dir(data_dir, env, file, label))
-    stored = stored_secrets(path.parent)
+    configured = env_key_pair(env) or credentials  # as the gateway: one half alone is an error
+    if configured:
+        return next(iter(configured.items()))
+    where = _data_dir(data_dir, env, file, label)
+    stored = stored_secrets(where)
     if "access_key" not in stored or "secret_key" not in stored:
         raise ValueError(
             f"no S3 key pair: set TIERSTORE_ACCESS_KEY and TIERSTORE_SECRET_KEY, or a [credentials] "
-            f"table in --config, or start the gateway once so it generates {path}"
+            f"table in --config, or start the gateway once so it generates {credentials_path(where)}"
         )
     return stored["access_key"], stored["secret_key"]
+
+
+def _config_file(config_file: Path | None, env: Mapping[str, str]) -> tuple[ConfigFile | None, str]:
+    """The --config file (else TIERSTORE_CONFIG's, as for the gateway), read, and its label."""
+    if config_file is None and (named := env.get(env_name("config"))):
+        config_file = Path(named).expanduser()
+    parsed = read_config_file(config_file) if config_file is not None else None
+    return parsed, f"config file {config_file}"
 
 
 def _env(env: Mapping[str, str], name: str) -> _Source | None:
@@ -172,7 +181,6 @@ def _port(source: _Source) -> int:
             f"pass the port it printed with {flag}"
         )
     return raw
-
 
 
 def _url_of(host: str, port: int) -> str:

@@ -385,7 +385,8 @@ def _env(env: Mapping[str, str], name: str) -> str | None:
     return env.get(name) or None  # empty counts as unset
 
 
-def _env_pair(env: Mapping[str, str]) -> dict[str, str]:
+def env_key_pair(env: Mapping[str, str]) -> dict[str, str]:
+    """TIERSTORE_ACCESS_KEY/SECRET_KEY as {access: secret}, {} if neither; both or neither."""
     access = _env(env, env_name("access_key"))
     secret = _env(env, env_name("secret_key"))
     if access is None and secret is None:
@@ -562,7 +563,7 @@ def _check_combinations(config: Config, sources: Mapping[str, str]) -> None:
 
 def _with_secrets(config: Config, env: Mapping[str, str], file: ConfigFile | None) -> Config:
     credentials = dict(file.credentials) if file is not None else {}
-    credentials.update(_env_pair(env))  # the environment wins for the same key id
+    credentials.update(env_key_pair(env))  # the environment wins for the same key id
     token = config.admin_token
     if credentials and token:
         return replace(config, credentials=credentials)

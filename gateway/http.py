@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -135,9 +136,7 @@ class Response:
             self.body = b""
             return
         except BaseException:
-            aclose = getattr(rest, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await _close(rest)
             raise
         self.body = _prepended(first, rest)
 
@@ -169,9 +168,12 @@ class Response:
                 gone.cancel()
                 if gone.done() and not gone.cancelled():
                     gone.exception()  # retrieved: a failed receive is a disconnect too
-            aclose = getattr(body, "aclose", None)
-            if aclose is not None:
-                await aclose()  # runs the generator's cleanup now, not at GC
+            await _close(body)
+
+
+def new_request_id() -> str:
+    """x-amz-request-id (and x-amz-id-2): 16 hex digits, as S3's."""
+    return secrets.token_hex(8).upper()
 
 
 async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -180,9 +182,14 @@ async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[
         async for chunk in rest:
             yield chunk
     finally:
-        aclose = getattr(rest, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await _close(rest)
+
+
+async def _close(body: AsyncIterator[bytes]) -> None:
+    """Run a streamed body's cleanup now (an async generator's), not at GC."""
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 async def _disconnected(receive: Any) -> None:

@@ -39,7 +39,6 @@ import ctypes
 import functools
 import importlib.util
 import os
-import secrets
 import signal
 import socket
 import threading
@@ -299,8 +298,9 @@ class _BoundedHeads:
             super().send_400_response(message)  # type: ignore[misc]
             return
         from gateway import xml  # imported late, as the data plane is (see _default_s3_app)
+        from gateway.http import new_request_id
 
-        request_id = secrets.token_hex(8).upper()
+        request_id = new_request_id()
         body = xml.error(S3Error(code, message), "", request_id)
         head = (f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n"
                 f"content-length: {len(body)}\r\nconnection: close\r\nserver: tierstore\r\n"

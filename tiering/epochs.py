@@ -328,7 +328,7 @@ class Epochs:
                 if ahead:
                     self._spawn_batch(epoch, ahead, gap=BULK_GAP, span=BULK_SPAN)
                 else:
-                    self._ahead_done.add(epoch.id)  # until a read or an eviction
+                    self._ahead_done.add(epoch.id)  # until a read moves a reader
 
     def _managed(self, epoch: Epoch) -> bool:
         """A mounted bucket's epoch is prefetched object by object, within

@@ -30,18 +30,26 @@ def fs(gateway: Gateway):
     )
 
 
-def _aws_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+def clean_env(home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment without the caller's AWS_* and TIERSTORE_*,
+    with a HOME of its own, no AWS config files and no instance metadata,
+    plus ``extra``: what a client subprocess of a test starts from."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TIERSTORE_"))}
     env.update(
-        AWS_ACCESS_KEY_ID=ACCESS_KEY,
-        AWS_SECRET_ACCESS_KEY=SECRET_KEY,
-        AWS_DEFAULT_REGION="us-east-1",
+        HOME=str(home),
         AWS_CONFIG_FILE="/dev/null",
         AWS_SHARED_CREDENTIALS_FILE="/dev/null",
         AWS_EC2_METADATA_DISABLED="true",
-        HOME=str(home),
+        **extra,
     )
     return env
+
+
+def aws_env(home: Path) -> dict[str, str]:
+    """:func:`clean_env` with the test gateway's key pair and region."""
+    return clean_env(
+        home, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_DEFAULT_REGION="us-east-1"
+    )
 
 
 class AwsRunner:
@@ -83,4 +91,4 @@ class AwsRunner:
 @pytest.fixture
 def aws(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> AwsRunner:
     assert AWS_BIN.exists(), f"AWS CLI not found at {AWS_BIN}"
-    return AwsRunner(gateway.endpoint, _aws_env(tmp_path_factory.mktemp("aws-home")))
+    return AwsRunner(gateway.endpoint, aws_env(tmp_path_factory.mktemp("aws-home")))

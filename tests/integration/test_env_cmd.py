@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import clean_env
 from tests.servers import Gateway
 
 BIN = Path(sys.executable).parent
@@ -22,16 +23,7 @@ GENERATED = {"TIERSTORE_ACCESS_KEY": "", "TIERSTORE_SECRET_KEY": "", "TIERSTORE_
 
 
 def _clean_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TIERSTORE_"))}
-    env.update(
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        HOME=str(home),
-        AWS_CONFIG_FILE="/dev/null",
-        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
-        AWS_EC2_METADATA_DISABLED="true",
-        **extra,
-    )
-    return env
+    return clean_env(home, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **extra)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ server's, instead of the example's).
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -22,6 +21,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from tests.integration.conftest import clean_env
 from tests.servers import free_port, stop_process, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,12 +50,8 @@ class Site:
         (self.dir / ".venv").symlink_to(Path(sys.prefix))
         (self.dir / "examples").symlink_to(ROOT / "examples")
         self.port, self.admin_port = free_port(), free_port()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TIERSTORE_"))}
-        self.env.update(
-            HOME=str(root),
-            AWS_CONFIG_FILE="/dev/null",
-            AWS_SHARED_CREDENTIALS_FILE="/dev/null",
-            AWS_EC2_METADATA_DISABLED="true",
+        self.env = clean_env(
+            root,
             PIP_DISABLE_PIP_VERSION_CHECK="1",
             TIERSTORE_PORT=str(self.port),
             TIERSTORE_ADMIN_PORT=str(self.admin_port),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import AWS_BIN, _aws_env
+from tests.integration.conftest import AWS_BIN, aws_env
 from tests.servers import ADMIN_TOKEN, Gateway
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -28,8 +28,7 @@ def recipe_env(gateway: Gateway, tmp_path_factory: pytest.TempPathFactory) -> di
     """A clean environment (no AWS_* or TIERSTORE_* of the caller, HOME of
     its own, no AWS config files) with the gateway's variables, and the
     venv's bin first on PATH for the AWS CLI."""
-    env = {k: v for k, v in _aws_env(tmp_path_factory.mktemp("recipes-home")).items()
-           if not k.startswith("TIERSTORE_")}
+    env = aws_env(tmp_path_factory.mktemp("recipes-home"))
     env.update(
         AWS_ENDPOINT_URL=gateway.endpoint,
         TIERSTORE_ADMIN_URL=gateway.admin_url,
