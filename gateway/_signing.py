@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, unquote_to_bytes
 
+from tiering.sigv4 import EMPTY_SHA256, signature, utf8
+
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 # S3 refuses a request whose time is more than 15 minutes from its clock.
 MAX_SKEW = timedelta(minutes=15)
 AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
@@ -38,7 +38,7 @@ class AuthContext:
     def chunk_signature(self, previous_signature: str, chunk_sha256_hex: str) -> str:
         """One aws-chunked chunk's signature, chained on the previous one (the
         seed is the request's; the empty-string hash stands for no headers)."""
-        return hmac_hex(self.signing_key, "\n".join((
+        return signature(self.signing_key, "\n".join((
             "AWS4-HMAC-SHA256-PAYLOAD", self.amz_date, self.scope,
             previous_signature, EMPTY_SHA256, chunk_sha256_hex,
         )))
@@ -49,7 +49,7 @@ class AuthContext:
         ``trailer_bytes`` is each trailer as ``name:value\n`` (LF, not the wire's
         CRLF), as in AWS's "Signature calculations for trailing headers" example.
         """
-        return hmac_hex(self.signing_key, "\n".join((
+        return signature(self.signing_key, "\n".join((
             "AWS4-HMAC-SHA256-TRAILER", self.amz_date, self.scope,
             previous_signature, hashlib.sha256(trailer_bytes).hexdigest(),
         )))
@@ -99,15 +99,6 @@ def candidate_uris(raw_path: str) -> list[str]:
     as_sent = raw_path or "/"
     reencoded = quote(unquote_to_bytes(utf8(as_sent)), safe="/")
     return [as_sent] if reencoded == as_sent else [as_sent, reencoded]
-
-
-def hmac_hex(key: bytes, message: str) -> str:
-    return hmac.digest(key, utf8(message), "sha256").hex()  # one-shot: no HMAC object
-
-
-def utf8(text: str) -> bytes:
-    # surrogateescape: bytes a caller decoded that way go back out unchanged.
-    return text.encode("utf-8", "surrogateescape")
 
 
 def iso(when: datetime) -> str:

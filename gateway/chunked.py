@@ -34,6 +34,7 @@ import re
 from typing import Final, Protocol
 
 from gateway.errors import S3Error
+from tiering.sigv4 import EMPTY_SHA256
 
 SIGNED: Final = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 SIGNED_TRAILER: Final = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
@@ -48,7 +49,6 @@ MAX_LINE: Final = 4 * 1024
 MAX_TRAILERS: Final = 16 * 1024
 
 TRAILER_SIGNATURE: Final = "x-amz-trailer-signature"
-_EMPTY_SHA256: Final = hashlib.sha256(b"").hexdigest()
 _HEX_SIZE = re.compile(rb"[0-9a-fA-F]{1,16}")
 _SIGNED_EXT = re.compile(rb";chunk-signature=([0-9a-fA-F]{64})")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -214,7 +214,7 @@ class AwsChunkedDecoder:
             )
         if size == 0:
             if self.signed:
-                self._verify_chunk(_EMPTY_SHA256)
+                self._verify_chunk(EMPTY_SHA256)
             self._state = _TRAILER
         else:
             self._remaining = size

@@ -15,13 +15,11 @@ HTTP stack writes for the str values it signs).
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
 from urllib.parse import quote
 
 from gateway import sigv2
@@ -31,7 +29,6 @@ from gateway._signing import (
     UNSIGNED_PAYLOAD,
     AuthContext,
     candidate_uris,
-    hmac_hex,
     iso,
     parse_amz_date,
     split_query,
@@ -39,16 +36,14 @@ from gateway._signing import (
 )
 from gateway.errors import S3Error
 from gateway.headers import decimal, parse_http_datetime
+from tiering.sigv4 import ALGORITHM, SERVICE, TERMINATOR, credential_scope, signature, signing_key, string_to_sign
 
 __all__ = ["AuthContext", "authenticate"]
 
-ALGORITHM = "AWS4-HMAC-SHA256"
 _PAYLOAD_MODES = frozenset({
     UNSIGNED_PAYLOAD, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
     "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
 })
-_SERVICE = "s3"
-_TERMINATOR = "aws4_request"
 # A presigned URL lives at most 7 days (X-Amz-Expires, query-auth reference).
 MAX_EXPIRES = 604800
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
@@ -115,8 +110,8 @@ def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[st
 
 def _verify(method: str, raw_path: str, params: list[tuple[bytes, bytes]],
             headers: Mapping[str, str], claim: _Claim, secret: str) -> AuthContext:
-    key = _signing_key(secret, claim.date, claim.region)
-    scope = f"{claim.date}/{claim.region}/{_SERVICE}/{_TERMINATOR}"
+    key = signing_key(secret, claim.date, claim.region)
+    scope = credential_scope(claim.date, claim.region)
     if claim.presigned:  # the signature cannot sign itself (query-auth reference)
         params = [(n, v) for n, v in params if n != b"X-Amz-Signature"]
     rest = "\n".join((_canonical_query(params), _canonical_headers(claim.signed_headers, headers),
@@ -124,14 +119,13 @@ def _verify(method: str, raw_path: str, params: list[tuple[bytes, bytes]],
     tried: list[tuple[str, str]] = []
     for uri in candidate_uris(raw_path):
         canonical_request = f"{method}\n{uri}\n{rest}"
-        string_to_sign = "\n".join((ALGORITHM, claim.amz_date, scope,
-                                    hashlib.sha256(utf8(canonical_request)).hexdigest()))
-        if hmac.compare_digest(utf8(hmac_hex(key, string_to_sign)), utf8(claim.signature)):
+        to_sign = string_to_sign(claim.amz_date, scope, canonical_request)
+        if hmac.compare_digest(utf8(signature(key, to_sign)), utf8(claim.signature)):
             payload = claim.payload_hash
             return AuthContext(claim.access_key,
                                payload.lower() if _HEX64.fullmatch(payload) else payload,
                                key, claim.amz_date, scope, claim.signature)
-        tried.append((canonical_request, string_to_sign))
+        tried.append((canonical_request, to_sign))
     # S3 echoes what it signed so a client can diff it against its own.
     raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=claim.access_key,
                   StringToSign=tried[0][1], SignatureProvided=claim.signature,
@@ -203,10 +197,10 @@ def _parse_credential(value: str, error: Callable[[str], S3Error]) -> tuple[str,
         raise error('the Credential is mal-formed; expecting '
                     '"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request".')
     access_key, date, region, service, terminator = parts
-    if service != _SERVICE:
-        raise error(f'incorrect service "{service}". This endpoint belongs to "{_SERVICE}".')
-    if terminator != _TERMINATOR:
-        raise error(f'incorrect terminal "{terminator}". This endpoint uses "{_TERMINATOR}".')
+    if service != SERVICE:
+        raise error(f'incorrect service "{service}". This endpoint belongs to "{SERVICE}".')
+    if terminator != TERMINATOR:
+        raise error(f'incorrect terminal "{terminator}". This endpoint uses "{TERMINATOR}".')
     return access_key, date, region
 
 
@@ -288,16 +282,6 @@ def _canonical_headers(signed: tuple[str, ...], headers: Mapping[str, str]) -> s
     """``name:value\\n`` per signed header, values trimmed and inner whitespace
     runs collapsed to one space (SigV4 "Trimall")."""
     return "".join(f"{name}:{' '.join(headers[name].split())}\n" for name in signed)
-
-
-@lru_cache(maxsize=64)
-def _signing_key(secret: str, date: str, region: str) -> bytes:
-    """kSigning = HMAC chain over date, region, service and terminator. Cached
-    because every request of a day in a region derives the same key."""
-    key = hmac.new(utf8("AWS4" + secret), utf8(date), hashlib.sha256).digest()
-    for part in (region, _SERVICE, _TERMINATOR):
-        key = hmac.new(key, utf8(part), hashlib.sha256).digest()
-    return key
 
 
 def _header_malformed(detail: str) -> S3Error:

@@ -29,9 +29,11 @@ from botocore.exceptions import (
     FlexibleChecksumError,
     HTTPClientError,
     IncompleteReadError,
+    NoCredentialsError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from tiering._s3_get import Keys, LeanGetter
 from tiering._s3_upload import MAX_PART_SIZE, MIN_PART_SIZE, S3Upload, one_line
 from tiering.capacity import (
     CapacityStats,
@@ -106,6 +108,10 @@ _COUNTERS = {
     "list_parts": "lists",
     "list_multipart_uploads": "lists",
 }
+
+# Seconds to connect, and between two reads of an answer.
+_CONNECT_TIMEOUT = 5.0
+_READ_TIMEOUT = 60.0
 
 _SESSION: AioSession | None = None
 
@@ -206,6 +212,7 @@ class S3Store:
         self._access_key = access_key
         self._secret_key = secret_key
         self._client: Any = None
+        self._getter: Any = None  # the ranged GETs': LeanGetter on an endpoint, else the client
         self._stack: AsyncExitStack | None = None
 
     def describe(self) -> str:
@@ -231,8 +238,8 @@ class S3Store:
         """The arguments of the botocore client: its config, endpoint and keys."""
         config = AioConfig(
             max_pool_connections=max(self.concurrency * 2, 16),
-            connect_timeout=5,
-            read_timeout=60,
+            connect_timeout=_CONNECT_TIMEOUT,
+            read_timeout=_READ_TIMEOUT,
             # One attempt per botocore call: _call owns the retry policy.
             retries={"total_max_attempts": 1},
             # Every body sent carries its CRC32 (x-amz-checksum-crc32), also
@@ -266,6 +273,16 @@ class S3Store:
             self._client = await self._stack.enter_async_context(
                 _session().create_client("s3", **kwargs)
             )
+            self._getter = self._client
+            if self.endpoint:
+                getter = LeanGetter(
+                    self.endpoint, kwargs["region_name"], self._keys,
+                    connections=kwargs["config"].max_pool_connections,
+                    connect_timeout=_CONNECT_TIMEOUT, read_timeout=_READ_TIMEOUT,
+                )
+                self._stack.push_async_callback(getter.close)
+                await getter.start()
+                self._getter = getter
             await self._call("head_bucket", "", self._client.head_bucket, Bucket=self.bucket)
         except CapacityNotFound as exc:
             await self.close()
@@ -286,8 +303,19 @@ class S3Store:
             await self.close()
             raise
 
+    async def _keys(self) -> Keys:
+        """The keys to sign with now: the configured pair, else botocore's
+        chain (environment, profiles, roles), refreshed as it decides."""
+        if self._access_key is not None:
+            return Keys(self._access_key, self._secret_key or "", None)
+        credentials = await _session().get_credentials()
+        if credentials is None:
+            raise NoCredentialsError()
+        frozen = await credentials.get_frozen_credentials()
+        return Keys(frozen.access_key, frozen.secret_key, frozen.token)
+
     async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
+        stack, self._stack, self._client, self._getter = self._stack, None, None, None
         if stack is not None:
             await stack.aclose()
 
@@ -377,7 +405,8 @@ class S3Store:
         condition = {"IfMatch": if_match} if if_match is not None else {}
 
         async def fetch() -> bytes:
-            response = await self._c().get_object(
+            self._c()  # started
+            response = await self._getter.get_object(
                 Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}", **condition
             )
             data = await _read_body(response)

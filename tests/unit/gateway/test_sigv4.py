@@ -23,7 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gateway.errors import S3Error
-from gateway.sigv4 import AuthContext, _signing_key, authenticate
+from gateway.sigv4 import AuthContext, authenticate
+from tiering.sigv4 import signing_key
 
 AK = "AKIDTIERSTORETEST"
 SECRET = "s3cr3t/KEY+with=odd chars"
@@ -99,7 +100,7 @@ def test_header_auth_returns_the_context() -> None:
     assert ctx.amz_date == headers["x-amz-date"]
     assert ctx.scope == f"{headers['x-amz-date'][:8]}/us-east-1/s3/aws4_request"
     assert ctx.seed_signature == _authorization(headers)["Signature"]
-    assert ctx.signing_key == _signing_key(SECRET, ctx.amz_date[:8], "us-east-1")
+    assert ctx.signing_key == signing_key(SECRET, ctx.amz_date[:8], "us-east-1")
     assert "signing_key" not in repr(ctx)
 
 
@@ -482,8 +483,8 @@ def test_doc_example_with_trailer() -> None:
         == "d81f82fc3505edab99d459891051a732e8730629a2e4a59689829ca17fe2e435"
 
 
-def test_signing_keys_are_cached_in_a_bounded_cache() -> None:
-    assert _signing_key.cache_info().maxsize == 64
+def testsigning_keys_are_cached_in_a_bounded_cache() -> None:
+    assert signing_key.cache_info().maxsize == 64
 
 
 # -- property ----------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""The lean ranged GET (tiering/_s3_get.py): its signature against botocore's
+signer, and its answers and failures on the wire, through moto and through
+the fault-injecting proxy."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+import botocore.auth
+import pytest
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from tests.faults import FaultProxy, Rates, get_object
+from tiering._s3 import S3Store
+from tiering._s3_get import Keys, LeanGetter, _error_fields
+from tiering.errors import CapacityError, CapacityNotFound
+
+pytestmark = pytest.mark.anyio
+
+NAMES = ["segments/00000000000000a1", "odd name/with spaces+plus", "ünïcode/ключ", "a=b&c/~tilde_-."]
+
+
+async def _no_keys() -> Keys:
+    raise AssertionError("not called")
+
+
+def botocore_authorization(
+    monkeypatch: pytest.MonkeyPatch, url: str, headers: dict[str, str], keys: Keys, region: str, now: float
+) -> str:
+    """What botocore's own S3 signer writes for the same request at ``now``."""
+    request = AWSRequest(method="GET", url=url, headers={k: v for k, v in headers.items() if k != "host"})
+    moment = datetime.fromtimestamp(now, UTC).replace(tzinfo=None)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: moment)
+    S3SigV4Auth(Credentials(keys.access_key, keys.secret_key, keys.token), "s3", region).add_auth(request)
+    assert request.headers["X-Amz-Date"] == headers["x-amz-date"]
+    return request.headers["Authorization"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("token", [None, "session-token/with+odd=chars"])
+@pytest.mark.parametrize("if_match", [None, '"0123456789abcdef0123456789abcdef"'])
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9000", "https://s3.example.com", "http://[::1]:8080/base/"])
+def test_signature_is_botocores(
+    monkeypatch: pytest.MonkeyPatch, name: str, token: str | None, if_match: str | None, endpoint: str
+) -> None:
+    getter = LeanGetter(endpoint, "eu-west-3", _no_keys, connections=1, connect_timeout=1, read_timeout=1)
+    keys = Keys("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", token)
+    now = 1_796_000_000.0
+    path = getter._base_path + "/bucket-1/" + quote(name, safe="/-_.~")
+    headers = getter.sign(path, "bytes=5-1048580", if_match, keys, time.gmtime(now))
+    url = getter._origin + path
+    assert headers["authorization"] == botocore_authorization(monkeypatch, url, headers, keys, "eu-west-3", now)
+
+
+def test_host_is_what_aiohttp_sends() -> None:
+    def host(endpoint: str) -> str:
+        return LeanGetter(endpoint, "r", _no_keys, connections=1, connect_timeout=1, read_timeout=1)._host
+
+    assert host("http://minio:9000") == "minio:9000"
+    assert host("http://minio:80") == "minio"
+    assert host("https://s3.example.com:443/") == "s3.example.com"
+    assert host("https://[::1]:9443") == "[::1]:9443"
+    with pytest.raises(ValueError, match="not an http"):
+        host("ftp://minio")
+
+
+def test_error_fields() -> None:
+    body = b'<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>Reduce your rate.</Message></Error>'
+    assert _error_fields(body) == ("SlowDown", "Reduce your rate.")
+    assert _error_fields(b"") == ("", "")
+    assert _error_fields(b"<html>502 Bad Gateway</html>") == ("", "")
+    assert _error_fields(b"<Error><Code>" + b"x" * 10_000 + b"</Code></Error>") == ("", "")
+
+
+@pytest.fixture
+async def store(make_s3: Callable[..., S3Store], anyio_backend: str) -> Any:
+    s = make_s3()
+    await s.start()
+    yield s
+    await s.close()
+
+
+async def test_an_endpoint_gets_the_lean_getter(store: S3Store) -> None:
+    assert isinstance(store._getter, LeanGetter)
+    data = random.Random(1).randbytes(300_000)
+    for name in NAMES:
+        await store.put(name, data)
+        assert await store.get_range(name, 0, len(data)) == data
+        assert await store.get_range(name, 12_345, 200_001) == data[12_345:200_001]
+    assert store.stats.gets == 2 * len(NAMES)
+    assert store.stats.bytes_read == len(NAMES) * (len(data) + 200_001 - 12_345)
+    assert store.stats.retries == 0
+
+
+async def test_missing_past_end_and_if_match(store: S3Store) -> None:
+    await store.put("obj", b"0123456789")
+    with pytest.raises(CapacityNotFound):
+        await store.get_range("absent", 0, 1)
+    with pytest.raises(CapacityError, match="object is 10 bytes"):
+        await store.get_range("obj", 5, 20)
+    with pytest.raises(CapacityError, match="starts at or past the end"):
+        await store.get_range("obj", 10, 11)
+    etag = (await store._c().head_object(Bucket=store.bucket, Key=store._key("obj")))["ETag"]
+    assert await store.get_range("obj", 2, 5, if_match=etag) == b"234"
+    with pytest.raises(CapacityError) as caught:
+        await store.get_range("obj", 2, 5, if_match='"0000"')
+    assert caught.value.detail["code"] == "PreconditionFailed"
+    assert caught.value.detail["status"] == 412
+    assert store.stats.retries == 0
+
+
+async def test_keys_from_the_botocore_chain(
+    make_s3: Callable[..., S3Store], monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "chain-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "chain-secret")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "chain-token")
+    s = make_s3(access_key=None, secret_key=None)
+    await s.start()
+    try:
+        assert await s._keys() == Keys("chain-key", "chain-secret", "chain-token")
+        await s.put("k", b"abc")
+        assert await s.get_range("k", 1, 3) == b"bc"
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint, seed=7) as p:
+        yield p
+
+
+@pytest.mark.parametrize("kind", ["internal_error", "slow_down", "unavailable", "reset_before", "reset_after",
+                                  "truncate"])
+async def test_faults_on_the_wire_are_retried(
+    make_s3: Callable[..., S3Store], proxy: FaultProxy, kind: str, anyio_backend: str
+) -> None:
+    s = make_s3(endpoint=proxy.endpoint, max_attempts=4)
+    await s.start()
+    try:
+        data = random.Random(2).randbytes(1 << 20)
+        await s.put("seg", data)
+        proxy.rates = Rates(**{kind: 1.0}, max_streak=2, only=get_object)
+        for start in (0, 1000, 500_000):
+            assert await s.get_range("seg", start, start + 70_000) == data[start : start + 70_000]
+        assert proxy.injected[kind] == 6
+        assert s.stats.gets == 3
+        if kind.startswith("reset"):
+            # aiohttp itself sends a GET again, once, when a kept-alive
+            # connection it reused turns out closed (a stale keep-alive race).
+            assert 3 <= s.stats.retries <= 6
+        else:
+            assert s.stats.retries == 6
+    finally:
+        proxy.rates = Rates()
+        await s.close()
+
+
+async def test_a_fault_that_stays_is_an_error(
+    make_s3: Callable[..., S3Store], proxy: FaultProxy, anyio_backend: str
+) -> None:
+    s = make_s3(endpoint=proxy.endpoint, max_attempts=3)
+    await s.start()
+    try:
+        await s.put("seg", b"x" * 1000)
+        proxy.rates = Rates(truncate=1.0, only=get_object)
+        with pytest.raises(CapacityError, match="failed after 3 attempts"):
+            await s.get_range("seg", 0, 1000)
+    finally:
+        proxy.rates = Rates()
+        await s.close()
