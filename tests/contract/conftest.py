@@ -73,6 +73,15 @@ def make_s3(moto_endpoint: str, s3_bucket: str) -> Callable[..., S3Store]:
     return make
 
 
+@pytest.fixture
+async def s3store(make_s3: Callable[..., S3Store], anyio_backend: str) -> Any:
+    """A started S3Store on moto, closed after the test."""
+    store = make_s3()
+    await store.start()
+    yield store
+    await store.close()
+
+
 def temp_files(root: Path) -> list[str]:
     return [
         os.path.join(dirpath, f)

@@ -10,7 +10,7 @@ import asyncio
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 from botocore.exceptions import (
@@ -22,6 +22,7 @@ from botocore.exceptions import (
 
 from tests.servers import free_port
 from tiering._s3 import MIN_PART_SIZE, S3Store, _session
+from tiering._s3_get import _Body
 from tiering.capacity import CapacityStore, LocalDirStore, open_capacity
 from tiering.errors import CapacityError, CapacityNotFound, TierstoreError
 
@@ -377,14 +378,6 @@ def inject(
     return calls
 
 
-@pytest.fixture
-async def s3store(make_s3: Callable[..., S3Store], anyio_backend: str) -> Any:
-    store = make_s3()
-    await store.start()
-    yield store
-    await store.close()
-
-
 async def test_s3_list_paginates(make_s3: Callable[..., S3Store], anyio_backend: str) -> None:
     store = make_s3(page_size=2)
     await store.start()
@@ -515,19 +508,6 @@ async def test_s3_short_body_is_retried(s3store: S3Store, monkeypatch: pytest.Mo
     await s3store.put("t", data)
     truncate = [True, True]
 
-    class ShortBody:
-        def __init__(self, data: bytes) -> None:
-            self.data = data
-
-        async def __aenter__(self) -> Self:
-            return self
-
-        async def __aexit__(self, *exc: object) -> None:
-            return None
-
-        async def read(self) -> bytes:
-            return self.data
-
     def shortened(real: Callable[..., Any]) -> Callable[..., Any]:
         async def get_object(**kw: Any) -> Any:
             response = await real(**kw)
@@ -535,7 +515,7 @@ async def test_s3_short_body_is_retried(s3store: S3Store, monkeypatch: pytest.Mo
                 truncate.pop()
                 async with response["Body"] as body:
                     whole = await body.read()
-                response["Body"] = ShortBody(whole[: len(whole) // 2])
+                response["Body"] = _Body(whole[: len(whole) // 2])
             return response
 
         return get_object

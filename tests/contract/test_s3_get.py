@@ -8,7 +8,6 @@ import random
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import quote
 
 import botocore.auth
@@ -79,41 +78,33 @@ def test_error_fields() -> None:
     assert _error_fields(b"<Error><Code>" + b"x" * 10_000 + b"</Code></Error>") == ("", "")
 
 
-@pytest.fixture
-async def store(make_s3: Callable[..., S3Store], anyio_backend: str) -> Any:
-    s = make_s3()
-    await s.start()
-    yield s
-    await s.close()
-
-
-async def test_an_endpoint_gets_the_lean_getter(store: S3Store) -> None:
-    assert isinstance(store._getter, LeanGetter)
+async def test_an_endpoint_gets_the_lean_getter(s3store: S3Store) -> None:
+    assert isinstance(s3store._getter, LeanGetter)
     data = random.Random(1).randbytes(300_000)
     for name in NAMES:
-        await store.put(name, data)
-        assert await store.get_range(name, 0, len(data)) == data
-        assert await store.get_range(name, 12_345, 200_001) == data[12_345:200_001]
-    assert store.stats.gets == 2 * len(NAMES)
-    assert store.stats.bytes_read == len(NAMES) * (len(data) + 200_001 - 12_345)
-    assert store.stats.retries == 0
+        await s3store.put(name, data)
+        assert await s3store.get_range(name, 0, len(data)) == data
+        assert await s3store.get_range(name, 12_345, 200_001) == data[12_345:200_001]
+    assert s3store.stats.gets == 2 * len(NAMES)
+    assert s3store.stats.bytes_read == len(NAMES) * (len(data) + 200_001 - 12_345)
+    assert s3store.stats.retries == 0
 
 
-async def test_missing_past_end_and_if_match(store: S3Store) -> None:
-    await store.put("obj", b"0123456789")
+async def test_missing_past_end_and_if_match(s3store: S3Store) -> None:
+    await s3store.put("obj", b"0123456789")
     with pytest.raises(CapacityNotFound):
-        await store.get_range("absent", 0, 1)
+        await s3store.get_range("absent", 0, 1)
     with pytest.raises(CapacityError, match="object is 10 bytes"):
-        await store.get_range("obj", 5, 20)
+        await s3store.get_range("obj", 5, 20)
     with pytest.raises(CapacityError, match="starts at or past the end"):
-        await store.get_range("obj", 10, 11)
-    etag = (await store._c().head_object(Bucket=store.bucket, Key=store._key("obj")))["ETag"]
-    assert await store.get_range("obj", 2, 5, if_match=etag) == b"234"
+        await s3store.get_range("obj", 10, 11)
+    etag = (await s3store._c().head_object(Bucket=s3store.bucket, Key=s3store._key("obj")))["ETag"]
+    assert await s3store.get_range("obj", 2, 5, if_match=etag) == b"234"
     with pytest.raises(CapacityError) as caught:
-        await store.get_range("obj", 2, 5, if_match='"0000"')
+        await s3store.get_range("obj", 2, 5, if_match='"0000"')
     assert caught.value.detail["code"] == "PreconditionFailed"
     assert caught.value.detail["status"] == 412
-    assert store.stats.retries == 0
+    assert s3store.stats.retries == 0
 
 
 async def test_keys_from_the_botocore_chain(
