@@ -22,7 +22,7 @@ from pathlib import Path
 import _common  # first: puts the repo root on sys.path
 from _common import ACCESS_KEY, SECRET_KEY
 
-from tests.servers import free_port, stop_process
+from tests.servers import children, free_port, stop_process
 
 MOTO_KEY = "testing"  # moto takes any credentials
 VENV_BIN = _common.ROOT / ".venv" / "bin"
@@ -50,16 +50,6 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listens on :{port} after {timeout} s")
-
-
-def children(pid: int) -> list[int]:
-    out: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return out
 
 
 class Peer:

@@ -66,7 +66,7 @@ from delay_proxy import DelayProxy
 from epoch import Admin, body_of, checker, key_of
 
 from gateway.hints import Hints
-from tests.servers import ADMIN_TOKEN
+from tests.servers import ADMIN_TOKEN, children
 from tiering.order import shuffled
 
 KiB, MiB = 1024, 1024**2
@@ -155,8 +155,9 @@ class Run:
             f"{self.results['delay']['proxied_ms']:.2f} ms through the proxy: "
             f"+{self.results['delay']['added_ms']:.1f} ms")
         (tmp / "tierstore").mkdir()
-        self.gw = stack.enter_context(gateway(tmp / "tierstore" / "data",
-                                              extra_args=tuple(s3_capacity_args(self.proxy.endpoint))))
+        self.gw = stack.enter_context(gateway(
+            tmp / "tierstore" / "data",
+            extra_args=(*s3_capacity_args(self.proxy.endpoint), "--workers", str(args.workers))))
         self.admin = Admin(self.gw.admin_url)
         stack.callback(self.admin.close)
         client(self.gw.endpoint).create_bucket(Bucket=BUCKET)
@@ -165,8 +166,9 @@ class Run:
         return [self.moto_pid]
 
     def gw_pids(self) -> list[int]:
+        """The gateway and its read workers."""
         assert self.gw.proc is not None
-        return [self.gw.proc.pid]
+        return [self.gw.proc.pid, *children(self.gw.proc.pid)]
 
     def evict(self) -> None:
         self.admin.job("evict")
@@ -529,8 +531,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--writers", type=int, default=16, help="PUT threads (16)")
     ap.add_argument("--latency-ms", type=float, default=20.0,
                     help="added to each request to the capacity store, half each way (20)")
-    ap.add_argument("--nginx-workers", type=int, default=1,
-                    help="nginx worker_processes (1: as many processes as tierstore runs)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="tierstore's --workers: processes serving S3 (1)")
+    ap.add_argument("--nginx-workers", type=int,
+                    help="nginx worker_processes (default: --workers, as many processes as tierstore runs)")
     ap.add_argument("--skip", action="append", default=[],
                     choices=["nginx-local", "nginx-cache", "rclone", "juicefs", "wrk"],
                     help="leave a peer, or the wrk workload, out (repeatable)")
@@ -540,6 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.objects = args.objects or (1000 if args.quick else 4000)
     args.large_mib = args.large_mib or (64 if args.quick else 256)
+    args.nginx_workers = args.nginx_workers or args.workers
     _common.exit_cleanly_on_sigterm()
     results = run(args)
     print(report(args, results))

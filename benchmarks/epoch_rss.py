@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 from _common import client, delayed_moto, gateway, machine, table, temp_dir, write_results
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hot-size", type=int, help="the gateway's --hot-size in bytes (default: half the data set)")
     ap.add_argument("--readers", type=int, default=16, help="reader threads (16)")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each capacity request (20)")
-    ap.add_argument("--json", help="also write the results as JSON here")
+    ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     args.hot_size = args.hot_size or args.objects * args.size // 2
     _common.exit_cleanly_on_sigterm()

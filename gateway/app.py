@@ -46,6 +46,11 @@ def _has_body(scope: dict[str, Any]) -> bool:
 class S3App:
     """ASGI 3 app serving the S3 API from an ObjectService it owns."""
 
+    # Raised by a handler that leaves the request to another process (a read
+    # worker's, gateway/worker.py): out of _http before anything was sent,
+    # and not recorded here.
+    PASS_ON: tuple[type[BaseException], ...] = ()
+
     def __init__(self, config: Config) -> None:
         self.config = config
         self.service: ObjectService | None = None
@@ -108,6 +113,7 @@ class S3App:
         received = sent = status = 0
         req: S3Request | None = None
         error: str | None = None
+        passed_on = False
 
         async def tracked_receive() -> Any:
             nonlocal body_done, received
@@ -142,6 +148,9 @@ class S3App:
             except asyncio.CancelledError:
                 error = "Cancelled"
                 raise
+            except self.PASS_ON:
+                passed_on = True
+                raise
             except Exception as exc:
                 response, error = self._error(exc, resource, request_id, method)
             response.headers += [("x-amz-request-id", request_id), ("x-amz-id-2", request_id), ("server", "tierstore")]
@@ -162,7 +171,8 @@ class S3App:
                 log.warning("request %s: body cut short after %d bytes: %s", request_id, sent, exc)
         finally:
             # After the last byte (or the disconnect): what was sent is known.
-            self._record(scope, req, request_id, status, error, received, sent, time.perf_counter() - start)
+            if not passed_on:
+                self._record(scope, req, request_id, status, error, received, sent, time.perf_counter() - start)
 
     def _record(
         self, scope: dict[str, Any], req: S3Request | None, request_id: str, status: int,

@@ -138,6 +138,11 @@ ClientTimeout = Annotated[
     float | None,
     typer.Option(help="Seconds a client may take to send a request head, or stall in a body. (default: 30)"),
 ]
+Workers = Annotated[
+    int | None,
+    typer.Option(help="Processes serving S3 on the port: this one, the only index writer, and read "
+                 "workers that serve hot GETs and HEADs and pass the rest to it. (default: 1)"),
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -177,6 +182,7 @@ TUNING_OPTIONS = (
     option("write_through", WriteThrough),
     option("compact_threshold", CompactThreshold),
     option("client_timeout", ClientTimeout),
+    option("workers", Workers),
 )
 
 

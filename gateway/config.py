@@ -40,6 +40,7 @@ CREDENTIALS_FILE = "credentials.toml"
 REDACTED = "***"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 ACCESS_LOG_FORMATS = ("off", "text", "json")  # see gateway/accesslog.py
+MAX_WORKERS = 64  # S3 processes on one port: far above the cores a node has
 
 
 def _package_version() -> str:
@@ -91,6 +92,9 @@ class Config:
     # Seconds a client may take to send a whole request head, or stay silent
     # in the middle of a request body (gateway/server.py explains the bounds).
     client_timeout: float = 30.0
+    # Processes serving S3: this one (the only index writer) and workers - 1
+    # read workers on the same port (gateway/worker.py).
+    workers: int = 1
 
     @property
     def capacity_url(self) -> str:
@@ -164,6 +168,14 @@ def _port(name: str, raw: object, source: str) -> int:
         raw = int(raw)
     if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 65535:
         raise _invalid(name, raw, source, "expected a port number 0..65535 (0 picks a free port)")
+    return raw
+
+
+def _workers(name: str, raw: object, source: str) -> int:
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw)
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_WORKERS:
+        raise _invalid(name, raw, source, f"expected a number of processes, 1..{MAX_WORKERS}")
     return raw
 
 
@@ -308,6 +320,7 @@ _COERCE: dict[str, _Coercer] = {
     "write_through": _bool,
     "compact_threshold": _fraction,
     "client_timeout": _seconds,
+    "workers": _workers,
 }
 
 

@@ -43,6 +43,7 @@ import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 import uvicorn
@@ -100,7 +101,7 @@ async def serve(
 ) -> None:
     """Serve S3 and the admin API until a signal arrives or ``stop`` is set."""
     stop = stop if stop is not None else asyncio.Event()
-    s3_sock = _listen(config.host, config.port, "S3")
+    s3_sock = _listen(config.host, config.port, "S3", reuse_port=config.workers > 1)
     with contextlib.closing(s3_sock):
         admin_sock = _listen(config.admin_host, config.admin_port, "admin API")
         with contextlib.closing(admin_sock):
@@ -130,6 +131,8 @@ async def _serve(
         stack.push_async_callback(s3.shutdown)
         if stop.is_set():  # a signal arrived during a long start-up
             return
+        if config.workers > 1:
+            await _start_read_workers(config, s3, s3_listener[1].getsockname()[1], stack)
         s3_task = await stack.enter_async_context(_running(*s3_listener, "S3"))
         s3_port, admin_port = s3_listener[0].port, admin_listener[0].port
         print(banner(config, s3_port, admin_port), flush=True)
@@ -137,6 +140,52 @@ async def _serve(
             on_ready(s3_port, admin_port)
         # A server that ends by itself (it crashed) takes the process down too.
         await _first_of(stop.wait(), admin_task, s3_task)
+
+
+async def _start_read_workers(
+    config: Config, s3: S3Service, port: int, stack: contextlib.AsyncExitStack
+) -> None:
+    """The writer's Unix socket for the requests workers pass on (its own S3
+    app), the lookup socket, and the worker processes; all stopped by
+    ``stack``, workers first."""
+    from gateway.worker import WorkerSetup
+    from gateway.workers import read_workers, socket_dir
+
+    service = getattr(s3, "service", None)
+    if service is None:
+        raise StartupError("read workers need the gateway's own S3 app")
+    sockets = stack.enter_context(socket_dir())
+    writer_path = str(sockets / "writer.sock")
+    writer_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stack.callback(writer_sock.close)
+    writer_sock.bind(writer_path)
+    writer_sock.listen(BACKLOG)
+    writer_server = _Server(_uvicorn_config(_BodyDeadline(s3, config.client_timeout), config, s3_errors=True))
+    await stack.enter_async_context(_running(writer_server, writer_sock, "writer socket"))
+    setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path)
+    await stack.enter_async_context(read_workers(setup, service, config.workers - 1))
+
+
+def serve_worker(setup: Any, app: Any) -> None:
+    """A read worker's process (gateway/worker.py): its S3 app on the shared
+    port until SIGTERM, or until the writer's lookup socket closes."""
+    tune_malloc()
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(_serve_worker(setup.config, app))
+
+
+async def _serve_worker(config: Config, app: Any) -> None:
+    stop = asyncio.Event()
+    sock = _listen(config.host, config.port, "S3", reuse_port=True)
+    with contextlib.closing(sock):
+        server = _Server(_uvicorn_config(_BodyDeadline(app, config.client_timeout), config, s3_errors=True))
+        with _signals(stop, [server]):
+            await app.startup()
+            try:
+                async with _running(server, sock, "S3") as task:
+                    await _first_of(stop.wait(), task, app.writer_gone())
+            finally:
+                await app.shutdown()
 
 
 def run(config: Config) -> None:
@@ -438,13 +487,15 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _listen(host: str, port: int, label: str) -> socket.socket:
-    """Bind and listen; a failure becomes one readable line."""
+def _listen(host: str, port: int, label: str, reuse_port: bool = False) -> socket.socket:
+    """Bind and listen; a failure becomes one readable line. With
+    ``reuse_port``, other processes may listen on the same port (SO_REUSEPORT:
+    read workers), and the kernel spreads connections over them."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     dualstack = family == socket.AF_INET6 and host == "::" and socket.has_dualstack_ipv6()
     try:
         return socket.create_server(
-            (host, port), family=family, backlog=BACKLOG, dualstack_ipv6=dualstack
+            (host, port), family=family, backlog=BACKLOG, dualstack_ipv6=dualstack, reuse_port=reuse_port
         )
     except OSError as exc:
         reason = exc.strerror or str(exc)

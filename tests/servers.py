@@ -42,6 +42,17 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
+def children(pid: int) -> list[int]:
+    """The PIDs of ``pid``'s child processes (a gateway's read workers)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # the process or thread ended meanwhile
+            pass
+    return out
+
+
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
     """Signal a process we started (if it still runs), and kill it if it has
     not ended ``timeout`` seconds later."""

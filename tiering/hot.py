@@ -284,6 +284,12 @@ class HotTier:
     def is_cached(self, name: str) -> bool:
         return name in self._sieve or name in self._pinned
 
+    def touch_cached(self, name: str) -> bool:
+        """Record a hit on a cached extent another process reads by path
+        (a read worker); False when it is not cached."""
+        with self._lock:
+            return self._sieve.touch(name) or name in self._pinned
+
     def read_cached(self, name: str, size: int) -> bytes | None:
         fd = self.open_cached(name, size)
         if fd is None:

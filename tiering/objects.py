@@ -210,6 +210,42 @@ class ObjectService:
         self.tiers.reader.hits += 1
         return meta, b"".join(pieces)
 
+    async def locate(
+        self, bucket: str, key: str, read: bool = True
+    ) -> tuple[ObjectMeta, list[tuple[str, int]]] | None:
+        """For a read worker: the object's record and the hot-tier files that
+        hold all of its bytes, in order, as (path, size); None when it is not
+        all hot, or the bucket is mounted (the writer serves those). With
+        ``read`` (a GET, not a HEAD) it counts as a read: an epoch reader's
+        position moves and a hit is counted."""
+        if self.mounts.get(bucket) is not None:
+            return None
+        if read:
+            self.epochs.observe(bucket, key)
+        meta, files = await _pool.run(self._locate, bucket, key, read)
+        if meta is None:
+            await self.bucket(bucket)
+            raise NoSuchKey(Key=key)
+        return (meta, files) if files is not None else None
+
+    def _locate(
+        self, bucket: str, key: str, read: bool
+    ) -> tuple[ObjectMeta | None, list[tuple[str, int]] | None]:
+        meta = self.index.get_object(bucket, key)
+        if meta is None:
+            return None, None
+        files = []
+        for c in meta.chunks:
+            if c.file_id is not None:
+                files.append((str(self.hot.path_of(c.file_id)), c.size))
+            elif c.extent is not None and self.hot.touch_cached(c.extent.cache_name):
+                files.append((str(self.hot.cache_path(c.extent.cache_name)), c.size))
+            else:
+                return meta, None
+        if read:
+            self.tiers.reader.hits += 1
+        return meta, files
+
     async def put(
         self,
         bucket: str,

@@ -170,6 +170,19 @@ def test_bad_port_from_env(tmp_path: Path, port: str) -> None:
         _load(tmp_path, env={"TIERSTORE_PORT": port})
 
 
+@pytest.mark.parametrize("workers", ["0", "65", "two", "1.5", "-2"])
+def test_bad_workers_from_env(tmp_path: Path, workers: str) -> None:
+    with pytest.raises(ValueError, match=r"invalid workers .*from TIERSTORE_WORKERS.*1\.\.64"):
+        _load(tmp_path, env={"TIERSTORE_WORKERS": workers})
+
+
+def test_workers(tmp_path: Path) -> None:
+    assert _load(tmp_path).workers == 1
+    assert _load(tmp_path, env={"TIERSTORE_WORKERS": "4"}).workers == 4
+    with pytest.raises(ValueError, match="workers"):
+        _load(tmp_path, config_file=_toml(tmp_path, "workers = true\n"))
+
+
 def test_port_zero_allowed(tmp_path: Path) -> None:
     config = _load(tmp_path, {"port": 0, "admin_port": 0})
     assert (config.port, config.admin_port) == (0, 0)

@@ -1,0 +1,99 @@
+"""A read worker passing a request it does not serve to the writer process.
+
+The request goes as it came (method, raw path and query, headers, body
+streamed) over HTTP/1.1 on the writer's Unix socket, where the writer's own
+S3 app verifies the signature and answers it; the answer streams back as it
+came. Only hop-by-hop headers are dropped each way (RFC 9110 7.6.1): the
+framing of each connection is its own. The writer's Date is dropped too,
+since the worker's server writes its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from yarl import URL
+
+from gateway.errors import S3Error
+
+log = logging.getLogger("tierstore.workers")
+
+_HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
+    "expect",  # the worker's server answered 100-continue when the body was asked for
+})
+_NOT_PASSED_BACK = _HOP_BY_HOP | {"date"}
+
+
+class Forwarder:
+    """One aiohttp session on the writer's socket, its connections kept alive."""
+
+    def __init__(self, socket_path: str, connections: int = 64) -> None:
+        self._path = socket_path
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.UnixConnector(path=self._path, limit=self._connections),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=5),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def forward(self, scope: dict[str, Any], receive: Any, send: Any) -> tuple[int, int, int]:
+        """Pass one request on and its answer back: (status, bytes received, bytes sent).
+
+        Raises S3Error ServiceUnavailable when the writer cannot be reached
+        before anything was sent back."""
+        assert self._session is not None
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        target = raw_path.decode("latin-1")
+        if scope.get("query_string"):
+            target += "?" + scope["query_string"].decode("latin-1")
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]
+                   if name.lower().decode("latin-1") not in _HOP_BY_HOP]
+        has_body = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"])
+        counted = {"in": 0}
+
+        async def body() -> AsyncIterator[bytes]:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ConnectionResetError("the client went away")
+                chunk = message.get("body", b"")
+                counted["in"] += len(chunk)
+                if chunk:
+                    yield chunk
+                if not message.get("more_body", False):
+                    return
+
+        try:
+            response = await self._session.request(
+                scope["method"], URL("http://writer" + target, encoded=True), headers=headers,
+                data=body() if has_body else None, allow_redirects=False,
+            )
+        except (aiohttp.ClientError, OSError) as exc:
+            log.warning("passing %s %s to the writer failed: %s", scope["method"], target, exc)
+            raise S3Error("ServiceUnavailable", "The gateway's writer process is unavailable; retry shortly.") \
+                from exc
+        sent = 0
+        async with response:
+            await send({
+                "type": "http.response.start", "status": response.status,
+                "headers": [(name, value) for name, value in response.raw_headers
+                            if name.lower().decode("latin-1") not in _NOT_PASSED_BACK],
+            })
+            if scope["method"] != "HEAD":
+                async for chunk in response.content.iter_any():
+                    sent += len(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return response.status, counted["in"], sent

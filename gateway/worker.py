@@ -1,0 +1,198 @@
+"""Read workers: more processes serving S3 on the same port, one index writer.
+
+``serve --workers N`` runs the gateway as today (the writer: index, hot
+tier, flush, prefetch, admin API) and starts N - 1 read workers, each its
+own Python process, so each its own GIL. All of them listen on the S3 port
+with SO_REUSEPORT and the kernel spreads connections over them.
+
+A worker verifies and answers GetObject and HeadObject itself when the
+object is all in the hot tier: it asks the writer where the bytes are
+(``gateway.lookup``), then reads the files with pread in its own pool. The
+writer's answer is current, so a GET on a worker sees every write the
+writer acknowledged, and the writer counts the hit and moves the epoch
+readers as for its own reads. Every other request (writes, listings, misses,
+mounted buckets, multipart) the worker passes to the writer unchanged over a
+Unix socket (``gateway.forward``), where the writer's S3 app authenticates
+and answers it. A file that goes away between the lookup and the open
+(evicted, or renamed by a flush) sends the request to the writer too; a file
+already open keeps its bytes until the response is sent.
+
+A worker is started by the writer (``python -m gateway.worker``), reads its
+configuration from stdin (a pickled Config: the secrets never touch the
+disk or the command line), and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import routes
+from gateway.app import S3App
+from gateway.config import Config
+from gateway.context import Context
+from gateway.errors import S3Error
+from gateway.forward import Forwarder
+from gateway.http import Response, S3Request, new_request_id
+from gateway.lookup import Elsewhere, LookupClient
+from packer.ranges import ByteRange, split_over
+from tiering import _pool
+from tiering.hot import HotTier
+from tiering.meta import ObjectMeta
+from tiering.readahead import ReadTally, stream
+
+# What a worker may answer itself; everything else goes to the writer.
+SERVED_HERE = frozenset({"GetObject", "HeadObject"})
+
+
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What the writer hands a worker on stdin."""
+
+    config: Config
+    lookup_socket: str
+    writer_socket: str
+
+
+class _NoEpochs:
+    """The writer moves epoch readers when it answers a lookup."""
+
+    @staticmethod
+    def observe(bucket: str, key: str) -> None:
+        return None
+
+
+def _open_files(files: list[tuple[str, int]], wanted: list[int]) -> dict[int, int]:
+    """Descriptors on the files of the pieces ``wanted``, each checked for
+    its size; Elsewhere (none left open) if one is gone or not whole."""
+    fds: dict[int, int] = {}
+    try:
+        for index in wanted:
+            path, size = files[index]
+            fd = os.open(path, os.O_RDONLY)
+            fds[index] = fd
+            if os.fstat(fd).st_size != size:
+                raise Elsewhere()
+    except (FileNotFoundError, Elsewhere):
+        for fd in fds.values():
+            os.close(fd)
+        raise Elsewhere() from None
+    return fds
+
+
+def _read_files(files: list[tuple[str, int]]) -> bytes:
+    fds = _open_files(files, list(range(len(files))))
+    try:
+        return b"".join(HotTier.pread(fds[i], 0, files[i][1]) for i in range(len(files)))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+class RemoteObjects:
+    """The part of ObjectService that GetObject and HeadObject use, answered
+    from the writer's lookups and the hot-tier files."""
+
+    epochs = _NoEpochs()
+
+    def __init__(self, lookups: LookupClient, window: int = 4) -> None:
+        self._lookups = lookups
+        self._window = window
+
+    async def fetch(
+        self, bucket: str, key: str, small: int, tally: ReadTally | None = None
+    ) -> tuple[ObjectMeta, bytes | None]:
+        # A body asked for (small > 0) is a GET: a read for the cache and
+        # the epochs. HEAD asks for none.
+        meta, files = await self._lookups.locate(bucket, key, read=small > 0)
+        if meta.size > small:
+            return meta, None
+        return meta, await _pool.run(_read_files, files)
+
+    async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None) -> AsyncIterator[bytes]:
+        tally = tally if tally is not None else ReadTally()
+        current, files = await self._lookups.locate(meta.bucket, meta.key, read=False)
+        if current.seq != meta.seq:  # replaced since the first lookup: the writer answers
+            raise Elsewhere()
+        pieces = list(split_over([size for _, size in files], wanted))
+        fds = await _pool.run(_open_files, files, [index for index, _ in pieces])
+        handed: set[int] = set()
+
+        async def open_piece(index: int) -> int:
+            handed.add(index)
+            return fds[index]
+
+        try:
+            async for block in stream(pieces, open_piece, window=self._window, tally=tally):
+                yield block
+        finally:
+            for index, fd in fds.items():
+                if index not in handed:
+                    os.close(fd)
+
+
+class WorkerApp(S3App):
+    """The S3 app of a read worker: GetObject and HeadObject of hot objects
+    here, everything else passed to the writer."""
+
+    PASS_ON = (Elsewhere,)
+
+    def __init__(self, setup: WorkerSetup) -> None:
+        super().__init__(setup.config)
+        self._lookups = LookupClient(setup.lookup_socket)
+        self._forwarder = Forwarder(setup.writer_socket)
+
+    async def startup(self) -> None:
+        await self._lookups.start()
+        await self._forwarder.start()
+        self._context = Context(self.config, RemoteObjects(self._lookups))  # type: ignore[arg-type]
+
+    async def shutdown(self) -> None:
+        self._context = None
+        await self._lookups.close()
+        await self._forwarder.close()
+
+    async def writer_gone(self) -> None:
+        """Returns when the writer closed the lookup socket: time to exit."""
+        await self._lookups.lost.wait()
+
+    async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await super()._http(scope, receive, send)
+        except Elsewhere:
+            try:
+                await self._forwarder.forward(scope, receive, send)
+            except S3Error as exc:  # the writer could not be reached: nothing was sent
+                request_id = new_request_id()
+                response, _ = self._error(exc, scope.get("path", "/"), request_id, scope["method"])
+                response.headers += [("x-amz-request-id", request_id), ("server", "tierstore")]
+                await response.send(send, head_only=scope["method"] == "HEAD")
+
+    async def _handle(self, ctx: Context, req: S3Request) -> Response:
+        if req.method in ("GET", "HEAD"):
+            try:
+                op = routes.resolve(req).op
+            except S3Error:
+                op = None
+            if op in SERVED_HERE:
+                return await super()._handle(ctx, req)
+        raise Elsewhere()
+
+
+def main() -> int:
+    """A worker's life: its setup from stdin, then serve until SIGTERM."""
+    from gateway.server import serve_worker  # the server module imports this one's users
+
+    setup: WorkerSetup = pickle.loads(sys.stdin.buffer.read())
+    with contextlib.suppress(KeyboardInterrupt):
+        serve_worker(setup, WorkerApp(setup))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""`serve --workers 3`: the writer and two read workers on one port.
+
+Every check opens a new connection, so the kernel spreads them over the
+three processes; a check that happened to land on the writer every time
+would not test workers, so the workers' CPU time is checked to grow."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+from http.client import HTTPConnection
+from pathlib import Path
+
+import pytest
+import s3fs
+from botocore.exceptions import ClientError
+
+from tests.conftest import make_client, running_gateway
+from tests.integration.oracle import RawReader
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children
+
+WORKERS = 3
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_for(condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    with running_gateway(tmp_path_factory.mktemp("workers") / "data", "--workers", str(WORKERS)) as g:
+        wait_for(lambda: len(children(g.proc.pid)) == WORKERS - 1)
+        yield g
+
+
+def fresh(gw: Gateway) -> RawReader:
+    """A signed client whose next request opens a new connection."""
+    return RawReader(gw)
+
+
+def workers_cpu(gw: Gateway) -> float:
+    return sum(cpu_seconds(pid) for pid in children(gw.proc.pid))
+
+
+def test_every_read_sees_the_last_acknowledged_write(gw: Gateway) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="raw")
+    before = workers_cpu(gw)
+    for i in range(150):
+        key = f"k{i % 7}"
+        body = os.urandom(100 + i)
+        status, _, _ = fresh(gw).put("raw", key, body)
+        assert status == 200
+        status, got = fresh(gw).get("raw", key)
+        assert (status, got) == (200, body), i
+        status, headers, _ = fresh(gw).request("HEAD", "raw", key)
+        assert status == 200 and headers["etag"] == f'"{hashlib.md5(body).hexdigest()}"'
+        if i % 10 == 9:
+            s3.delete_object(Bucket="raw", Key=key)
+            assert fresh(gw).get("raw", key)[0] == 404
+    assert workers_cpu(gw) - before > 0.2  # the workers answered a share of these
+
+
+def test_large_objects_ranges_and_conditions(gw: Gateway) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="large")
+    data = os.urandom(9 * 1024 * 1024 + 17)
+    s3.upload_fileobj(__import__("io").BytesIO(data), "large", "big")  # multipart, passed on
+    etag = s3.head_object(Bucket="large", Key="big")["ETag"]
+    for _ in range(6):
+        c = make_client(gw.endpoint)
+        assert c.get_object(Bucket="large", Key="big")["Body"].read() == data
+        got = c.get_object(Bucket="large", Key="big", Range="bytes=5000000-9000000")["Body"].read()
+        assert got == data[5_000_000:9_000_001]
+        assert c.get_object(Bucket="large", Key="big", PartNumber=1)["ContentLength"] == 8 * 1024 * 1024
+        with pytest.raises(ClientError) as caught:
+            c.get_object(Bucket="large", Key="big", IfNoneMatch=etag)
+        assert caught.value.response["ResponseMetadata"]["HTTPStatusCode"] == 304
+        with pytest.raises(ClientError) as caught:
+            c.get_object(Bucket="large", Key="big", IfMatch='"0000"')
+        assert caught.value.response["Error"]["Code"] == "PreconditionFailed"
+
+
+def test_errors_are_s3_errors_on_every_process(gw: Gateway) -> None:
+    make_client(gw.endpoint).create_bucket(Bucket="errs")
+    for _ in range(12):
+        c = make_client(gw.endpoint)
+        with pytest.raises(ClientError) as caught:
+            c.get_object(Bucket="errs", Key="absent")
+        assert caught.value.response["Error"]["Code"] == "NoSuchKey"
+        with pytest.raises(ClientError) as caught:
+            c.get_object(Bucket="no-such-bucket-here", Key="k")
+        assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+        conn = HTTPConnection("127.0.0.1", gw.port, timeout=10)  # unsigned
+        conn.request("GET", "/errs/absent")
+        response = conn.getresponse()
+        assert response.status == 403 and b"<Code>AccessDenied</Code>" in response.read()
+        conn.close()
+    for _ in range(6):
+        bad = make_client(gw.endpoint)
+        bad._request_signer._credentials.secret_key = "wrong"  # noqa: SLF001
+        with pytest.raises(ClientError) as caught:
+            bad.get_object(Bucket="errs", Key="absent")
+        assert caught.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+
+
+def test_misses_are_passed_to_the_writer_and_hits_counted(gw: Gateway) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="tiers")
+    blobs = {f"o{i}": os.urandom(70_000) for i in range(20)}
+    for key, body in blobs.items():
+        s3.put_object(Bucket="tiers", Key=key, Body=body)
+    gw.flush()
+    gw.evict()
+    for key, body in blobs.items():  # cold: the workers pass them to the writer, which fetches
+        assert fresh(gw).get("tiers", key) == (200, body)
+    hits = gw.admin("GET", "/tiers").json()["cache_hits"]
+    for _ in range(3):
+        for key, body in blobs.items():  # hot now, wherever they land
+            assert fresh(gw).get("tiers", key) == (200, body)
+    assert gw.admin("GET", "/tiers").json()["cache_hits"] - hits == 60
+
+
+def test_s3fs_reads_through_the_workers(gw: Gateway) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="fsspec")
+    data = os.urandom(3 * 1024 * 1024)
+    s3.put_object(Bucket="fsspec", Key="d/blob", Body=data)
+    fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=gw.endpoint,
+                           skip_instance_cache=True, client_kwargs={"region_name": "us-east-1"})
+    assert fs.cat_file("fsspec/d/blob") == data
+    assert fs.cat_file("fsspec/d/blob", start=1000, end=2_000_000) == data[1000:2_000_000]
+    assert fs.ls("fsspec/d") == ["fsspec/d/blob"]
+
+
+def test_a_killed_worker_is_replaced(gw: Gateway) -> None:
+    victim = children(gw.proc.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: victim not in children(gw.proc.pid) and len(children(gw.proc.pid)) == WORKERS - 1)
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="after")
+    for i in range(20):
+        fresh(gw).put("after", "k", b"v%d" % i)
+        assert fresh(gw).get("after", "k") == (200, b"v%d" % i)
+    assert "read worker 1 (pid" in gw.log() or "read worker 2 (pid" in gw.log()
+
+
+def test_workers_end_with_the_writer(tmp_path: Path) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        g = Gateway(tmp_path / f"data-{sig}", extra_args=["--workers", "2"]).start()
+        try:
+            wait_for(lambda: len(children(g.proc.pid)) == 1)
+            worker = children(g.proc.pid)[0]
+            conn = HTTPConnection("127.0.0.1", g.port, timeout=10)
+            conn.request("GET", "/")
+            assert conn.getresponse().status == 403  # anonymous: refused, by whichever process
+            conn.close()
+        finally:
+            g.stop(sig)
+        # SIGTERM: stopped by the writer; SIGKILL: the worker sees the lookup socket close.
+        wait_for(lambda: not alive(worker), timeout=20)
