@@ -12,6 +12,7 @@ bucket against every thread's model, ``merge`` adds up the tallies.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import io
 import math

@@ -58,10 +58,14 @@ class S3App:
         self.metrics = Metrics()
         self.access_log = AccessLog(config.access_log)
         self._record_failed = False
+        # Set while the read workers start (gateway/server.py): until they
+        # listen, nothing answers on the S3 port.
+        self.awaiting_workers = False
 
     @property
     def started(self) -> bool:
-        return self._context is not None
+        """Serving S3: started, and the read workers listen if there are any."""
+        return self._context is not None and not self.awaiting_workers
 
     async def startup(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)

@@ -140,8 +140,8 @@ ClientTimeout = Annotated[
 ]
 Workers = Annotated[
     int | None,
-    typer.Option(help="Processes serving S3 on the port: this one, the only index writer, and read "
-                 "workers that serve hot GETs and HEADs and pass the rest to it. (default: 1)"),
+    typer.Option(help="Processes serving S3 on the port. Above 1, that many read workers serve it: hot "
+                 "GETs and HEADs themselves, the rest passed to this process, the only writer. (default: 1)"),
 ]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")

@@ -92,8 +92,8 @@ class Config:
     # Seconds a client may take to send a whole request head, or stay silent
     # in the middle of a request body (gateway/server.py explains the bounds).
     client_timeout: float = 30.0
-    # Processes serving S3: this one (the only index writer) and workers - 1
-    # read workers on the same port (gateway/worker.py).
+    # Processes serving S3 on the port: this one, or above 1 that many read
+    # workers in front of it, this one the only writer (gateway/worker.py).
     workers: int = 1
 
     @property

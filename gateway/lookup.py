@@ -12,8 +12,14 @@ stale: a PUT the writer acknowledged is found by the next lookup.
 
 Wire format, both ways: a 4-byte big-endian length, then a msgpack array.
 Request ``[id, bucket, key, read]``; answer ``[id, "hot", record, files]``,
-``[id, "elsewhere"]`` or ``[id, "error", code, key]``. Requests are
-pipelined on one connection; answers come back as they are ready.
+``[id, "elsewhere"]``, ``[id, "NoSuchBucket"]`` or ``[id, "NoSuchKey"]``.
+Requests are pipelined on one connection; answers come back as they are
+ready.
+
+The same connection carries, the other way round and unanswered,
+``["ready"]`` once the worker listens, and the requests a worker served, ``["served", [[op, status, tier, seconds,
+received, sent, hot, capacity], ...]]`` about once a second, which the
+writer adds to its metrics: ``/metrics`` and ``/stats`` count every process.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import contextlib
 import itertools
 import logging
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -58,58 +65,106 @@ def _frame(message: list[Any]) -> bytes:
 
 
 class LookupServer:
-    """The writer's side: answers lookups from its ObjectService."""
+    """The writer's side: answers lookups from its ObjectService, and gives
+    the requests workers report to ``observe`` (``Metrics.observe``).
 
-    def __init__(self, service: ObjectService) -> None:
+    The lookups that arrived together (one read from the socket) are
+    answered together, with one call into the thread pool: a busy worker
+    pipelines many, and a pool handoff each would cost the writer more than
+    the index reads themselves."""
+
+    def __init__(self, service: ObjectService, observe: Callable[..., None]) -> None:
         self._service = service
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._observe = observe
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[_Connection] = set()
+        self.ready = 0  # workers that said they listen, since the start
+        self._readied = asyncio.Event()
+
+    def worker_ready(self) -> None:
+        self.ready += 1
+        self._readied.set()
+
+    async def wait_ready(self, count: int, timeout: float) -> None:
+        """Until ``count`` workers in all have said they listen (TimeoutError)."""
+        async with asyncio.timeout(timeout):
+            while self.ready < count:
+                self._readied.clear()
+                await self._readied.wait()
 
     async def start(self, path: str) -> None:
-        self._server = await asyncio.start_unix_server(self._connection, path)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(lambda: _Connection(self), path)
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
+        for connection in list(self._connections):
+            connection.close()
+        tasks = [t for c in self._connections for t in c.batches]
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def answer(self, requests: list[list[Any]]) -> list[bytes]:
+        try:
+            found = await self._service.locate_many([(r[1], r[2], r[3]) for r in requests])
+        except (TierstoreError, OSError) as exc:  # the writer answers these requests itself
+            log.warning("lookups failed (%s); passing %d requests on", exc, len(requests))
+            found = [("elsewhere",)] * len(requests)
+        return [_frame([request[0], *answer]) for request, answer in zip(requests, found, strict=True)]
+
+
+class _Connection(asyncio.Protocol):
+    """One worker's connection: frames parsed as they arrive, answered in batches."""
+
+    def __init__(self, server: LookupServer) -> None:
+        self._server = server
+        self._buffer = bytearray()
+        self._transport: asyncio.Transport | None = None
+        self.batches: set[asyncio.Task[None]] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        self._server._connections.add(self)  # noqa: SLF001
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server._connections.discard(self)  # noqa: SLF001
+        for task in self.batches:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        answers: set[asyncio.Task[None]] = set()
-        try:
-            while (request := await _read_frame(reader)) is not None:
-                answer = asyncio.create_task(self._answer(writer, *request))
-                answers.add(answer)
-                answer.add_done_callback(answers.discard)
-        except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
-            log.warning("read worker connection dropped: %s", exc)
-        finally:
-            for answer in answers:
-                answer.cancel()
-            writer.close()
-            self._tasks.discard(task)
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, request_id: int, bucket: str, key: str,
-                      read: bool) -> None:
-        try:
-            found = await self._service.locate(bucket, key, read)
-        except (NoSuchKey, NoSuchBucket) as exc:
-            message: list[Any] = [request_id, "error", type(exc).__name__, key]
-        except (TierstoreError, OSError) as exc:  # anything else: the writer answers it itself
-            log.debug("lookup %s/%s: %s; the writer serves it", bucket, key, exc)
-            message = [request_id, "elsewhere"]
-        else:
-            if found is None:
-                message = [request_id, "elsewhere"]
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        requests: list[list[Any]] = []
+        while len(self._buffer) >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(self._buffer)
+            if length > _MAX_FRAME:
+                log.warning("read worker sent a lookup frame of %d bytes; closing", length)
+                self.close()
+                return
+            end = _LENGTH.size + length
+            if len(self._buffer) < end:
+                break
+            message = msgpack.unpackb(self._buffer[_LENGTH.size : end], raw=False)
+            del self._buffer[:end]
+            if message[0] == "served":
+                for row in message[1]:
+                    self._server._observe(*row)  # noqa: SLF001
+            elif message[0] == "ready":
+                self._server.worker_ready()
             else:
-                meta, files = found
-                message = [request_id, "hot", meta.to_bytes(), files]
-        if not writer.is_closing():
-            writer.write(_frame(message))
+                requests.append(message)
+        if requests:
+            task = asyncio.ensure_future(self._answer(requests))
+            self.batches.add(task)
+            task.add_done_callback(self.batches.discard)
+
+    async def _answer(self, requests: list[list[Any]]) -> None:
+        frames = await self._server.answer(requests)
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.writelines(frames)
 
 
 class LookupClient:
@@ -150,6 +205,16 @@ class LookupClient:
                     future.set_exception(ConnectionError("the writer process closed the lookup socket"))
             self._waiting.clear()
 
+    def report_ready(self) -> None:
+        """Tell the writer this worker listens on the S3 port."""
+        if self._writer is not None:
+            self._writer.write(_frame(["ready"]))
+
+    def report_served(self, rows: list[tuple[Any, ...]]) -> None:
+        """Tell the writer about requests served here (for its metrics)."""
+        if self._writer is not None and rows:
+            self._writer.write(_frame(["served", rows]))
+
     async def locate(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
         """The record and hot files of ``bucket/key``; raises Elsewhere, or
         NoSuchBucket / NoSuchKey as the writer found."""
@@ -166,8 +231,8 @@ class LookupClient:
         kind = answer[1]
         if kind == "hot":
             return ObjectMeta.from_bytes(answer[2]), [(path, size) for path, size in answer[3]]
-        if kind == "error":
-            if answer[2] == "NoSuchBucket":
-                raise NoSuchBucket(BucketName=bucket)
-            raise NoSuchKey(Key=answer[3])
+        if kind == "NoSuchBucket":
+            raise NoSuchBucket(BucketName=bucket)
+        if kind == "NoSuchKey":
+            raise NoSuchKey(Key=key)
         raise Elsewhere()

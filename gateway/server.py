@@ -101,7 +101,9 @@ async def serve(
 ) -> None:
     """Serve S3 and the admin API until a signal arrives or ``stop`` is set."""
     stop = stop if stop is not None else asyncio.Event()
-    s3_sock = _listen(config.host, config.port, "S3", reuse_port=config.workers > 1)
+    # With read workers, they listen on the S3 port and this process only
+    # holds it (bound, not listening: the kernel gives it no connections).
+    s3_sock = _listen(config.host, config.port, "S3", reuse_port=config.workers > 1, listen=config.workers == 1)
     with contextlib.closing(s3_sock):
         admin_sock = _listen(config.admin_host, config.admin_port, "admin API")
         with contextlib.closing(admin_sock):
@@ -127,14 +129,17 @@ async def _serve(
     # The exit stack unwinds in reverse: S3 server, S3App.shutdown(), admin.
     async with contextlib.AsyncExitStack() as stack:
         admin_task = await stack.enter_async_context(_running(*admin_listener, "admin API"))
+        if config.workers > 1:
+            s3.awaiting_workers = True  # type: ignore[attr-defined]  # /health: 503 until they listen
         await s3.startup()
         stack.push_async_callback(s3.shutdown)
         if stop.is_set():  # a signal arrived during a long start-up
             return
+        s3_port, admin_port = s3_listener[1].getsockname()[1], admin_listener[0].port
         if config.workers > 1:
-            await _start_read_workers(config, s3, s3_listener[1].getsockname()[1], stack)
-        s3_task = await stack.enter_async_context(_running(*s3_listener, "S3"))
-        s3_port, admin_port = s3_listener[0].port, admin_listener[0].port
+            s3_task = await _start_read_workers(config, s3, s3_port, stack)
+        else:
+            s3_task = await stack.enter_async_context(_running(*s3_listener, "S3"))
         print(banner(config, s3_port, admin_port), flush=True)
         if on_ready is not None:
             on_ready(s3_port, admin_port)
@@ -144,10 +149,11 @@ async def _serve(
 
 async def _start_read_workers(
     config: Config, s3: S3Service, port: int, stack: contextlib.AsyncExitStack
-) -> None:
+) -> asyncio.Task[None]:
     """The writer's Unix socket for the requests workers pass on (its own S3
-    app), the lookup socket, and the worker processes; all stopped by
-    ``stack``, workers first."""
+    app), the lookup socket, and ``config.workers`` worker processes on the
+    S3 port; all stopped by ``stack``, workers first. Returns the task of
+    the writer's socket server."""
     from gateway.worker import WorkerSetup
     from gateway.workers import read_workers, socket_dir
 
@@ -161,9 +167,12 @@ async def _start_read_workers(
     writer_sock.bind(writer_path)
     writer_sock.listen(BACKLOG)
     writer_server = _Server(_uvicorn_config(_BodyDeadline(s3, config.client_timeout), config, s3_errors=True))
-    await stack.enter_async_context(_running(writer_server, writer_sock, "writer socket"))
+    task = await stack.enter_async_context(_running(writer_server, writer_sock, "writer socket"))
     setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path)
-    await stack.enter_async_context(read_workers(setup, service, config.workers - 1))
+    observe = s3.metrics.observe  # type: ignore[attr-defined]
+    await stack.enter_async_context(read_workers(setup, service, observe, config.workers))
+    s3.awaiting_workers = False  # type: ignore[attr-defined]
+    return task
 
 
 def serve_worker(setup: Any, app: Any) -> None:
@@ -183,6 +192,7 @@ async def _serve_worker(config: Config, app: Any) -> None:
             await app.startup()
             try:
                 async with _running(server, sock, "S3") as task:
+                    app.listening()
                     await _first_of(stop.wait(), task, app.writer_gone())
             finally:
                 await app.shutdown()
@@ -487,16 +497,28 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def _listen(host: str, port: int, label: str, reuse_port: bool = False) -> socket.socket:
+def _listen(host: str, port: int, label: str, reuse_port: bool = False, listen: bool = True) -> socket.socket:
     """Bind and listen; a failure becomes one readable line. With
     ``reuse_port``, other processes may listen on the same port (SO_REUSEPORT:
-    read workers), and the kernel spreads connections over them."""
+    read workers), and the kernel spreads connections over them; a socket
+    bound but not ``listen``ing holds the port and gets no connections."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     dualstack = family == socket.AF_INET6 and host == "::" and socket.has_dualstack_ipv6()
     try:
-        return socket.create_server(
-            (host, port), family=family, backlog=BACKLOG, dualstack_ipv6=dualstack, reuse_port=reuse_port
-        )
+        if listen:
+            return socket.create_server(
+                (host, port), family=family, backlog=BACKLOG, dualstack_ipv6=dualstack, reuse_port=reuse_port
+            )
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if dualstack:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.bind((host, port))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise StartupError(

@@ -1,9 +1,11 @@
 """Read workers: more processes serving S3 on the same port, one index writer.
 
-``serve --workers N`` runs the gateway as today (the writer: index, hot
-tier, flush, prefetch, admin API) and starts N - 1 read workers, each its
-own Python process, so each its own GIL. All of them listen on the S3 port
-with SO_REUSEPORT and the kernel spreads connections over them.
+``serve --workers N`` (N > 1) runs the gateway as today (the writer:
+index, hot tier, flush, prefetch, admin API), but for its S3 listener, and
+starts N read workers, each its own Python process, so each its own GIL.
+They listen on the S3 port with SO_REUSEPORT and the kernel spreads
+connections over them; the writer only holds the port, so that its event
+loop is free for the workers' lookups and the requests they pass on.
 
 A worker verifies and answers GetObject and HeadObject itself when the
 object is all in the hot tier: it asks the writer where the bytes are
@@ -24,6 +26,7 @@ disk or the command line), and stops on SIGTERM.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pickle
@@ -46,6 +49,8 @@ from tiering.hot import HotTier
 from tiering.meta import ObjectMeta
 from tiering.readahead import ReadTally, stream
 
+# Seconds between two reports of the requests served here to the writer.
+REPORT_EVERY = 1.0
 # What a worker may answer itself; everything else goes to the writer.
 SERVED_HERE = frozenset({"GetObject", "HeadObject"})
 
@@ -136,6 +141,17 @@ class RemoteObjects:
                     os.close(fd)
 
 
+class _Relayed:
+    """Stands for the worker's metrics: requests served here are reported
+    to the writer, whose /metrics and /stats count every process."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[Any, ...]] = []
+
+    def observe(self, *row: Any) -> None:
+        self.rows.append(row)
+
+
 class WorkerApp(S3App):
     """The S3 app of a read worker: GetObject and HeadObject of hot objects
     here, everything else passed to the writer."""
@@ -144,18 +160,39 @@ class WorkerApp(S3App):
 
     def __init__(self, setup: WorkerSetup) -> None:
         super().__init__(setup.config)
+        self.metrics = self._relayed = _Relayed()  # type: ignore[assignment]
         self._lookups = LookupClient(setup.lookup_socket)
         self._forwarder = Forwarder(setup.writer_socket)
+        self._reporting: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
         await self._lookups.start()
         await self._forwarder.start()
         self._context = Context(self.config, RemoteObjects(self._lookups))  # type: ignore[arg-type]
+        self._reporting = asyncio.create_task(self._report(), name="served-request reports")
 
     async def shutdown(self) -> None:
         self._context = None
+        if self._reporting is not None:
+            self._reporting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reporting
+        self._report_now()
         await self._lookups.close()
         await self._forwarder.close()
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(REPORT_EVERY)
+            self._report_now()
+
+    def _report_now(self) -> None:
+        rows, self._relayed.rows = self._relayed.rows, []
+        self._lookups.report_served(rows)
+
+    def listening(self) -> None:
+        """The S3 socket listens: the writer may count this worker as up."""
+        self._lookups.report_ready()
 
     async def writer_gone(self) -> None:
         """Returns when the writer closed the lookup socket: time to exit."""
@@ -175,6 +212,7 @@ class WorkerApp(S3App):
 
     async def _handle(self, ctx: Context, req: S3Request) -> Response:
         if req.method in ("GET", "HEAD"):
+            routes.address(req, self.config.domain)  # bucket and key, as S3App._handle does
             try:
                 op = routes.resolve(req).op
             except S3Error:

@@ -2,7 +2,7 @@
 
 ``read_workers`` runs for as long as the S3 service: it answers the
 workers' lookups on one Unix socket (``gateway.lookup``), and starts
-``config.workers - 1`` worker processes (``gateway.worker``), each given its
+``config.workers`` worker processes (``gateway.worker``), each given its
 setup on stdin. A worker that exits while the gateway runs is logged and
 started again a second later. At the end each gets SIGTERM (its server
 drains its connections), and SIGKILL if it has not exited 10 s later. The
@@ -20,15 +20,17 @@ import pickle
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from gateway.lookup import LookupServer
+from gateway.server import StartupError
 from gateway.worker import WorkerSetup
 from tiering.objects import ObjectService
 
 log = logging.getLogger("tierstore.workers")
 
+START_SECONDS = 60.0
 STOP_SECONDS = 10.0
 RESTART_DELAY = 1.0
 
@@ -46,9 +48,10 @@ def socket_dir() -> Iterator[Path]:
 class WorkerPool:
     """``count`` worker processes, kept running until ``stop``."""
 
-    def __init__(self, setup: WorkerSetup, count: int) -> None:
+    def __init__(self, setup: WorkerSetup, count: int, lookups: LookupServer) -> None:
         self._setup = pickle.dumps(setup)
         self._count = count
+        self._lookups = lookups
         self._stopping = False
         self._procs: dict[int, asyncio.subprocess.Process] = {}
         self._watchers: list[asyncio.Task[None]] = []
@@ -58,8 +61,14 @@ class WorkerPool:
         return [proc.pid for proc in self._procs.values() if proc.returncode is None]
 
     async def start(self) -> None:
+        """Start the workers and wait until they all listen."""
         for slot in range(self._count):
             await self._spawn(slot)
+        try:
+            await self._lookups.wait_ready(self._count, START_SECONDS)
+        except TimeoutError:
+            raise StartupError(f"read workers did not all listen within {START_SECONDS:g}s") from None
+        for slot in range(self._count):
             self._watchers.append(asyncio.create_task(self._watch(slot), name=f"read worker {slot + 1}"))
 
     async def _spawn(self, slot: int) -> None:
@@ -101,11 +110,14 @@ class WorkerPool:
 
 
 @contextlib.asynccontextmanager
-async def read_workers(setup: WorkerSetup, service: ObjectService, count: int) -> AsyncIterator[WorkerPool]:
-    """Answer lookups on ``setup.lookup_socket`` and run ``count`` workers."""
-    lookups = LookupServer(service)
+async def read_workers(
+    setup: WorkerSetup, service: ObjectService, observe: Callable[..., None], count: int
+) -> AsyncIterator[WorkerPool]:
+    """Answer lookups on ``setup.lookup_socket`` (and count the requests the
+    workers report with ``observe``), and run ``count`` workers."""
+    lookups = LookupServer(service, observe)
     await lookups.start(setup.lookup_socket)
-    pool = WorkerPool(setup, count)
+    pool = WorkerPool(setup, count, lookups)
     try:
         await pool.start()
         yield pool

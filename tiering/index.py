@@ -293,6 +293,11 @@ class Index(TierRecords):
         raw = self._db.get(okey(bucket, key))
         return ObjectMeta.from_bytes(raw) if raw is not None else None
 
+    def get_object_record(self, bucket: str, key: str) -> bytes | None:
+        """The object's record as stored (``ObjectMeta.to_bytes``)."""
+        raw: bytes | None = self._db.get(okey(bucket, key))
+        return raw
+
     def put_object(
         self,
         meta: ObjectMeta,

@@ -14,6 +14,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
@@ -49,6 +50,10 @@ from tiering.warm import Warmer
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
+
+
+# A read worker's lookup answer (see ObjectService.locate_many).
+Located = tuple[Any, ...]
 
 
 @dataclass(slots=True)
@@ -210,41 +215,47 @@ class ObjectService:
         self.tiers.reader.hits += 1
         return meta, b"".join(pieces)
 
-    async def locate(
-        self, bucket: str, key: str, read: bool = True
-    ) -> tuple[ObjectMeta, list[tuple[str, int]]] | None:
-        """For a read worker: the object's record and the hot-tier files that
-        hold all of its bytes, in order, as (path, size); None when it is not
-        all hot, or the bucket is mounted (the writer serves those). With
-        ``read`` (a GET, not a HEAD) it counts as a read: an epoch reader's
-        position moves and a hit is counted."""
-        if self.mounts.get(bucket) is not None:
-            return None
-        if read:
-            self.epochs.observe(bucket, key)
-        meta, files = await _pool.run(self._locate, bucket, key, read)
-        if meta is None:
-            await self.bucket(bucket)
-            raise NoSuchKey(Key=key)
-        return (meta, files) if files is not None else None
+    async def locate_many(self, wanted: list[tuple[str, str, bool]]) -> list[Located]:
+        """For read workers: where the bytes of each (bucket, key, read) are,
+        all looked up in one pool call. An answer is ``("hot", record,
+        files)``: the object's encoded record and the hot-tier files that
+        hold all of its bytes, in order, as (path, size); ``("elsewhere",)``
+        when some bytes are not hot or the bucket is mounted (the writer
+        serves those itself); or ``("NoSuchBucket",)`` / ``("NoSuchKey",)``.
+        With ``read`` (a GET, not a HEAD) a hot answer counts as a read: a
+        cache hit, and an epoch reader's position moves."""
+        for bucket, key, read in wanted:
+            if read and self.mounts.get(bucket) is None:
+                self.epochs.observe(bucket, key)
+        mounted = [self.mounts.get(bucket) is not None for bucket, _, _ in wanted]
+        return await _pool.run(self._locate_many, wanted, mounted)
 
-    def _locate(
-        self, bucket: str, key: str, read: bool
-    ) -> tuple[ObjectMeta | None, list[tuple[str, int]] | None]:
-        meta = self.index.get_object(bucket, key)
-        if meta is None:
-            return None, None
-        files = []
-        for c in meta.chunks:
-            if c.file_id is not None:
-                files.append((str(self.hot.path_of(c.file_id)), c.size))
-            elif c.extent is not None and self.hot.touch_cached(c.extent.cache_name):
-                files.append((str(self.hot.cache_path(c.extent.cache_name)), c.size))
+    def _locate_many(self, wanted: list[tuple[str, str, bool]], mounted: list[bool]) -> list[Located]:
+        out: list[Located] = []
+        for (bucket, key, read), is_mount in zip(wanted, mounted, strict=True):
+            if is_mount:
+                out.append(("elsewhere",))
+                continue
+            raw = self.index.get_object_record(bucket, key)
+            if raw is None:
+                out.append(("NoSuchKey",) if self.index.get_bucket(bucket) is not None else ("NoSuchBucket",))
+                continue
+            meta = ObjectMeta.from_bytes(raw)
+            files = []
+            for c in meta.chunks:
+                if c.file_id is not None:
+                    files.append((str(self.hot.path_of(c.file_id)), c.size))
+                elif c.extent is not None and self.hot.touch_cached(c.extent.cache_name):
+                    files.append((str(self.hot.cache_path(c.extent.cache_name)), c.size))
+                else:
+                    break
             else:
-                return meta, None
-        if read:
-            self.tiers.reader.hits += 1
-        return meta, files
+                if read:
+                    self.tiers.reader.hits += 1
+                out.append(("hot", raw, files))
+                continue
+            out.append(("elsewhere",))
+        return out
 
     async def put(
         self,

@@ -1,8 +1,7 @@
-"""`serve --workers 3`: the writer and two read workers on one port.
+"""`serve --workers 3`: three read workers on the S3 port, the writer behind them.
 
 Every check opens a new connection, so the kernel spreads them over the
-three processes; a check that happened to land on the writer every time
-would not test workers, so the workers' CPU time is checked to grow."""
+three workers; the workers' CPU time is checked to grow."""
 
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import make_client, running_gateway
 from tests.integration.oracle import RawReader
+from gateway.worker import REPORT_EVERY
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children
 
 WORKERS = 3
@@ -49,13 +49,33 @@ def wait_for(condition, timeout: float = 20.0) -> None:
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     with running_gateway(tmp_path_factory.mktemp("workers") / "data", "--workers", str(WORKERS)) as g:
-        wait_for(lambda: len(children(g.proc.pid)) == WORKERS - 1)
+        wait_for(lambda: len(children(g.proc.pid)) == WORKERS)
         yield g
 
 
 def fresh(gw: Gateway) -> RawReader:
     """A signed client whose next request opens a new connection."""
     return RawReader(gw)
+
+
+def served_by_workers(gw: Gateway, bucket: str, op: str = "") -> int:
+    """Access-log lines of requests a worker answered itself: the writer
+    takes no client connection, so its lines (passed-on requests) have no
+    client address."""
+    return sum(1 for line in gw.log().splitlines()
+               if "remote=127.0.0.1" in line and f" bucket={bucket} " in line and f"op={op}" in line)
+
+
+def settled_gets(gw: Gateway) -> dict[str, int]:
+    """The GetObject figures of /stats once the workers' reports of earlier
+    requests are in: unchanged over two report periods."""
+    last = gw.admin("GET", "/stats").json()["requests"].get("GetObject", {})
+    while True:
+        time.sleep(2 * REPORT_EVERY)
+        now = gw.admin("GET", "/stats").json()["requests"].get("GetObject", {})
+        if now == last:
+            return now
+        last = now
 
 
 def workers_cpu(gw: Gateway) -> float:
@@ -78,7 +98,8 @@ def test_every_read_sees_the_last_acknowledged_write(gw: Gateway) -> None:
         if i % 10 == 9:
             s3.delete_object(Bucket="raw", Key=key)
             assert fresh(gw).get("raw", key)[0] == 404
-    assert workers_cpu(gw) - before > 0.2  # the workers answered a share of these
+    assert workers_cpu(gw) - before > 0.2
+    assert served_by_workers(gw, "raw") >= 300  # GETs and HEADs: not one passed on
 
 
 def test_large_objects_ranges_and_conditions(gw: Gateway) -> None:
@@ -99,6 +120,8 @@ def test_large_objects_ranges_and_conditions(gw: Gateway) -> None:
         with pytest.raises(ClientError) as caught:
             c.get_object(Bucket="large", Key="big", IfMatch='"0000"')
         assert caught.value.response["Error"]["Code"] == "PreconditionFailed"
+    # Whole, ranged, part and conditional GETs of a multipart object, streamed by the workers.
+    assert served_by_workers(gw, "large", "GetObject") >= 6 * 5
 
 
 def test_errors_are_s3_errors_on_every_process(gw: Gateway) -> None:
@@ -135,10 +158,17 @@ def test_misses_are_passed_to_the_writer_and_hits_counted(gw: Gateway) -> None:
     for key, body in blobs.items():  # cold: the workers pass them to the writer, which fetches
         assert fresh(gw).get("tiers", key) == (200, body)
     hits = gw.admin("GET", "/tiers").json()["cache_hits"]
+    served = settled_gets(gw)
     for _ in range(3):
         for key, body in blobs.items():  # hot now, wherever they land
             assert fresh(gw).get("tiers", key) == (200, body)
     assert gw.admin("GET", "/tiers").json()["cache_hits"] - hits == 60
+
+    def counted() -> bool:  # the workers report what they served about once a second
+        now = gw.admin("GET", "/stats").json()["requests"]["GetObject"]
+        return (now["count"] - served["count"], now["bytes_out"] - served["bytes_out"]) == (60, 60 * 70_000)
+
+    wait_for(counted, timeout=10)
 
 
 def test_s3fs_reads_through_the_workers(gw: Gateway) -> None:
@@ -151,12 +181,13 @@ def test_s3fs_reads_through_the_workers(gw: Gateway) -> None:
     assert fs.cat_file("fsspec/d/blob") == data
     assert fs.cat_file("fsspec/d/blob", start=1000, end=2_000_000) == data[1000:2_000_000]
     assert fs.ls("fsspec/d") == ["fsspec/d/blob"]
+    assert served_by_workers(gw, "fsspec", "GetObject") >= 2
 
 
 def test_a_killed_worker_is_replaced(gw: Gateway) -> None:
     victim = children(gw.proc.pid)[0]
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: victim not in children(gw.proc.pid) and len(children(gw.proc.pid)) == WORKERS - 1)
+    wait_for(lambda: victim not in children(gw.proc.pid) and len(children(gw.proc.pid)) == WORKERS)
     s3 = make_client(gw.endpoint)
     s3.create_bucket(Bucket="after")
     for i in range(20):
@@ -169,8 +200,8 @@ def test_workers_end_with_the_writer(tmp_path: Path) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         g = Gateway(tmp_path / f"data-{sig}", extra_args=["--workers", "2"]).start()
         try:
-            wait_for(lambda: len(children(g.proc.pid)) == 1)
-            worker = children(g.proc.pid)[0]
+            wait_for(lambda: len(children(g.proc.pid)) == 2)
+            workers = children(g.proc.pid)
             conn = HTTPConnection("127.0.0.1", g.port, timeout=10)
             conn.request("GET", "/")
             assert conn.getresponse().status == 403  # anonymous: refused, by whichever process
@@ -178,4 +209,4 @@ def test_workers_end_with_the_writer(tmp_path: Path) -> None:
         finally:
             g.stop(sig)
         # SIGTERM: stopped by the writer; SIGKILL: the worker sees the lookup socket close.
-        wait_for(lambda: not alive(worker), timeout=20)
+        wait_for(lambda: not any(alive(w) for w in workers), timeout=20)
