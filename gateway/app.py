@@ -21,6 +21,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
+from gateway.forward import CLIENT_HEADER
 from gateway.http import ClientDisconnected, Response, S3Request, new_request_id
 from gateway.metrics import Metrics, tier_of
 from gateway.server import StartupError
@@ -41,6 +42,15 @@ def _has_body(scope: dict[str, Any]) -> bool:
         if name.lower() == b"transfer-encoding" or (name.lower() == b"content-length" and value.strip() != b"0"):
             return True
     return False
+
+
+def _remote(scope: dict[str, Any], req: S3Request | None) -> str | None:
+    """The client's address; for a request a read worker passed on over the
+    Unix socket (no peer address), the one the worker saw."""
+    client = scope.get("client")
+    if client:
+        return str(client[0])
+    return req.headers.get(CLIENT_HEADER) if req is not None else None
 
 
 class S3App:
@@ -191,9 +201,8 @@ class S3App:
             hot, capacity = (tally.hot, tally.capacity) if tally is not None else (0, 0)
             self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity)
             if self.access_log.enabled:
-                client = scope.get("client")
                 self.access_log.write(
-                    request_id=request_id, remote=client[0] if client else None, op=op,
+                    request_id=request_id, remote=_remote(scope, req), op=op,
                     bucket=req.bucket if req is not None else "", key=req.key if req is not None else "",
                     status=status, error=error, bytes_in=received, bytes_out=sent, tier=tier, seconds=seconds,
                 )

@@ -25,6 +25,10 @@ _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "expect",  # the worker's server answered 100-continue when the body was asked for
 })
+# The client's address, added by the worker: the writer trusts it only on
+# requests that came in on its Unix socket, and a client's own is dropped.
+CLIENT_HEADER = "x-tierstore-client"
+_NOT_PASSED_ON = _HOP_BY_HOP | {CLIENT_HEADER}
 _NOT_PASSED_BACK = _HOP_BY_HOP | {"date"}
 
 
@@ -59,7 +63,9 @@ class Forwarder:
         if scope.get("query_string"):
             target += "?" + scope["query_string"].decode("latin-1")
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"]
-                   if name.lower().decode("latin-1") not in _HOP_BY_HOP]
+                   if name.lower().decode("latin-1") not in _NOT_PASSED_ON]
+        if scope.get("client"):  # for the writer's access log (it sees a Unix socket)
+            headers.append((CLIENT_HEADER, scope["client"][0]))
         has_body = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"])
         counted = {"in": 0}
 
