@@ -218,14 +218,16 @@ class LookupClient:
     async def locate(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
         """The record and hot files of ``bucket/key``; raises Elsewhere, or
         NoSuchBucket / NoSuchKey as the writer found."""
-        if self._writer is None:
-            raise ConnectionError("no lookup connection to the writer process")
+        if self._writer is None:  # the writer is gone: passing the request on says so (503)
+            raise Elsewhere()
         request_id = next(self._ids)
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
             self._writer.write(_frame([request_id, bucket, key, read]))
             answer = await future
+        except ConnectionError:
+            raise Elsewhere() from None
         finally:
             self._waiting.pop(request_id, None)
         kind = answer[1]

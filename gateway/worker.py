@@ -51,6 +51,10 @@ from tiering.readahead import ReadTally, stream
 
 # Seconds between two reports of the requests served here to the writer.
 REPORT_EVERY = 1.0
+# A worker opens every file of a response before its head goes out (a file
+# evicted later cannot cut the body short); a read over more pieces than
+# this (256 MiB at the default 8 MiB parts) goes to the writer instead.
+MAX_OPEN_PIECES = 32
 # What a worker may answer itself; everything else goes to the writer.
 SERVED_HERE = frozenset({"GetObject", "HeadObject"})
 
@@ -125,6 +129,8 @@ class RemoteObjects:
         if current.seq != meta.seq:  # replaced since the first lookup: the writer answers
             raise Elsewhere()
         pieces = list(split_over([size for _, size in files], wanted))
+        if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
+            raise Elsewhere()
         fds = await _pool.run(_open_files, files, [index for index, _ in pieces])
         handed: set[int] = set()
 
