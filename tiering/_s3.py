@@ -42,7 +42,7 @@ from tiering.capacity import (
     check_prefix,
     check_range,
 )
-from tiering.errors import CapacityError, CapacityNotFound
+from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -78,6 +78,10 @@ _RETRY_CODES = frozenset(
         "XAmzContentSHA256Mismatch",
     }
 )
+
+# A conditional write that lost: the object is not as expected (412), or
+# another conditional write on it was in flight (409, AWS).
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 
 # Transport failures: connection refused/reset/closed, timeouts, a body cut
 # short (aiobotocore checks Content-Length), plain socket errors.
@@ -393,6 +397,37 @@ class S3Store:
 
     def upload(self, name: str) -> CapacityUpload:
         return S3Upload(self, name, self._key(name))
+
+    async def read_versioned(self, name: str) -> tuple[bytes, str]:
+        key = self._key(name)
+
+        async def fetch() -> tuple[bytes, str]:
+            response = await self._c().get_object(Bucket=self.bucket, Key=key)
+            return await _read_body(response), str(response["ETag"])
+
+        data, etag = await self._call("get_object", name, fetch)
+        self.stats.bytes_read += len(data)
+        return data, etag
+
+    async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
+        """S3 conditional writes (If-None-Match: * or If-Match: ETag). A
+        retried attempt may find its own earlier, answered-but-lost write and
+        report a conflict: a caller that must know reads the object back."""
+        key = self._key(name)
+        condition = {"IfNoneMatch": "*"} if expect is None else {"IfMatch": expect}
+        try:
+            response = await self._call(
+                "put_object", name, self._c().put_object, Bucket=self.bucket, Key=key, Body=data, **condition
+            )
+        except CapacityError as exc:
+            if exc.detail.get("code") in _CONFLICT_CODES or exc.detail.get("status") == 412:
+                raise CapacityConflict(
+                    f"capacity store {self.describe()}: conditional write of {name}: "
+                    f"{exc.detail.get('code')}", name=name, expected=expect,
+                ) from exc
+            raise
+        self.stats.bytes_written += len(data)
+        return str(response["ETag"])
 
     async def get_range(self, name: str, start: int, end: int, if_match: str | None = None) -> bytes:
         """Bytes [start, end) of ``name``; with ``if_match`` (an ETag) only of

@@ -16,6 +16,8 @@ root or prefix raises ``ValueError`` before any I/O.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import secrets
 import stat
@@ -28,7 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 from tiering import _pool
 from tiering._files import sync_dir, write_all
-from tiering.errors import CapacityError, CapacityNotFound
+from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
 
 # Temporary files of LocalDirStore start with this; no name component may, so
 # a temp file is never mistaken for an object (and list can skip them).
@@ -97,6 +99,17 @@ class CapacityStore(Protocol):
 
     def upload(self, name: str) -> CapacityUpload:
         """Start writing an object in pieces."""
+        ...
+
+    async def read_versioned(self, name: str) -> tuple[bytes, str]:
+        """A small object whole, and its version tag (S3: the ETag)."""
+        ...
+
+    async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
+        """Write ``name`` only if it does not exist (``expect`` None) or its
+        version tag is still ``expect``; return the new tag. Otherwise
+        raise ``CapacityConflict``: compare-and-swap, for coordination
+        through the store (S3 conditional writes)."""
         ...
 
     async def get_range(self, name: str, start: int, end: int) -> bytes:
@@ -309,6 +322,43 @@ class LocalDirStore:
         with self._errors("delete", name):
             await _pool.run(_remove_file, path)
 
+    async def read_versioned(self, name: str) -> tuple[bytes, str]:
+        path = self.path_of(name)
+        self.stats.gets += 1
+        with self._errors("get", name):
+            data = await _pool.run(path.read_bytes)
+        self.stats.bytes_read += len(data)
+        return data, _tag(data)
+
+    async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
+        path = self.path_of(name)
+        self.stats.puts += 1
+        with self._errors("put", name):
+            await _pool.run(self._swap_sync, path, data, expect)
+        self.stats.bytes_written += len(data)
+        return _tag(data)
+
+    def _swap_sync(self, path: Path, data: bytes, expect: str | None) -> None:
+        """Compare and swap under an exclusive flock on the store's root
+        directory, which every process using this store takes for it."""
+        _make_dirs(path.parent)
+        lock = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                current = _tag(path.read_bytes())
+            except FileNotFoundError:
+                current = None
+            if current != expect:
+                raise CapacityConflict(
+                    f"capacity store {self.describe()}: conditional write of {path.name}: "
+                    f"{'it exists' if expect is None else 'it changed' if current else 'it is gone'}",
+                    name=str(path), expected=expect, found=current,
+                )
+            self._put_sync(path, data)
+        finally:
+            os.close(lock)  # and with it the flock
+
     def _put_sync(self, path: Path, data: bytes | memoryview) -> None:
         _make_dirs(path.parent)
         fd, tmp = _open_temp(path.parent)
@@ -490,6 +540,11 @@ def _publish(tmp: Path, path: Path) -> None:
         _unlink_quietly(tmp)
         raise
     sync_dir(path.parent)
+
+
+def _tag(data: bytes) -> str:
+    """A local object's version tag: its MD5 in quotes, as S3's single-PUT ETag."""
+    return f'"{hashlib.md5(data).hexdigest()}"'
 
 
 def _read_range(path: Path, start: int, end: int) -> bytes:

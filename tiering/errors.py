@@ -121,5 +121,11 @@ class CapacityNotFound(CapacityError):
     """The named object is not in the capacity store."""
 
 
+class CapacityConflict(CapacityError):
+    """A conditional write found the object not as expected (S3 412
+    PreconditionFailed, or 409 ConditionalRequestConflict when another
+    conditional write raced it)."""
+
+
 class ServiceUnavailable(TierstoreError):
     """A tier the request needs cannot serve it now (503); retrying may work."""
