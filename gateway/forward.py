@@ -18,6 +18,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.errors import S3Error
+from gateway.http import ClientDisconnected
 
 log = logging.getLogger("tierstore.workers")
 
@@ -55,8 +56,9 @@ class Forwarder:
     async def forward(self, scope: dict[str, Any], receive: Any, send: Any) -> tuple[int, int, int]:
         """Pass one request on and its answer back: (status, bytes received, bytes sent).
 
-        Raises S3Error ServiceUnavailable when the writer cannot be reached
-        before anything was sent back."""
+        Before anything was sent back, raises S3Error: ServiceUnavailable when
+        the writer cannot be reached, RequestTimeout when the client's body
+        stalled; ClientDisconnected when the client left."""
         assert self._session is not None
         raw_path = scope.get("raw_path") or scope["path"].encode()
         target = raw_path.decode("latin-1")
@@ -67,36 +69,47 @@ class Forwarder:
         if scope.get("client"):  # for the writer's access log (it sees a Unix socket)
             headers.append((CLIENT_HEADER, scope["client"][0]))
         has_body = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"])
-        counted = {"in": 0}
+        counted: dict[str, Any] = {"in": 0, "done": not has_body, "failed": None}
 
         async def body() -> AsyncIterator[bytes]:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise ConnectionResetError("the client went away")
-                chunk = message.get("body", b"")
-                counted["in"] += len(chunk)
-                if chunk:
-                    yield chunk
-                if not message.get("more_body", False):
-                    return
+            try:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise ClientDisconnected()
+                    chunk = message.get("body", b"")
+                    counted["in"] += len(chunk)
+                    if chunk:
+                        yield chunk
+                    if not message.get("more_body", False):
+                        counted["done"] = True
+                        return
+            except (S3Error, ClientDisconnected) as exc:  # the client's fault: said as it is below
+                counted["failed"] = exc
+                raise
 
         try:
             response = await self._session.request(
                 scope["method"], URL("http://writer" + target, encoded=True), headers=headers,
                 data=body() if has_body else None, allow_redirects=False,
             )
-        except (aiohttp.ClientError, OSError) as exc:
+        except Exception as exc:
+            if counted["failed"] is not None:  # the client stalled (RequestTimeout) or left
+                raise counted["failed"] from exc
+            if not isinstance(exc, (aiohttp.ClientError, OSError)):
+                raise
             log.warning("passing %s %s to the writer failed: %s", scope["method"], target, exc)
             raise S3Error("ServiceUnavailable", "The gateway's writer process is unavailable; retry shortly.") \
                 from exc
         sent = 0
         async with response:
-            await send({
-                "type": "http.response.start", "status": response.status,
-                "headers": [(name, value) for name, value in response.raw_headers
-                            if name.lower().decode("latin-1") not in _NOT_PASSED_BACK],
-            })
+            back = [(name, value) for name, value in response.raw_headers
+                    if name.lower().decode("latin-1") not in _NOT_PASSED_BACK]
+            if not counted["done"]:
+                # Answered before the body was all read (an early refusal): the
+                # client connection's next bytes are unknowable, as in S3App.
+                back.append((b"connection", b"close"))
+            await send({"type": "http.response.start", "status": response.status, "headers": back})
             if scope["method"] != "HEAD":
                 async for chunk in response.content.iter_any():
                     sent += len(chunk)

@@ -41,7 +41,7 @@ from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error
 from gateway.forward import Forwarder
-from gateway.http import Response, S3Request, new_request_id
+from gateway.http import ClientDisconnected, Response, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
@@ -210,10 +210,13 @@ class WorkerApp(S3App):
         except Elsewhere:
             try:
                 await self._forwarder.forward(scope, receive, send)
-            except S3Error as exc:  # the writer could not be reached: nothing was sent
+            except ClientDisconnected:
+                return
+            except S3Error as exc:  # nothing was sent: the writer is gone, or the body stalled
                 request_id = new_request_id()
                 response, _ = self._error(exc, scope.get("path", "/"), request_id, scope["method"])
-                response.headers += [("x-amz-request-id", request_id), ("server", "tierstore")]
+                response.headers += [("x-amz-request-id", request_id), ("server", "tierstore"),
+                                     ("connection", "close")]
                 await response.send(send, head_only=scope["method"] == "HEAD")
 
     async def _handle(self, ctx: Context, req: S3Request) -> Response:

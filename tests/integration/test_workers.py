@@ -5,9 +5,11 @@ three workers; the workers' CPU time is checked to grow."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from http.client import HTTPConnection
@@ -15,6 +17,9 @@ from pathlib import Path
 
 import pytest
 import s3fs
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from tests.conftest import make_client, running_gateway
@@ -223,3 +228,37 @@ def test_workers_end_with_the_writer(tmp_path: Path) -> None:
             g.stop(sig)
         # SIGTERM: stopped by the writer; SIGKILL: the worker sees the lookup socket close.
         wait_for(lambda: not any(alive(w) for w in workers), timeout=20)
+
+
+def _raw_exchange(port: int, request: bytes, wait: float = 15.0) -> tuple[bytes, float]:
+    """Send ``request`` and read until the server closes: (answer, seconds)."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(request)
+        sock.settimeout(wait)
+        start, answer = time.monotonic(), b""
+        with contextlib.suppress(TimeoutError):
+            while chunk := sock.recv(65536):
+                answer += chunk
+        return answer, time.monotonic() - start
+
+
+def test_bodies_refused_or_stalled_through_a_worker(tmp_path: Path) -> None:
+    """A PUT a worker passes on: refused before its body (unsigned) or with
+    its body stalled past --client-timeout, the client gets S3's answer and
+    the connection is closed, as from a single process."""
+    with running_gateway(tmp_path / "data", "--workers", "2", "--client-timeout", "2") as g:
+        wait_for(lambda: len(children(g.proc.pid)) == 2)
+        make_client(g.endpoint).create_bucket(Bucket="stall")
+        head = f"PUT /stall/k HTTP/1.1\r\nHost: 127.0.0.1:{g.port}\r\nContent-Length: 1000\r\n"
+        answer, seconds = _raw_exchange(g.port, (head + "\r\n").encode() + b"0123456789")
+        assert answer.startswith(b"HTTP/1.1 403 ") and b"<Code>AccessDenied</Code>" in answer
+        assert seconds < 10  # closed, not left open
+
+        request = AWSRequest(method="PUT", url=f"{g.endpoint}/stall/k",
+                             headers={"Content-Length": "1000", "x-amz-content-sha256": "UNSIGNED-PAYLOAD"})
+        S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", "us-east-1").add_auth(request)
+        signed = head + "".join(f"{k}: {v}\r\n" for k, v in request.headers.items() if k != "Content-Length")
+        answer, seconds = _raw_exchange(g.port, (signed + "\r\n").encode() + b"0123456789")
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"<Code>RequestTimeout</Code>" in answer
+        assert seconds < 10
+        assert make_client(g.endpoint).list_objects_v2(Bucket="stall")["KeyCount"] == 0
