@@ -21,8 +21,7 @@ from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
-from gateway.forward import CLIENT_HEADER
-from gateway.http import ClientDisconnected, Response, S3Request, new_request_id
+from gateway.http import CLIENT_HEADER, ClientDisconnected, Response, S3Request, has_body, new_request_id
 from gateway.metrics import Metrics, tier_of
 from gateway.server import StartupError
 from gateway.storage import object_service
@@ -37,13 +36,6 @@ log = logging.getLogger("tierstore.s3")
 CLIENT_CLOSED = 499
 
 
-def _has_body(scope: dict[str, Any]) -> bool:
-    for name, value in scope["headers"]:
-        if name.lower() == b"transfer-encoding" or (name.lower() == b"content-length" and value.strip() != b"0"):
-            return True
-    return False
-
-
 def _remote(scope: dict[str, Any], req: S3Request | None) -> str | None:
     """The client's address; for a request a read worker passed on over the
     Unix socket (no peer address), the one the worker saw."""
@@ -56,9 +48,9 @@ def _remote(scope: dict[str, Any], req: S3Request | None) -> str | None:
 class S3App:
     """ASGI 3 app serving the S3 API from an ObjectService it owns."""
 
-    # Raised by a handler that leaves the request to another process (a read
-    # worker's, gateway/worker.py): out of _http before anything was sent,
-    # and not recorded here.
+    # Raised by ``_pass_on`` (or a handler) when the request is left to
+    # another process (a read worker's, gateway/worker.py): out of _http
+    # before anything was sent, and not recorded here.
     PASS_ON: tuple[type[BaseException], ...] = ()
 
     def __init__(self, config: Config) -> None:
@@ -123,7 +115,7 @@ class S3App:
         request_id = new_request_id()
         method = scope["method"]
         resource = scope.get("path", "/")
-        body_done = not _has_body(scope)
+        body_done = not has_body(scope)
         received = sent = status = 0
         req: S3Request | None = None
         error: str | None = None
@@ -227,6 +219,7 @@ class S3App:
             req.op = route.op
         except S3Error as exc:
             unroutable = exc
+        self._pass_on(route)
         req.auth = sigv4.authenticate(
             req.method, req.raw_path, req.raw_query, req.headers,
             self.config.credentials.get, datetime.now(UTC),
@@ -236,6 +229,11 @@ class S3App:
             assert unroutable is not None
             raise unroutable
         return await route.handler(ctx, req)
+
+    def _pass_on(self, route: routes.Route | None) -> None:
+        """Raise one of PASS_ON to leave the request, once routed (None:
+        unroutable) and before it is authenticated, to another process.
+        This app answers everything."""
 
     def _error(
         self, exc: Exception, resource: str, request_id: str, method: str

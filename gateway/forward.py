@@ -18,7 +18,7 @@ import aiohttp
 from yarl import URL
 
 from gateway.errors import S3Error
-from gateway.http import ClientDisconnected
+from gateway.http import CLIENT_HEADER, ClientDisconnected, has_body
 
 log = logging.getLogger("tierstore.workers")
 
@@ -26,9 +26,7 @@ _HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "expect",  # the worker's server answered 100-continue when the body was asked for
 })
-# The client's address, added by the worker: the writer trusts it only on
-# requests that came in on its Unix socket, and a client's own is dropped.
-CLIENT_HEADER = "x-tierstore-client"
+# A client's own CLIENT_HEADER is dropped: the worker adds the address it saw.
 _NOT_PASSED_ON = _HOP_BY_HOP | {CLIENT_HEADER}
 _NOT_PASSED_BACK = _HOP_BY_HOP | {"date"}
 
@@ -53,8 +51,8 @@ class Forwarder:
         if self._session is not None:
             await self._session.close()
 
-    async def forward(self, scope: dict[str, Any], receive: Any, send: Any) -> tuple[int, int, int]:
-        """Pass one request on and its answer back: (status, bytes received, bytes sent).
+    async def forward(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Pass one request on and its answer back.
 
         Before anything was sent back, raises S3Error: ServiceUnavailable when
         the writer cannot be reached, RequestTimeout when the client's body
@@ -68,51 +66,54 @@ class Forwarder:
                    if name.lower().decode("latin-1") not in _NOT_PASSED_ON]
         if scope.get("client"):  # for the writer's access log (it sees a Unix socket)
             headers.append((CLIENT_HEADER, scope["client"][0]))
-        has_body = any(name.lower() in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"])
-        counted: dict[str, Any] = {"in": 0, "done": not has_body, "failed": None}
-
-        async def body() -> AsyncIterator[bytes]:
-            try:
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        raise ClientDisconnected()
-                    chunk = message.get("body", b"")
-                    counted["in"] += len(chunk)
-                    if chunk:
-                        yield chunk
-                    if not message.get("more_body", False):
-                        counted["done"] = True
-                        return
-            except (S3Error, ClientDisconnected) as exc:  # the client's fault: said as it is below
-                counted["failed"] = exc
-                raise
-
+        body = _Body(receive) if has_body(scope) else None
         try:
             response = await self._session.request(
                 scope["method"], URL("http://writer" + target, encoded=True), headers=headers,
-                data=body() if has_body else None, allow_redirects=False,
+                data=body.chunks() if body is not None else None, allow_redirects=False,
             )
         except Exception as exc:
-            if counted["failed"] is not None:  # the client stalled (RequestTimeout) or left
-                raise counted["failed"] from exc
+            if body is not None and body.failed is not None:  # the client stalled (RequestTimeout) or left
+                raise body.failed from exc
             if not isinstance(exc, (aiohttp.ClientError, OSError)):
                 raise
             log.warning("passing %s %s to the writer failed: %s", scope["method"], target, exc)
             raise S3Error("ServiceUnavailable", "The gateway's writer process is unavailable; retry shortly.") \
                 from exc
-        sent = 0
         async with response:
             back = [(name, value) for name, value in response.raw_headers
                     if name.lower().decode("latin-1") not in _NOT_PASSED_BACK]
-            if not counted["done"]:
+            if body is not None and not body.done:
                 # Answered before the body was all read (an early refusal): the
                 # client connection's next bytes are unknowable, as in S3App.
                 back.append((b"connection", b"close"))
             await send({"type": "http.response.start", "status": response.status, "headers": back})
             if scope["method"] != "HEAD":
                 async for chunk in response.content.iter_any():
-                    sent += len(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        return response.status, counted["in"], sent
+
+
+class _Body:
+    """The client's request body as it streams on: whether it was all read,
+    and the client's own failure (a stall, a disconnect) if it ended one."""
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self.done = False
+        self.failed: S3Error | ClientDisconnected | None = None
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnected()
+                if chunk := message.get("body", b""):
+                    yield chunk
+                if not message.get("more_body", False):
+                    self.done = True
+                    return
+        except (S3Error, ClientDisconnected) as exc:
+            self.failed = exc
+            raise

@@ -171,6 +171,19 @@ class Response:
             await _close(body)
 
 
+# The client's address on a request a read worker passes to the writer
+# (gateway/forward.py), which sees a Unix socket; trusted only there.
+CLIENT_HEADER = "x-tierstore-client"
+
+
+def has_body(scope: dict[str, Any]) -> bool:
+    """Whether the request announces a body (chunked, or a Content-Length above 0)."""
+    for name, value in scope["headers"]:
+        if name.lower() == b"transfer-encoding" or (name.lower() == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
 def new_request_id() -> str:
     """x-amz-request-id (and x-amz-id-2): 16 hex digits, as S3's."""
     return secrets.token_hex(8).upper()

@@ -42,21 +42,33 @@ log = logging.getLogger("tierstore.workers")
 
 _LENGTH = struct.Struct(">I")
 _MAX_FRAME = 16 * 1024 * 1024  # a record of a 10,000-part object is well below
+_READ_SIZE = 256 * 1024
 
 
 class Elsewhere(Exception):
     """The worker cannot serve this request from the hot tier: the writer must."""
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> list[Any] | None:
-    try:
-        head = await reader.readexactly(_LENGTH.size)
-    except asyncio.IncompleteReadError:
-        return None
-    (length,) = _LENGTH.unpack(head)
-    if length > _MAX_FRAME:
-        raise ValueError(f"lookup frame of {length} bytes")
-    return msgpack.unpackb(await reader.readexactly(length), raw=False)
+class _Frames:
+    """Bytes as they arrive on a lookup socket, cut into messages."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[list[Any]]:
+        """The messages ``data`` completes; ValueError on an oversized frame."""
+        self._buffer += data
+        messages = []
+        while len(self._buffer) >= _LENGTH.size:
+            (length,) = _LENGTH.unpack_from(self._buffer)
+            if length > _MAX_FRAME:
+                raise ValueError(f"lookup frame of {length} bytes")
+            end = _LENGTH.size + length
+            if len(self._buffer) < end:
+                break
+            messages.append(msgpack.unpackb(self._buffer[_LENGTH.size : end], raw=False))
+            del self._buffer[:end]
+        return messages
 
 
 def _frame(message: list[Any]) -> bytes:
@@ -118,7 +130,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: LookupServer) -> None:
         self._server = server
-        self._buffer = bytearray()
+        self._frames = _Frames()
         self._transport: asyncio.Transport | None = None
         self.batches: set[asyncio.Task[None]] = set()
 
@@ -136,19 +148,14 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
+        try:
+            messages = self._frames.feed(data)
+        except ValueError as exc:
+            log.warning("read worker sent %s; closing its lookup connection", exc)
+            self.close()
+            return
         requests: list[list[Any]] = []
-        while len(self._buffer) >= _LENGTH.size:
-            (length,) = _LENGTH.unpack_from(self._buffer)
-            if length > _MAX_FRAME:
-                log.warning("read worker sent a lookup frame of %d bytes; closing", length)
-                self.close()
-                return
-            end = _LENGTH.size + length
-            if len(self._buffer) < end:
-                break
-            message = msgpack.unpackb(self._buffer[_LENGTH.size : end], raw=False)
-            del self._buffer[:end]
+        for message in messages:
             if message[0] == "served":
                 for row in message[1]:
                     self._server._observe(*row)  # noqa: SLF001
@@ -192,10 +199,12 @@ class LookupClient:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
-            while (answer := await _read_frame(reader)) is not None:
-                future = self._waiting.pop(answer[0], None)
-                if future is not None and not future.done():
-                    future.set_result(answer)
+            frames = _Frames()
+            while data := await reader.read(_READ_SIZE):
+                for answer in frames.feed(data):
+                    future = self._waiting.pop(answer[0], None)
+                    if future is not None and not future.done():
+                        future.set_result(answer)
         finally:
             # The writer is gone: every lookup waiting, and every later one, fails.
             self._writer = None

@@ -41,7 +41,7 @@ from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error
 from gateway.forward import Forwarder
-from gateway.http import ClientDisconnected, Response, S3Request, new_request_id
+from gateway.http import ClientDisconnected, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
@@ -219,16 +219,10 @@ class WorkerApp(S3App):
                                      ("connection", "close")]
                 await response.send(send, head_only=scope["method"] == "HEAD")
 
-    async def _handle(self, ctx: Context, req: S3Request) -> Response:
-        if req.method in ("GET", "HEAD"):
-            routes.address(req, self.config.domain)  # bucket and key, as S3App._handle does
-            try:
-                op = routes.resolve(req).op
-            except S3Error:
-                op = None
-            if op in SERVED_HERE:
-                return await super()._handle(ctx, req)
-        raise Elsewhere()
+    def _pass_on(self, route: routes.Route | None) -> None:
+        # The writer verifies (and answers the errors of) what it is given.
+        if route is None or route.op not in SERVED_HERE:
+            raise Elsewhere()
 
 
 def main() -> int:

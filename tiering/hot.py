@@ -277,16 +277,15 @@ class HotTier:
             os.close(fd)
             self.drop_cached([name])
             return None
-        with self._lock:
-            self._sieve.touch(name)  # a bit set, no reordering (pinned: not queued)
+        self.touch_cached(name)
         return fd
 
     def is_cached(self, name: str) -> bool:
         return name in self._sieve or name in self._pinned
 
     def touch_cached(self, name: str) -> bool:
-        """Record a hit on a cached extent another process reads by path
-        (a read worker); False when it is not cached."""
+        """Record a hit on a cached extent (a bit set, no reordering; pinned
+        extents are not queued); False when it is not cached."""
         with self._lock:
             return self._sieve.touch(name) or name in self._pinned
 

@@ -119,7 +119,6 @@ class Lease:
         if self.record is None or self.record.holder != self.node or self._tag is None:
             return
         await self._write(term=self.record.term, expect=self._tag, expires_ms=0)
-        self._valid_until = 0.0
 
     async def _write(self, term: int, expect: str | None, expires_ms: int | None = None) -> bool:
         started = self._monotonic()

@@ -224,10 +224,10 @@ class ObjectService:
         serves those itself); or ``("NoSuchBucket",)`` / ``("NoSuchKey",)``.
         With ``read`` (a GET, not a HEAD) a hot answer counts as a read: a
         cache hit, and an epoch reader's position moves."""
-        for bucket, key, read in wanted:
-            if read and self.mounts.get(bucket) is None:
-                self.epochs.observe(bucket, key)
         mounted = [self.mounts.get(bucket) is not None for bucket, _, _ in wanted]
+        for (bucket, key, read), is_mount in zip(wanted, mounted, strict=True):
+            if read and not is_mount:
+                self.epochs.observe(bucket, key)
         return await _pool.run(self._locate_many, wanted, mounted)
 
     def _locate_many(self, wanted: list[tuple[str, str, bool]], mounted: list[bool]) -> list[Located]:
