@@ -143,6 +143,21 @@ Workers = Annotated[
     typer.Option(help="Processes serving S3 on the port. Above 1, that many read workers serve it: hot "
                  "GETs and HEADs themselves, the rest passed to this process, the only writer. (default: 1)"),
 ]
+NodeId = Annotated[
+    str | None,
+    typer.Option(help="Run as one of several gateways over one capacity store, under this name: the "
+                 "writer while it holds the store's write lease, else a read replica that follows it. "
+                 "(default: the only gateway)"),
+]
+LeaseTtl = Annotated[
+    float | None,
+    typer.Option(help="Seconds the write lease lasts unless renewed; a replica takes over this long "
+                 "after the writer stops renewing. (default: 30)"),
+]
+FollowInterval = Annotated[
+    float | None,
+    typer.Option(help="Seconds between a replica's rounds of applying the writer's new segments. (default: 2)"),
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -183,6 +198,9 @@ TUNING_OPTIONS = (
     option("compact_threshold", CompactThreshold),
     option("client_timeout", ClientTimeout),
     option("workers", Workers),
+    option("node_id", NodeId),
+    option("lease_ttl", LeaseTtl),
+    option("follow_interval", FollowInterval),
 )
 
 

@@ -95,6 +95,11 @@ class Config:
     # Processes serving S3 on the port: this one, or above 1 that many read
     # workers in front of it, this one the only writer (gateway/worker.py).
     workers: int = 1
+    # Scale-out (docs/scale-out.md): a node id makes this gateway one of
+    # several over one capacity store, the writer while it holds the lease.
+    node_id: str | None = None
+    lease_ttl: float = 30.0
+    follow_interval: float = 2.0
 
     @property
     def capacity_url(self) -> str:
@@ -177,6 +182,23 @@ def _workers(name: str, raw: object, source: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_WORKERS:
         raise _invalid(name, raw, source, f"expected a number of processes, 1..{MAX_WORKERS}")
     return raw
+
+
+_NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def _node_id(name: str, raw: object, source: str) -> str | None:
+    text = _optional_text(name, raw, source)
+    if text is not None and not _NODE_ID.fullmatch(text):
+        raise _invalid(name, raw, source, "expected 1..63 letters, digits, '.', '_' or '-'")
+    return text
+
+
+def _lease_ttl(name: str, raw: object, source: str) -> float:
+    ttl = _seconds(name, raw, source)
+    if ttl < 2:
+        raise _invalid(name, raw, source, "expected at least 2 seconds")
+    return ttl
 
 
 def _size(name: str, raw: object, source: str) -> int:
@@ -321,6 +343,9 @@ _COERCE: dict[str, _Coercer] = {
     "compact_threshold": _fraction,
     "client_timeout": _seconds,
     "workers": _workers,
+    "node_id": _node_id,
+    "lease_ttl": _lease_ttl,
+    "follow_interval": _seconds,
 }
 
 
@@ -553,6 +578,9 @@ def tier_settings(config: Config) -> TierSettings:
         compression=config.compression,
         compact_threshold=config.compact_threshold,
         write_through=config.write_through,
+        node_id=config.node_id,
+        lease_ttl=config.lease_ttl,
+        follow_interval=config.follow_interval,
     )
 
 

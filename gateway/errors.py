@@ -85,6 +85,10 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     t.InvalidPartOrder: "InvalidPartOrder",
     t.SlowDown: "SlowDown",
     t.AccessDenied: "AccessDenied",
+    # A read replica: writes go to the node named in the error's <Writer>.
+    # 405, which S3 clients do not retry; with no live writer (a takeover
+    # under way) it is ServiceUnavailable instead, which they do.
+    t.NotWriter: "MethodNotAllowed",
     t.NotSupported: "NotImplemented",
     # The capacity store failed after retries: the client may retry (503),
     # the message says which store and why (never its credentials).

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from tiering._keys import SEG_KEY, SEQ_KEY, bkey, gkey, okey, pkey, seqkey
+from tiering._keys import FOLLOW_KEY, SEG_KEY, SEQ_KEY, bkey, bucket_from_event, gkey, hkey, okey, pkey, seqkey
 from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, Part, SegmentInfo, Upload
 
 if TYPE_CHECKING:
     from rocksdict import Rdict, WriteBatch
+
+    from packer.format import Footer
 
 
 class Ledger:
@@ -297,5 +299,123 @@ class TierRecords:
             batch.put(SEG_KEY, self._segments.to_bytes(8, "big"))
             self._write(batch)  # synced: the WAL holds every batch before it
 
+    # -- following another node's segments (a replica) -----------------------
+
+    @property
+    def follow_point(self) -> str:
+        """The name of the last segment this index applied ("" for none)."""
+        raw = self._db.get(FOLLOW_KEY)
+        return raw.decode() if raw else ""
+
+    def apply_segment(self, size: int, footer: Footer, region: str) -> list[Chunk]:
+        """Apply one segment written by another node, in write order: each
+        manifest newer than (or as new as, a compaction's copy) the key's
+        current version replaces it, each tombstone newer than it deletes
+        it, and the segment's last bucket event per bucket decides that
+        bucket. Returns the chunks that no current object uses any more,
+        for the caller to drop from the hot tier."""
+        name = footer.segment
+        with self._lock:
+            batch = self._batch()
+            if self._db.get(gkey(name)) is not None:  # known already: written here
+                batch.put(FOLLOW_KEY, name.encode())
+                self._write(batch)
+                return []
+            ledger = Ledger()
+            gone: list[Chunk] = []
+            live = pins = 0
+            top = self._seq
+            events: dict[str, dict] = {}
+            objects: list[ObjectMeta] = []
+            for record in footer.records:
+                if record.get("t") == "obj":
+                    objects.append(replace(ObjectMeta.from_plain(record["m"]), manifest=name))
+                elif record.get("t") == "bucket":
+                    events[record["n"]] = record  # in write order: the last one counts
+                    pins += 1
+            for event in events.values():
+                top = max(top, event.get("s", 0))
+                if not event.get("d"):
+                    batch.put(bkey(event["n"]), bucket_from_event(event, region).to_bytes())
+            created = {meta.bucket for meta in objects if self._db.get(bkey(meta.bucket)) is None}
+            for bucket in created - events.keys():
+                first = min(m.last_modified_ms for m in objects if m.bucket == bucket)
+                batch.put(bkey(bucket), BucketInfo(bucket, first, region).to_bytes())
+            current: dict[tuple[str, str], ObjectMeta | None] = {}
+            for meta in objects:
+                top = max(top, meta.seq)
+                where = (meta.bucket, meta.key)
+                old = current[where] if where in current else self.get_object(*where)
+                if old is not None and old.seq > meta.seq:
+                    continue
+                if old is not None:
+                    ledger.release(old.chunks, keep=meta.chunks)
+                    ledger.unpin(old)
+                    gone.extend(_unused(old.chunks, meta.chunks))
+                current[where] = meta
+                batch.put(okey(*where), meta.to_bytes())
+                pins += 1
+                kept = {c.extent.place for c in (old.chunks if old else ()) if c.extent is not None}
+                for chunk in meta.chunks:
+                    ext = chunk.extent
+                    if ext is not None and ext.place not in kept:
+                        if ext.segment == name:
+                            live += ext.stored
+                        else:
+                            ledger.live[ext.segment] += ext.stored
+            for tomb in footer.tombstones:
+                top = max(top, tomb.seq)
+                pins += 1
+                where = (tomb.bucket, tomb.key)
+                old = current[where] if where in current else self.get_object(*where)
+                if old is None or old.seq >= tomb.seq:
+                    continue
+                ledger.release(old.chunks)
+                ledger.unpin(old)
+                gone.extend(old.chunks)
+                current[where] = None
+                batch.delete(okey(*where))
+            for event in events.values():
+                if event.get("d"):
+                    batch.delete(bkey(event["n"]))
+                    for pin, _ in self._scan(hkey(event["n"]), hkey(event["n"])):
+                        batch.delete(pin)
+            data = sum(e.stored for e in footer.entries)
+            own = ledger.live.pop(name, 0), ledger.pins.pop(name, 0)
+            info = SegmentInfo(name, size, data, live + own[0], pins + own[1], footer.created_ms)
+            batch.put(gkey(name), info.to_bytes())
+            self._apply(batch, ledger)
+            self._seq = max(self._seq, top)
+            self._segments = max(self._segments, int(name, 16))
+            batch.put(SEQ_KEY, self._seq.to_bytes(8, "big"))
+            batch.put(SEG_KEY, self._segments.to_bytes(8, "big"))
+            batch.put(FOLLOW_KEY, name.encode())
+            self._write(batch)
+            return gone
+
+    def forget_segments(self, names: Iterable[str]) -> None:
+        """Drop the records of segments the capacity store no longer has
+        (another node's compaction deleted them after moving their data)."""
+        with self._lock:
+            batch = self._batch()
+            for name in names:
+                batch.delete(gkey(name))
+            self._write(batch)
+
+    def issue_names_from(self, floor: int) -> None:
+        """Hand out segment names above ``floor`` from now on (a new write
+        term starts its names there)."""
+        with self._lock:
+            if self._segments < floor:
+                self._segments = floor
+                batch = self._batch()
+                batch.put(SEG_KEY, floor.to_bytes(8, "big"))
+                self._write(batch)
+
     def is_empty(self) -> bool:
         return next(self._scan(b"", b""), None) is None
+
+
+def _unused(old: Iterable[Chunk], new: Iterable[Chunk]) -> list[Chunk]:
+    kept = {c.extent.place for c in new if c.extent is not None}
+    return [c for c in old if c.extent is None or c.extent.place not in kept]

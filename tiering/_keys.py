@@ -54,6 +54,7 @@ def gkey(segment: str) -> bytes:
 
 SEQ_KEY = b"Sseq"
 SEG_KEY = b"Sseg"
+FOLLOW_KEY = b"Sfol"  # a replica: the last segment it applied
 
 
 

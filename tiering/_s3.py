@@ -562,7 +562,7 @@ class S3Store:
             kw["KeyMarker"] = page.get("NextKeyMarker", "")
             kw["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
 
-    async def list(self, prefix: str = "") -> AsyncIterator[tuple[str, int]]:
+    async def list(self, prefix: str = "", after: str = "") -> AsyncIterator[tuple[str, int]]:
         check_prefix(prefix)
         token: str | None = None
         while True:
@@ -573,6 +573,8 @@ class S3Store:
             }
             if token is not None:
                 kw["ContinuationToken"] = token
+            elif after:
+                kw["StartAfter"] = self.prefix + after
             page = await self._call("list_objects_v2", prefix, self._c().list_objects_v2, **kw)
             for item in page.get("Contents", ()):
                 name = item["Key"][len(self.prefix) :]

@@ -140,10 +140,11 @@ class CapacityStore(Protocol):
         """Where the store is, for logs and messages (never credentials)."""
         ...
 
-    def list(self, prefix: str = "") -> AsyncIterator[tuple[str, int]]:
-        """``(name, size)`` of every object whose name starts with ``prefix``,
-        in ascending name order (code point order, which is S3's UTF-8
-        byte order), fetched lazily."""
+    def list(self, prefix: str = "", after: str = "") -> AsyncIterator[tuple[str, int]]:
+        """``(name, size)`` of every object whose name starts with ``prefix``
+        (and, if given, sorts after the name ``after``), in ascending name
+        order (code point order, which is S3's UTF-8 byte order), fetched
+        lazily."""
         ...
 
 
@@ -375,13 +376,14 @@ class LocalDirStore:
     def _errors(self, op: str, name: str) -> _Translate:
         return _Translate(self, op, name)
 
-    async def list(self, prefix: str = "") -> AsyncIterator[tuple[str, int]]:
+    async def list(self, prefix: str = "", after: str = "") -> AsyncIterator[tuple[str, int]]:
         check_prefix(prefix)
         self.stats.lists += 1
         with self._errors("list", prefix):
             entries = await _pool.run(_list_sync, self.root, prefix)
         for entry in entries:
-            yield entry
+            if entry[0] > after:
+                yield entry
 
 
 class _Translate:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from packer import format as seg
 from tiering import _pool
 from tiering.capacity import CapacityStore
-from tiering.errors import CapacityNotFound
+from tiering.errors import CapacityNotFound, NotWriter
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
@@ -69,9 +70,16 @@ class Compactor:
     """Reclaims dead bytes in the capacity tier; one per node, run by ``Tiers``."""
 
     def __init__(
-        self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, layout: asyncio.Lock
+        self,
+        index: Index,
+        hot: HotTier,
+        capacity: CapacityStore,
+        settings: TierSettings,
+        layout: asyncio.Lock,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self._index = index
+        self._may_write = may_write  # as the flusher's: False on a node that is not the writer
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -80,6 +88,8 @@ class Compactor:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self._settings.compact_interval)
+            if not self._may_write():
+                continue  # a writer that lost its lease: the new one compacts
             try:
                 await self.compact()
             except Exception:
@@ -107,6 +117,7 @@ class Compactor:
     async def _compact_one(self, name: str, report: CompactionReport) -> None:
         """Delete the segment if unused, else rewrite what is live in it."""
         async with self._layout:
+            self._check_writer()
             await self._compact_locked(name, report)
 
     async def _compact_locked(self, name: str, report: CompactionReport) -> None:
@@ -126,10 +137,15 @@ class Compactor:
             report.rewritten += 1
             report.bytes_reclaimed += outcome
 
+    def _check_writer(self) -> None:
+        if not self._may_write():
+            raise NotWriter("this node does not hold the write lease: only the writer compacts")
+
     async def _merge(self, report: CompactionReport) -> None:
         """Merge the record-only segments, listed under the lock: a pass
         running beside this one may have merged or deleted some meanwhile."""
         async with self._layout:
+            self._check_writer()
             olds = [s for s in await _pool.run(self._index.segments) if s.data == 0 and s.pins > 0]
             if len(olds) < 2:
                 return

@@ -127,5 +127,10 @@ class CapacityConflict(CapacityError):
     conditional write raced it)."""
 
 
+class NotWriter(TierstoreError):
+    """This node serves the managed buckets read-only: another node holds
+    the write lease (scale-out, ``tiering/cluster.py``)."""
+
+
 class ServiceUnavailable(TierstoreError):
     """A tier the request needs cannot serve it now (503); retrying may work."""

@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from packer import format as seg
 from tiering import _pool
 from tiering._index_tiers import FlushItem
 from tiering.capacity import CapacityStore
-from tiering.errors import CapacityError, ServiceUnavailable
+from tiering.errors import CapacityError, NotWriter, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
@@ -80,8 +80,12 @@ class Flusher:
         settings: TierSettings,
         layout: asyncio.Lock,
         policies: Policies,
+        may_write: Callable[[], bool] = lambda: True,
     ) -> None:
         self._index = index
+        # False on a node that is not (or no longer) the writer of its
+        # capacity store: nothing may be uploaded then (tiering/cluster.py).
+        self._may_write = may_write
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -232,10 +236,13 @@ class Flusher:
         ``whole`` False, a last packed segment short of ``segment_size`` is
         left for a later round."""
         async with self._layout:
+            self._check_writer()
             items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
             records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
             stale = [i.fseq for i in items if i.meta is None and i.part is None]
-            if len(stale) == len(items) and records and not force:
+            # Alone among several gateways, the records wait no longer than
+            # data does: replicas learn of deletes and buckets from them.
+            if len(stale) == len(items) and records and not force and self._settings.node_id is None:
                 oldest = min(r.get("at", 0) for _, r in records)
                 if now_ms() - oldest < RECORDS_DELAY_MS:
                     records = []  # wait for data to ride along with
@@ -280,6 +287,7 @@ class Flusher:
         adopted = await _pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
         await _pool.run(self._adopt, adopted, done)
         self._written(done, job)
+        self._check_writer()  # landed while the lease held: only then is it acknowledged
         self._settle([*stale, *(item.fseq for item, _ in done)])
 
     def _written(self, done: list[tuple[FlushItem, tuple[Chunk, ...]]], job: Job | None) -> None:
@@ -330,7 +338,12 @@ class Flusher:
         adopted = await _pool.run(self._index.commit_flush, info, done, [], [])
         await _pool.run(self._adopt, adopted, done)
         self._written(done, job)
+        self._check_writer()
         self._settle([item.fseq])
+
+    def _check_writer(self) -> None:
+        if not self._may_write():
+            raise NotWriter("this node no longer holds the write lease: nothing is flushed")
 
     def _adopt(
         self, adopted: list[tuple[str, str]], done: list[tuple[FlushItem, tuple[Chunk, ...]]]

@@ -13,6 +13,7 @@ Key layout (raw bytes; bucket names never contain NUL, so NUL separates):
                                           segment (tombstone, bucket event)
     G<segment>                         -> SegmentInfo
     Sseq, Sseg                         -> last sequence number, last segment
+    Sfol                               -> a replica's last applied segment
 
 Keys under ``O`` sort by the object key's UTF-8 bytes, which is the order S3
 lists in, so a listing page is one seek plus a short scan, and each common

@@ -94,6 +94,21 @@ class Lease:
     def holder(self) -> str | None:
         return self.record.holder if self.record is not None else None
 
+    async def read(self) -> LeaseRecord | None:
+        """The lease as the store has it now (None: never taken). Changes
+        nothing, but a node that finds another holder no longer holds it."""
+        try:
+            data, tag = await self.store.read_versioned(self.name)
+        except CapacityNotFound:
+            self.record, self._tag = None, None
+            return None
+        record = LeaseRecord.decode(data)
+        if record != self.record:
+            self.record, self._tag = record, tag
+            if record.holder != self.node:
+                self._valid_until = 0.0
+        return record
+
     async def acquire(self) -> bool:
         """Hold the lease if it is free, ours or expired; True if held."""
         try:

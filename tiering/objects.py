@@ -99,7 +99,7 @@ class ObjectService:
         self.index = Index(data_dir / "index")
         self.hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
         self.policies = Policies(self.index, settings)
-        self.tiers = Tiers(self.index, self.hot, capacity, settings, self.policies)
+        self.tiers = Tiers(self.index, self.hot, capacity, settings, self.policies, region)
         self.multipart = Multipart(self)
         self.mounts = Mounts(self.index, self.hot, settings, region)
         self.mount_uploads = MountUploads(self.mounts)
@@ -135,6 +135,7 @@ class ObjectService:
         """Create a bucket; ``policy`` sets BucketInfo policy fields (the
         node's write-through setting is the default)."""
         check_bucket_name(name)
+        self.tiers.check_write()
         info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
                           write_through=self.settings.write_through)
         info = replace(info, **policy)  # type: ignore[arg-type]
@@ -145,6 +146,7 @@ class ObjectService:
 
     async def delete_bucket(self, name: str) -> None:
         self.mounts.managed_only(name, "DeleteBucket (unmount instead)")
+        self.tiers.check_write()
         await _pool.run(self.index.delete_bucket, name)
         self.policies.changed(name)
 
@@ -156,6 +158,7 @@ class ObjectService:
         return info
 
     async def set_policy(self, info: BucketInfo) -> BucketInfo:
+        self.tiers.check_write()
         await _pool.run(self.index.update_bucket, info)
         self.policies.changed(info.name)
         return info
@@ -277,6 +280,7 @@ class ObjectService:
             if if_none_match or if_match is not None:
                 raise NotSupported("Conditional writes to a mounted bucket are not supported")
             return await self._put_mounted(bucket, key, body, new, integrity)
+        self.tiers.check_write()
         if if_none_match and self.index.get_object(bucket, key) is not None:
             # Checked again atomically at commit; failing early saves the upload.
             check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
@@ -476,6 +480,7 @@ class ObjectService:
         if self.mounts.get(bucket) is not None:
             await self.mounts.delete(bucket, key)
             return
+        self.tiers.check_write()
         old = await _pool.run(self.index.delete_object, bucket, key)
         if old is not None:
             await self.forget(old.chunks)
@@ -490,6 +495,7 @@ class ObjectService:
             for key in keys:
                 await self.mounts.delete(bucket, key)
             return
+        self.tiers.check_write()
         removed = await _pool.run(self.index.delete_objects, bucket, keys)
         for old in removed:
             await self.forget(old.chunks)
@@ -521,6 +527,7 @@ class ObjectService:
             body = self.read(source, ByteRange(0, source.size))
             integrity = Integrity(checksum_algorithm=algorithm, expected_size=source.size)
             return await self._put_mounted(bucket, key, body, new, integrity)
+        self.tiers.check_write()
         staged = await self.stage(
             self.read(source, ByteRange(0, source.size)),
             Integrity(checksum_algorithm=algorithm, expected_size=source.size),
@@ -534,6 +541,7 @@ class ObjectService:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
         if self.mounts.get(source.bucket) is not None:
             return await self.copy(source, source.bucket, source.key, new)
+        self.tiers.check_write()
         meta = replace(
             source,
             content_type=new.content_type,

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 from tiering import _pool
 from tiering.capacity import CapacityStore
+from tiering.cluster import Cluster, ClusterStatus
 from tiering.compact import CompactionReport, Compactor
 from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.fetch import SEGMENTS, ExtentReader, segment_path
@@ -67,21 +68,54 @@ class Tiers:
     """The capacity store and the background work on it, for one node."""
 
     def __init__(
-        self, index: Index, hot: HotTier, capacity: CapacityStore, settings: TierSettings, policies: Policies
+        self,
+        index: Index,
+        hot: HotTier,
+        capacity: CapacityStore,
+        settings: TierSettings,
+        policies: Policies,
+        region: str = "us-east-1",
     ) -> None:
         self.index = index
         self.hot = hot
         self.capacity = capacity
         self.settings = settings
         self._layout = layout = asyncio.Lock()
+        self.cluster = (
+            Cluster(index, hot, capacity, settings, region, self._start_writing)
+            if settings.node_id is not None
+            else None
+        )
+        may_write = self._may_write
         self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
-        self.flusher = Flusher(index, hot, capacity, settings, layout, policies)
-        self.compactor = Compactor(index, hot, capacity, settings, layout)
+        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, may_write)
+        self.compactor = Compactor(index, hot, capacity, settings, layout, may_write)
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
         self._tasks: list[asyncio.Task[None]] = []
 
+    def _may_write(self) -> bool:
+        return self.cluster is None or self.cluster.writing
+
+    def check_write(self) -> None:
+        """Raise (NotWriter, ServiceUnavailable) unless this node takes
+        writes to managed buckets: always on a single node; on one of
+        several, only while it holds the write lease."""
+        if self.cluster is not None:
+            self.cluster.check_write()
+
+    def cluster_status(self) -> ClusterStatus | None:
+        return self.cluster.status() if self.cluster is not None else None
+
     async def start(self) -> None:
         await self.capacity.start()
+        if self.cluster is None:
+            await self._start_writing()
+        else:
+            await self.cluster.start()
+
+    async def _start_writing(self) -> None:
+        """Clean up after a crash, then flush and compact: at start on a
+        single node, or when this node becomes the writer of several."""
         if aborted := await self.capacity.abort_incomplete():
             log.info("removed %d incomplete write(s) a crash left in the capacity store", aborted)
         await self._collect_orphans()
@@ -94,7 +128,10 @@ class Tiers:
         """Stop background work between rounds, never inside an index commit
         (the index closes right after). A round still running after
         ``grace`` seconds (a slow upload) is cancelled: what it uploaded is
-        unreferenced and removed at the next start."""
+        unreferenced and removed at the next start. A writer among several
+        releases its lease last."""
+        if self.cluster is not None:
+            await self.cluster.stop(release=await self._drain(grace))
         try:
             async with asyncio.timeout(grace):
                 await self._layout.acquire()
@@ -110,6 +147,20 @@ class Tiers:
             self._layout.release()
         await self.reader.drain()
         await self.capacity.close()
+
+    async def _drain(self, grace: float) -> bool:
+        """A writer among several flushes what it holds before it lets the
+        lease go; True if nothing is left (it may release the lease)."""
+        if self.cluster is None or not self.cluster.writing:
+            return False
+        try:
+            async with asyncio.timeout(grace / 2):
+                await self.flusher.flush_all()
+        except (TimeoutError, TierstoreError, OSError) as exc:
+            log.warning("could not flush before stopping (%s): keeping the write lease until it expires", exc)
+            return False
+        queued = await _pool.run(self.index.flush_queue_length)
+        return queued == 0 and await _pool.run(self.index.pending_records_count) == 0
 
     async def _collect_orphans(self) -> None:
         """Delete segments a crash left uploaded but never committed (or
