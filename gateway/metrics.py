@@ -341,6 +341,7 @@ def _tier_families(status: Mapping[str, object]) -> Iterator[Metric]:
     if "last_flush_error" in status:
         yield GaugeMetricFamily("tierstore_flush_failing", "1 while the last flush attempt failed.",
                                 value=1 if status["last_flush_error"] else 0)
+    yield from _cluster_families(status.get("cluster"))
     kinds = status.get("capacity_requests")
     if isinstance(kinds, Mapping):
         requests = CounterMetricFamily(
@@ -356,3 +357,19 @@ def _tier_families(status: Mapping[str, object]) -> Iterator[Metric]:
                 requests.add_metric((str(kind),), value)
         if requests.samples:
             yield requests
+
+
+def _cluster_families(cluster: object) -> Iterator[Metric]:
+    """One of several gateways: its role and how far it trails the writer."""
+    if not isinstance(cluster, Mapping):
+        return
+    yield GaugeMetricFamily("tierstore_cluster_writer", "1 while this gateway holds the write lease.",
+                            value=1 if cluster.get("role") == "writer" else 0)
+    yield GaugeMetricFamily("tierstore_cluster_term", "The write lease's term as this gateway last read it.",
+                            value=_number(cluster.get("term")) or 0)
+    lag = _number(cluster.get("lag_seconds"))
+    if lag is not None:
+        yield GaugeMetricFamily("tierstore_replica_lag_seconds", "Seconds since this replica last had "
+                                "applied every segment the capacity store held (0 on the writer).", value=lag)
+    yield GaugeMetricFamily("tierstore_replica_lag_segments", "Segments listed but not yet applied.",
+                            value=_number(cluster.get("lag_segments")) or 0)

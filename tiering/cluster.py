@@ -74,7 +74,7 @@ class ClusterStatus:
     term: int  # the lease's term as last read
     lease_expires_ms: int
     applied: str  # the last segment this node applied ("" for none)
-    lag_seconds: float  # since this node last had applied everything the store held
+    lag_seconds: float | None  # since this node last had applied all the store held (None: never yet)
     lag_segments: int  # segments listed but not yet applied
     follow_rounds: int
     errors: int
@@ -142,9 +142,9 @@ class Cluster:
 
     def status(self) -> ClusterStatus:
         record = self.lease.record
-        lag = 0.0 if self.role == "writer" or self._current_at is None else time.monotonic() - self._current_at
-        if self.role == "replica" and self._current_at is None:
-            lag = float("inf")
+        lag: float | None = 0.0
+        if self.role == "replica":
+            lag = None if self._current_at is None else round(time.monotonic() - self._current_at, 3)
         return ClusterStatus(
             node=self.node,
             role=self.role,
@@ -152,7 +152,7 @@ class Cluster:
             term=record.term if record is not None else 0,
             lease_expires_ms=record.expires_ms if record is not None else 0,
             applied=self._index.follow_point,
-            lag_seconds=round(lag, 3),
+            lag_seconds=lag,
             lag_segments=0 if self.role == "writer" else self._behind,
             follow_rounds=self._rounds,
             errors=self._errors,

@@ -62,6 +62,7 @@ class TierStatus:
     capacity_requests: dict[str, int]
     capacity_bytes_read: int
     capacity_bytes_written: int
+    cluster: ClusterStatus | None = None  # one of several gateways (tiering/cluster.py)
 
 
 class Tiers:
@@ -243,4 +244,5 @@ class Tiers:
             },
             capacity_bytes_read=stats.bytes_read,
             capacity_bytes_written=stats.bytes_written,
+            cluster=self.cluster_status(),
         )

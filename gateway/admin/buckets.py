@@ -75,7 +75,7 @@ def router(ctx: AdminContext) -> APIRouter:
         tags=["buckets"],
         status_code=201,
         response_model=Bucket,
-        responses=responses("InvalidBucketName", "BucketAlreadyExists", "InvalidRequest"),
+        responses=responses("InvalidBucketName", "BucketAlreadyExists", "InvalidRequest", "NotWriter"),
     )
     async def create_bucket(new: NewBucket) -> Bucket:
         """Create a managed bucket with a policy (unset fields follow the
@@ -103,7 +103,7 @@ def router(ctx: AdminContext) -> APIRouter:
             raise _no_bucket(name) from None
 
     @api.patch("/buckets/{name}", tags=["buckets"], response_model=Bucket,
-               responses=responses("NoSuchBucket", "InvalidRequest"))
+               responses=responses("NoSuchBucket", "InvalidRequest", "NotWriter"))
     async def patch_bucket(name: str, policy: BucketPolicy) -> Bucket:
         """Change a bucket's policy, e.g. ``{"write_through": true}``. New
         writes follow it; data already written keeps its layout."""
@@ -120,7 +120,7 @@ def router(ctx: AdminContext) -> APIRouter:
         return _view(service, info)
 
     @api.delete("/buckets/{name}", tags=["buckets"], status_code=204,
-                responses=responses("NoSuchBucket", "BucketNotEmpty"))
+                responses=responses("NoSuchBucket", "BucketNotEmpty", "NotWriter"))
     async def delete_bucket(name: str) -> Response:
         """Delete an empty bucket (and its pins)."""
         try:

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from tiering.errors import NotWriter, ServiceUnavailable
+
 log = logging.getLogger("tierstore.admin")
 
 # code -> HTTP status
@@ -35,6 +37,9 @@ CODES = {
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,
     "JobFinished": 409,
+    # One of several gateways without the write lease (RFC 9110 421: not
+    # the server to ask); the message names the one that has it.
+    "NotWriter": 421,
     "InternalError": 500,
     "SourceUnavailable": 502,
     "Unavailable": 503,
@@ -98,6 +103,10 @@ def install_error_handlers(app: FastAPI) -> None:
         )
         return error_response(400, "InvalidRequest", problems or "invalid request")
 
+    async def on_not_writer(_: Request, exc: Exception) -> JSONResponse:
+        code = "NotWriter" if isinstance(exc, NotWriter) else "Unavailable"
+        return error_response(CODES[code], code, str(exc))
+
     async def on_bug(_: Request, exc: Exception) -> JSONResponse:
         # Still the one shape: a script sees a code, the log has the traceback.
         log.error("admin request failed", exc_info=exc)
@@ -105,6 +114,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     app.add_exception_handler(Exception, on_bug)
     app.add_exception_handler(AdminError, on_admin_error)
+    app.add_exception_handler(NotWriter, on_not_writer)
+    app.add_exception_handler(ServiceUnavailable, on_not_writer)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)
 

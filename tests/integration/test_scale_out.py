@@ -1,0 +1,225 @@
+"""Three gateway processes over one moto S3 server: one writer by lease,
+two replicas that follow it, refusals that name the writer, a split start
+where exactly one node wins, and a takeover after SIGKILL of the writer
+that loses nothing acknowledged."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+import s3fs
+from botocore.exceptions import ClientError
+
+from tests.conftest import make_client
+from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
+
+LEASE_TTL = 3.0  # the skew allowance is a quarter of it
+FOLLOW = 0.3
+FLUSH_DELAY = 0.2
+# How stale a replica may be: the writer's flush delay, one follow interval,
+# and generous room for a loaded two-core machine to list, read and apply.
+BOUND = FLUSH_DELAY + FOLLOW + 10.0
+
+
+def capacity_bucket(moto_endpoint: str) -> list[str]:
+    name = f"tierstore-cluster-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+        aws_secret_access_key="testing", region_name="us-east-1",
+    ).create_bucket(Bucket=name)
+    return [
+        "--capacity", f"s3://{name}", "--capacity-endpoint", moto_endpoint,
+        "--capacity-access-key", "testing", "--capacity-secret-key", "testing",
+    ]
+
+
+def node(root: Path, name: str, capacity: list[str]) -> Gateway:
+    return Gateway(root / name, extra_args=[
+        *capacity, "--node-id", name, "--lease-ttl", str(LEASE_TTL),
+        "--follow-interval", str(FOLLOW), "--flush-delay", str(FLUSH_DELAY),
+    ])
+
+
+def cluster(gw: Gateway) -> dict[str, Any]:
+    return gw.admin("GET", "/tiers").json()["cluster"]
+
+
+def eventually(check: Callable[[], Any], timeout: float = BOUND) -> Any:
+    """``check()``'s first result that does not raise, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except (AssertionError, ClientError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def nodes(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gateway]]:
+    root = tmp_path_factory.mktemp("cluster")
+    capacity = capacity_bucket(moto_endpoint)
+    started = [node(root, "n1", capacity).start()]  # first: the writer
+    try:
+        started += [node(root, "n2", capacity).start(), node(root, "n3", capacity).start()]
+        yield started
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+def test_writes_on_the_writer_reach_both_replicas_within_the_bound(nodes: list[Gateway]) -> None:
+    writer, *replicas = nodes
+    assert [cluster(gw)["role"] for gw in nodes] == ["writer", "replica", "replica"]
+    assert all(cluster(gw)["writer"] == "n1" for gw in nodes)
+    s3 = make_client(writer.endpoint)
+    s3.create_bucket(Bucket="follow")
+    for i in range(20):
+        s3.put_object(Bucket="follow", Key=f"obj-{i:02d}", Body=f"body {i}".encode() * 100)
+    s3.put_object(Bucket="follow", Key="big", Body=b"B" * (12 << 20))  # split into parts
+    s3.delete_object(Bucket="follow", Key="obj-07")
+    written = time.monotonic()
+    for gw in replicas:
+        client = make_client(gw.endpoint)
+
+        def caught_up(client=client) -> list[str]:
+            listed = client.list_objects_v2(Bucket="follow")
+            keys = [o["Key"] for o in listed.get("Contents", [])]
+            assert keys == ["big", *(f"obj-{i:02d}" for i in range(20) if i != 7)]
+            return keys
+
+        eventually(caught_up)
+        assert client.get_object(Bucket="follow", Key="obj-03")["Body"].read() == b"body 3" * 100
+        assert client.get_object(Bucket="follow", Key="big", Range="bytes=9437180-9437189")["Body"].read() == b"B" * 10
+        with pytest.raises(ClientError) as gone:
+            client.head_object(Bucket="follow", Key="obj-07")
+        assert gone.value.response["Error"]["Code"] == "404"
+    assert time.monotonic() - written < BOUND
+
+    # Every node reports its lag; a caught-up replica trails by about one interval.
+    for gw in replicas:
+        status = eventually(lambda gw=gw: _lag_below(gw, 5 * FOLLOW + 2.0))
+        assert status["lag_segments"] == 0 and status["applied"]
+        metrics = gw.admin("GET", "/metrics").text
+        assert "tierstore_replica_lag_seconds " in metrics
+        assert "tierstore_cluster_writer 0.0" in metrics
+    assert "tierstore_cluster_writer 1.0" in writer.admin("GET", "/metrics").text
+
+    # s3fs reads the replica like any S3 endpoint.
+    fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=replicas[1].endpoint,
+                           use_listings_cache=False, skip_instance_cache=True,
+                           client_kwargs={"region_name": "us-east-1"})
+    assert fs.cat_file("follow/obj-19") == b"body 19" * 100
+
+
+def _lag_below(gw: Gateway, limit: float) -> dict[str, Any]:
+    status = cluster(gw)
+    assert status["lag_seconds"] is not None and status["lag_seconds"] < limit, status
+    return status
+
+
+def test_a_replica_refuses_writes_and_names_the_writer(nodes: list[Gateway]) -> None:
+    writer, replica, _ = nodes
+    make_client(writer.endpoint).create_bucket(Bucket="refused")
+    s3 = make_client(replica.endpoint)
+    eventually(lambda: s3.head_bucket(Bucket="refused"))
+    for attempt in (
+        lambda: s3.put_object(Bucket="refused", Key="k", Body=b"x"),
+        lambda: s3.delete_object(Bucket="refused", Key="k"),
+        lambda: s3.create_bucket(Bucket="another"),
+        lambda: s3.create_multipart_upload(Bucket="refused", Key="mp"),
+        lambda: s3.delete_objects(Bucket="refused", Delete={"Objects": [{"Key": "k"}]}),
+    ):
+        with pytest.raises(ClientError) as refused:
+            attempt()
+        error = refused.value.response["Error"]
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 405
+        assert error["Code"] == "MethodNotAllowed" and error["Writer"] == "n1"
+        assert "n1" in error["Message"]
+    # The admin API refuses bucket changes the same way (421, naming the writer).
+    answer = httpx.post(f"{replica.admin_url}/buckets", json={"name": "by-admin"},
+                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert answer.status_code == 421 and answer.json()["error"]["code"] == "NotWriter"
+    assert "n1" in answer.json()["error"]["message"]
+    # Reads on the replica still work, and nothing was written.
+    assert s3.list_objects_v2(Bucket="refused")["KeyCount"] == 0
+    with pytest.raises(ClientError):
+        make_client(writer.endpoint).head_object(Bucket="refused", Key="k")
+
+
+def test_two_fresh_nodes_racing_for_the_lease_one_wins(moto_endpoint: str, tmp_path: Path) -> None:
+    import threading
+
+    capacity = capacity_bucket(moto_endpoint)
+    gws = [node(tmp_path, f"race{i}", capacity) for i in range(2)]
+    threads = [threading.Thread(target=gw.start) for gw in gws]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        roles = sorted(cluster(gw)["role"] for gw in gws)
+        assert roles == ["replica", "writer"]
+        winner = next(gw for gw in gws if cluster(gw)["role"] == "writer")
+        assert {cluster(gw)["writer"] for gw in gws} == {winner.data_dir.name}
+        make_client(winner.endpoint).create_bucket(Bucket="race")
+    finally:
+        for gw in gws:
+            gw.stop()
+
+
+def test_sigkill_of_the_writer_a_replica_takes_over_and_nothing_acknowledged_is_lost(
+    nodes: list[Gateway],
+) -> None:
+    writer, *replicas = nodes
+    s3 = make_client(writer.endpoint)
+    s3.create_bucket(Bucket="durable")
+    writer.admin("PATCH", "/buckets/durable", json={"write_through": True})  # acknowledged once in a segment
+    acked = {}
+    for i in range(30):
+        body = f"acknowledged {i}".encode() * 50
+        s3.put_object(Bucket="durable", Key=f"k{i:02d}", Body=body)
+        acked[f"k{i:02d}"] = body
+    writer.stop(signal.SIGKILL)
+    killed = time.monotonic()
+
+    def new_writer() -> Gateway:
+        roles = {gw.data_dir.name: cluster(gw)["role"] for gw in replicas}
+        assert "writer" in roles.values(), roles
+        return next(gw for gw in replicas if cluster(gw)["role"] == "writer")
+
+    # The lease runs out (ttl), the skew allowance passes, a follow round notices.
+    promoted = eventually(new_writer, timeout=LEASE_TTL * 1.25 + FOLLOW + BOUND)
+    took = time.monotonic() - killed
+    other = next(gw for gw in replicas if gw is not promoted)
+    assert cluster(promoted)["term"] == 2
+    for gw in replicas:
+        client = make_client(gw.endpoint)
+        for key, body in acked.items():
+            assert eventually(lambda: client.get_object(Bucket="durable", Key=key)["Body"].read()) == body
+
+    # The new writer takes writes; the other replica follows it and names it.
+    fresh = make_client(promoted.endpoint)
+    fresh.put_object(Bucket="durable", Key="after", Body=b"after the takeover")
+    reader = make_client(other.endpoint)
+    assert eventually(lambda: reader.get_object(Bucket="durable", Key="after")["Body"].read()) == b"after the takeover"
+    with pytest.raises(ClientError) as refused:
+        reader.put_object(Bucket="durable", Key="x", Body=b"x")
+    assert refused.value.response["Error"]["Writer"] == promoted.data_dir.name
+
+    # The killed node comes back as a replica of the new writer and catches up.
+    writer.start()
+    assert cluster(writer)["role"] == "replica"
+    back = make_client(writer.endpoint)
+    assert eventually(lambda: back.get_object(Bucket="durable", Key="after")["Body"].read()) == b"after the takeover"
+    assert took < LEASE_TTL * 1.25 + BOUND
+
