@@ -242,6 +242,19 @@ async def test_names_escaping_the_root_are_rejected(capacity: CapacityStore, bad
     assert await names(capacity) == []
 
 
+async def test_list_after_a_name(capacity: CapacityStore) -> None:
+    """What a replica does: the names after the last one it applied
+    (S3 StartAfter), whether or not that name still exists."""
+    for name in ("segments/0001", "segments/0002", "segments/0003", "segments2/x"):
+        await capacity.put(name, b"z")
+    listed = [n async for n, _ in capacity.list("segments/", after="segments/0001")]
+    assert listed == ["segments/0002", "segments/0003"]
+    listed = [n async for n, _ in capacity.list("segments/", after="segments/00025")]
+    assert listed == ["segments/0003"]
+    assert [n async for n, _ in capacity.list("segments/", after="segments/0003")] == []
+    assert len([n async for n, _ in capacity.list("segments/", after="")]) == 3
+
+
 async def test_list_rejects_impossible_prefix(capacity: CapacityStore) -> None:
     for bad in ("/etc", "a\\b", "\x00"):
         with pytest.raises(ValueError):
