@@ -158,6 +158,11 @@ FollowInterval = Annotated[
     float | None,
     typer.Option(help="Seconds between a replica's rounds of applying the writer's new segments. (default: 2)"),
 ]
+Peers = Annotated[
+    str | None,
+    typer.Option(help="The gateways cooperative warm jobs share their work with, this one included: "
+                 "node=URL pairs separated by commas, e.g. n1=http://10.0.0.1:9100,n2=http://10.0.0.2:9100."),
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -201,6 +206,7 @@ TUNING_OPTIONS = (
     option("node_id", NodeId),
     option("lease_ttl", LeaseTtl),
     option("follow_interval", FollowInterval),
+    option("peers", Peers),
 )
 
 

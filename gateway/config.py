@@ -100,6 +100,9 @@ class Config:
     node_id: str | None = None
     lease_ttl: float = 30.0
     follow_interval: float = 2.0
+    # The gateways a cooperative warm job shares its work with, by node id
+    # (this one included): node id -> S3 endpoint URL.
+    peers: dict[str, str] = field(default_factory=dict)
 
     @property
     def capacity_url(self) -> str:
@@ -192,6 +195,24 @@ def _node_id(name: str, raw: object, source: str) -> str | None:
     if text is not None and not _NODE_ID.fullmatch(text):
         raise _invalid(name, raw, source, "expected 1..63 letters, digits, '.', '_' or '-'")
     return text
+
+
+def _peers(name: str, raw: object, source: str) -> dict[str, str]:
+    """``{"n1": "http://...", ...}`` from a TOML table or ``n1=URL,n2=URL``."""
+    if isinstance(raw, str):
+        pairs = [item.partition("=") for item in raw.split(",") if item.strip()]
+        if any(not sep for _, sep, _ in pairs):
+            raise _invalid(name, raw, source, "expected node=URL pairs separated by commas")
+        raw = {node.strip(): url.strip() for node, _, url in pairs}
+    if not isinstance(raw, dict):
+        raise _invalid(name, raw, source, "expected a table of node id = S3 endpoint URL")
+    peers = {}
+    for node, url in raw.items():
+        endpoint = _endpoint(name, url, source)
+        if endpoint is None:
+            raise _invalid(name, raw, source, f"no URL for node {node!r}")
+        peers[_node_id(name, node, source)] = endpoint
+    return peers
 
 
 def _lease_ttl(name: str, raw: object, source: str) -> float:
@@ -346,6 +367,7 @@ _COERCE: dict[str, _Coercer] = {
     "node_id": _node_id,
     "lease_ttl": _lease_ttl,
     "follow_interval": _seconds,
+    "peers": _peers,
 }
 
 

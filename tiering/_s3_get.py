@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import quote, urlsplit
 
@@ -108,11 +108,17 @@ class LeanGetter:
         if session is not None:
             await session.close()
 
-    async def get_object(self, *, Bucket: str, Key: str, Range: str, IfMatch: str | None = None) -> dict[str, Any]:  # noqa: N803  botocore's names
+    async def get_object(
+        self, *, Bucket: str, Key: str, Range: str, IfMatch: str | None = None,  # noqa: N803  botocore's names
+        extra: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """``extra`` headers go out unsigned (not ``x-amz-*`` ones: S3 wants those signed)."""
         if self._session is None:
             raise RuntimeError("the capacity getter is not started")
         path = f"{self._base_path}/{quote(Bucket, safe='')}/{quote(Key, safe='/-_.~')}"
         headers = self.sign(path, Range, IfMatch, await self._keys(), time.gmtime())
+        if extra:
+            headers.update(extra)
         async with self._session.get(URL(self._origin + path, encoded=True), headers=headers,
                                      allow_redirects=False) as response:
             data = await response.read()

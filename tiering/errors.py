@@ -134,3 +134,8 @@ class NotWriter(TierstoreError):
 
 class ServiceUnavailable(TierstoreError):
     """A tier the request needs cannot serve it now (503); retrying may work."""
+
+
+class NotHot(ServiceUnavailable):
+    """A peer asked for bytes from the hot tier only, and they are not all
+    there (cooperative warm, ``tiering/peers.py``): 503, it asks again later."""

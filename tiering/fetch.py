@@ -186,6 +186,13 @@ class ExtentReader:
             self._hot.pin([name])  # filled unpinned by a reader that fetched it first
         return self._hot.is_cached(name) or self._hot.is_filling(name)
 
+    async def adopt(self, ext: Extent, data: bytes) -> bool:
+        """Cache an extent's raw bytes that came from elsewhere (a peer
+        gateway), already checked by the caller; True once cached."""
+        if self._hot.is_cached(ext.cache_name):
+            return True
+        return await asyncio.shield(self._start_fill(ext, data, False))
+
     async def _fetch(self, ext: Extent) -> bytes:
         self.misses += 1
         return await self._verified(ext)

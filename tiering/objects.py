@@ -455,6 +455,17 @@ class ObjectService:
         ):
             yield block
 
+    def is_hot(self, meta: ObjectMeta, wanted: ByteRange) -> bool:
+        """True if every byte of ``wanted`` is staged or cached on this node
+        (a mounted bucket's objects are not asked about: False)."""
+        if self.mounts.get(meta.bucket) is not None:
+            return False
+        for index, _ in split_over([c.size for c in meta.chunks], wanted):
+            chunk = meta.chunks[index]
+            if chunk.file_id is None and not (chunk.extent and self.hot.is_cached(chunk.extent.cache_name)):
+                return False
+        return True
+
     async def _source(self, chunk: Chunk, pin: bool) -> int | bytes:
         """A descriptor on the cached extent, or its bytes after a fetch
         (cached, pinned when ``pin``)."""

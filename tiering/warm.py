@@ -20,19 +20,26 @@ rather than fetched only to evict the start of the set again.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+import aiohttp
 
 from packer.ranges import ByteRange
 from tiering import _pool
 from tiering.errors import InvalidArgument, NoSuchKey
 from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta
+from tiering.peers import PeerClient, PeerRefused, stored_matches
 
 if TYPE_CHECKING:
+    from tiering.hot import HotTier
     from tiering.objects import ObjectService
+
+log = logging.getLogger("tierstore.warm")
 
 MANIFEST_LIMIT = 64 * 1024 * 1024  # bytes of a manifest object read
 BATCH = 256  # objects looked up and fetched per step
@@ -53,6 +60,12 @@ class WarmReport:
     left_out_bytes: int = 0
     room_bytes: int = 0  # what the hot tier could give the set when the job started
     errors: int = 0  # extents the store failed to return (after retries), not cached
+    # Cooperative warm (tiering/peers.py): extents other gateways sent, the
+    # GETs that asked them, and extents fetched from the store after all.
+    peer_extents: int = 0
+    peer_bytes: int = 0
+    peer_requests: int = 0
+    peer_fallbacks: int = 0
     note: str = ""
 
 
@@ -87,9 +100,19 @@ class Warmer:
         concurrency: int = 4,
         bandwidth: float | None = None,
         job: Job | None = None,
+        peers: PeerClient | None = None,
+        peer_wait: float = 30.0,
     ) -> WarmReport:
         """Warm one set: every object under ``prefix``, or ``keys`` (as
-        given: ``expand_all`` turns patterns and manifest lines into keys)."""
+        given: ``expand_all`` turns patterns and manifest lines into keys).
+
+        With ``peers`` (a managed bucket), the set is warmed together with
+        the other gateways of the group, each running the same job: this
+        node fetches from the store only the segments it owns, then asks
+        each other node for the extents of its segments, from that node's
+        hot tier. A node that has not got them yet is asked again, and
+        after ``peer_wait`` seconds without a byte from it (or at once if
+        it refuses or cannot be reached) the store is read instead."""
         service = self._service
         await service.bucket(bucket)
         if (prefix is None) == (keys is None):
@@ -105,8 +128,12 @@ class Warmer:
         batches = self._batches(bucket, prefix, keys, mounted, report)
         if mounted:
             await self._warm_mounted(bucket, batches, report, concurrency, limit, job)  # type: ignore[arg-type]
-        else:
+        elif peers is None:
             await self._warm_managed(batches, report, concurrency, limit, job)  # type: ignore[arg-type]
+        else:
+            theirs: list[PeerItem] = []
+            await self._warm_managed(batches, report, concurrency, limit, job, peers, theirs)  # type: ignore[arg-type]
+            await self._from_peers(theirs, report, peers, max(8, 2 * concurrency), peer_wait, job)
         if report.left_out_objects:
             report.note = report.note and report.note + "; "
             report.note += (
@@ -161,9 +188,12 @@ class Warmer:
     async def _warm_managed(
         self, batches: AsyncIterator[list[ObjectMeta]], report: WarmReport,
         concurrency: int, limit: RateLimit, job: Job | None,
+        peers: PeerClient | None = None, theirs: list[PeerItem] | None = None,
     ) -> None:
         """Batches of packed objects, each fetched with ``fetch_many`` (runs
-        of neighbouring extents in one GET), ``concurrency`` batches at once."""
+        of neighbouring extents in one GET), ``concurrency`` batches at once.
+        With ``peers``, only the extents of segments this node owns; the
+        others are put in ``theirs`` (and their objects counted done there)."""
         reader = self._service.tiers.reader
         hot = self._service.hot
         gate = asyncio.Semaphore(max(1, concurrency))
@@ -183,6 +213,7 @@ class Warmer:
             finally:
                 gate.release()
 
+        later = later_bytes = 0  # objects of a batch with extents a peer sends
         try:
             async for batch in batches:
                 chosen: list[Extent] = []
@@ -198,15 +229,21 @@ class Warmer:
                         continue
                     report.hot_objects += 1
                     report.hot_bytes += size
-                    chosen.extend(e for e in wanted if not hot.is_cached(e.cache_name))
-                nbytes = sum(m.size for m in batch)
+                    if peers is None or theirs is None:
+                        chosen.extend(e for e in wanted if not hot.is_cached(e.cache_name))
+                    elif _split(meta, peers, hot, chosen, theirs):
+                        later += 1
+                        later_bytes += meta.size
+                nbytes = sum(m.size for m in batch) - later_bytes
+                done = len(batch) - later
+                later = later_bytes = 0
                 if not chosen:
                     if job is not None:
-                        job.advance(len(batch), nbytes)
+                        job.advance(done, nbytes)
                     continue
                 await limit.take(sum(e.stored for e in chosen))
                 await gate.acquire()
-                task = asyncio.create_task(fetch(chosen, len(batch), nbytes))
+                task = asyncio.create_task(fetch(chosen, done, nbytes))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             await asyncio.gather(*tasks)
@@ -216,6 +253,85 @@ class Warmer:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _from_peers(
+        self, items: list[PeerItem], report: WarmReport, peers: PeerClient,
+        concurrency: int, patience: float, job: Job | None,
+    ) -> None:
+        """Each extent from the node that owns its segment, asked again
+        until that node has it; what no peer gives is read from the store."""
+        reader = self._service.tiers.reader
+        level = self._service.settings.compression_level
+        gate = asyncio.Semaphore(concurrency)
+        heard = dict.fromkeys(peers.group.endpoints, time.monotonic())  # last bytes from each node
+        remaining: dict[tuple[str, str], int] = {}
+        for item in items:
+            remaining[item.meta.bucket, item.meta.key] = remaining.get((item.meta.bucket, item.meta.key), 0) + 1
+
+        def finished(item: PeerItem) -> None:
+            where = (item.meta.bucket, item.meta.key)
+            remaining[where] -= 1
+            if not remaining[where] and job is not None:
+                job.advance(1, item.meta.size)
+
+        async def ask(item: PeerItem) -> str:
+            async with gate:
+                try:
+                    data = await peers.get(item.owner, item.meta.bucket, item.meta.key, item.meta.etag,
+                                           item.start, item.start + item.extent.raw)
+                except (PeerRefused, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    log.info("peer %s did not send %s/%s: %s", item.owner, item.meta.bucket, item.meta.key, exc)
+                    return "store"
+                if data is None:
+                    return "later"
+                if not await _pool.run(stored_matches, item.extent, data, level):
+                    log.warning("extent %s@%d from peer %s does not match its checksum",
+                                item.extent.segment, item.extent.offset, item.owner)
+                    return "store"
+            heard[item.owner] = time.monotonic()
+            if await reader.adopt(item.extent, data):
+                report.peer_extents += 1
+                report.peer_bytes += len(data)
+            finished(item)
+            return "done"
+
+        pause = 0.05
+        requests = peers.requests
+        try:
+            while items:
+                # Per node, one GET first: a node that has nothing yet costs
+                # one refused request a round, not one per extent.
+                by_owner: dict[str, list[PeerItem]] = {}
+                for item in items:
+                    by_owner.setdefault(item.owner, []).append(item)
+
+                async def from_node(its: list[PeerItem]) -> list[tuple[PeerItem, str]]:
+                    first = await ask(its[0])
+                    if first == "later":
+                        return [(item, "later") for item in its]
+                    rest = await asyncio.gather(*(ask(item) for item in its[1:]))
+                    return list(zip(its, [first, *rest], strict=True))
+
+                outcomes = [pair for its in await asyncio.gather(*map(from_node, by_owner.values())) for pair in its]
+                waiting = [item for item, outcome in outcomes if outcome == "later"]
+                store = [item for item, outcome in outcomes if outcome == "store"]
+                now = time.monotonic()
+                store += [item for item in waiting if now - heard[item.owner] > patience]
+                items = [item for item in waiting if now - heard[item.owner] <= patience]
+                if store:
+                    outcome = await reader.fetch_many([item.extent for item in store])
+                    report.peer_fallbacks += len(store)
+                    report.requests += outcome.requests
+                    report.fetched_bytes += outcome.bytes
+                    report.errors += outcome.errors
+                    for item in store:
+                        finished(item)
+                if items:
+                    progress = len(waiting) < len(outcomes)
+                    pause = 0.05 if progress else min(1.0, pause * 2)
+                    await asyncio.sleep(pause)
+        finally:
+            report.peer_requests += peers.requests - requests
 
     async def _warm_mounted(
         self, bucket: str, batches: AsyncIterator[list[tuple[str, int | None]]], report: WarmReport,
@@ -265,6 +381,35 @@ class Warmer:
         finally:
             report.requests = stats.gets + stats.heads - before
             report.fetched_bytes = stats.bytes_read - read
+
+
+@dataclass(slots=True)
+class PeerItem:
+    """An extent of the set that another node of the group fetches."""
+
+    meta: ObjectMeta
+    extent: Extent
+    start: int  # where its bytes start in the object
+    owner: str
+
+
+def _split(meta: ObjectMeta, peers: PeerClient, hot: HotTier, mine: list[Extent], theirs: list[PeerItem]) -> bool:
+    """Sort the object's extents not yet hot into this node's and the
+    other nodes'; True if some are the other nodes'."""
+    offset = 0
+    any_theirs = False
+    me = peers.group.me
+    for chunk in meta.chunks:
+        ext = chunk.extent
+        if chunk.file_id is None and ext is not None and not hot.is_cached(ext.cache_name):
+            node = peers.group.owner(ext.segment)
+            if node == me:
+                mine.append(ext)
+            else:
+                theirs.append(PeerItem(meta, ext, offset, node))
+                any_theirs = True
+        offset += chunk.size
+    return any_theirs
 
 
 def _missing(report: WarmReport, key: str) -> None:

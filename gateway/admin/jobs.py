@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Response
 
@@ -28,6 +29,7 @@ from tiering import _pool
 from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
 from tiering.order import expand_all
+from tiering.peers import Keys, PeerClient, PeerGroup
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0
@@ -133,11 +135,19 @@ def router(ctx: AdminContext) -> APIRouter:
         except InvalidArgument as exc:
             raise AdminError("InvalidRequest", exc.message) from None
 
+        peers = _peer_client(ctx, request)
+
         async def work(job: Job) -> dict[str, Any]:
-            return asdict(await service.warmer.warm(
-                request.bucket, prefix=request.prefix, keys=keys, concurrency=request.concurrency,
-                bandwidth=request.bandwidth, job=job,
-            ))
+            if peers is not None:
+                await peers.start()
+            try:
+                return asdict(await service.warmer.warm(
+                    request.bucket, prefix=request.prefix, keys=keys, concurrency=request.concurrency,
+                    bandwidth=request.bandwidth, job=job, peers=peers, peer_wait=request.peer_wait,
+                ))
+            finally:
+                if peers is not None:
+                    await peers.close()
 
         params = request.model_dump(exclude={"keys"}) | ({"keys": len(request.keys)} if request.keys else {})
         return await start("warm", params, work, wait, response)
@@ -170,3 +180,25 @@ def router(ctx: AdminContext) -> APIRouter:
         return job_view(job)
 
     return api
+
+
+def _peer_client(ctx: AdminContext, request: WarmRequest) -> PeerClient | None:
+    """The other gateways of a cooperative warm, asked with this gateway's
+    first key pair (the nodes of one group accept the same pairs)."""
+    if not request.cooperative and request.peers is None:
+        return None
+    config = ctx.config
+    endpoints = request.peers if request.peers is not None else config.peers
+    if config.node_id is None:
+        raise AdminError("InvalidRequest", "a cooperative warm needs a gateway started with --node-id")
+    if config.node_id not in endpoints:
+        raise AdminError("InvalidRequest", f"the peers must include this gateway ({config.node_id}); "
+                         f"got {sorted(endpoints) or 'none (set --peers or give peers)'}")
+    for node, url in endpoints.items():
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise AdminError("InvalidRequest", f"peer {node}: {url!r} is not an http(s) URL")
+    if ctx.service().mounts.get(request.bucket) is not None:
+        raise AdminError("InvalidRequest", f"{request.bucket!r} is a mount: cooperative warm applies to managed buckets")
+    access_key, secret_key = next(iter(config.credentials.items()))
+    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, Keys(access_key, secret_key, None))

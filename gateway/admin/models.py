@@ -277,6 +277,15 @@ class WarmRequest(Strict):
     )
     concurrency: int = Field(4, ge=1, le=64, description="Batches (managed) or objects (mounted) fetched at once.")
     bandwidth: int | None = Field(None, gt=0, description="Bytes per second this job may read from the store.")
+    cooperative: bool = Field(
+        False, description="Share the work with the other gateways that run the same job: each fetches the "
+        "segments it owns from the store and the rest from their owners. The node list is `peers`, or the "
+        "gateway's `peers` setting.")
+    peers: dict[str, str] | None = Field(
+        None, description="Node id -> S3 endpoint URL of every gateway in the job, this one included "
+        "(implies cooperative).")
+    peer_wait: float = Field(30.0, gt=0, le=3600, description="Seconds without a byte from a peer before "
+                             "its share is read from the store instead.")
 
     @model_validator(mode="after")
     def _one_set(self) -> WarmRequest:

@@ -11,11 +11,12 @@ from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
 from tiering import checksums
 from tiering.conditions import check
-from tiering.errors import NotModified, TierstoreError
+from tiering.errors import NotHot, NotModified, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
 from tiering.objects import resolve_part
+from tiering.peers import HOT_ONLY_HEADER
 from tiering.readahead import ReadTally
 
 XML = "application/xml"
@@ -84,9 +85,13 @@ async def get_object(ctx: Context, req: S3Request) -> Response:
     # The tally says which tier served the body (metrics, access log); it
     # counts as the body is produced, so a streamed GET is complete once sent.
     tally = req.tally = ReadTally()
-    ctx.service.epochs.observe(req.bucket, req.key)  # moves an epoch reader's position, before the read
+    peer = HOT_ONLY_HEADER in req.headers  # another gateway's cooperative warm (tiering/peers.py)
+    if not peer:
+        ctx.service.epochs.observe(req.bucket, req.key)  # moves an epoch reader's position, before the read
     meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
     wanted = wanted or ByteRange(0, meta.size)
+    if peer and data is None and not ctx.service.is_hot(meta, wanted):
+        raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
     if data is not None:
         if tally.fetched:  # a mounted object's first read: fetched from its source
             tally.capacity += wanted.length

@@ -5,6 +5,7 @@ that loses nothing acknowledged."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 import uuid
@@ -19,7 +20,9 @@ import s3fs
 from botocore.exceptions import ClientError
 
 from tests.conftest import make_client
-from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
+from tests.integration.s3raw import Sender, check_error
+from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
+from tiering.peers import HOT_ONLY_HEADER
 
 LEASE_TTL = 3.0  # the skew allowance is a quarter of it
 FOLLOW = 0.3
@@ -175,6 +178,94 @@ def test_two_fresh_nodes_racing_for_the_lease_one_wins(moto_endpoint: str, tmp_p
     finally:
         for gw in gws:
             gw.stop()
+
+
+def warm_everywhere(gws: list[Gateway], body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Start the same warm job on every node at once; their results."""
+    jobs = [gw.admin("POST", "/jobs/warm", json=body).json() for gw in gws]
+
+    def ended(gw: Gateway, job: dict[str, Any]) -> dict[str, Any]:
+        view = gw.admin("GET", f"/jobs/{job['id']}").json()
+        assert view["state"] not in ("queued", "running"), view
+        return view
+
+    results = []
+    for gw, job in zip(gws, jobs, strict=True):
+        view = eventually(lambda gw=gw, job=job: ended(gw, job), timeout=120)
+        assert view["state"] == "succeeded", view
+        results.append(view["result"])
+    return results
+
+
+def test_cooperative_warm_reads_each_segment_from_the_store_once(nodes: list[Gateway]) -> None:
+    writer = nodes[0]
+    s3 = make_client(writer.endpoint)
+    s3.create_bucket(Bucket="coop")
+    data = {}
+    for i in range(48):
+        # Mostly incompressible (stored as is), every fourth compressible (stored as zstd):
+        # a peer's bytes are checked against both forms.
+        body = (f"line {i}\n".encode() * 20_000)[:150_000] if i % 4 == 0 else os.urandom(100_000 + i)
+        s3.put_object(Bucket="coop", Key=f"shard/{i:03d}", Body=body)
+        data[f"shard/{i:03d}"] = body
+        if i % 8 == 7:
+            writer.flush()  # a segment for every eight objects
+    for gw in nodes[1:]:
+        client = make_client(gw.endpoint)
+        eventually(lambda client=client: _count_is(client, "coop", len(data)))
+    segments = {s for s in _segments_of(writer, "coop")}
+    assert len(segments) >= 4
+
+    # Alone: one node reads every segment (one GET each: a segment is one run).
+    for gw in nodes:
+        gw.evict()
+    # What a peer asks: from the hot tier only, 503 (S3 XML) while not there.
+    raw = Sender(nodes[0])
+    try:
+        cold = raw.signed("GET", "/coop/shard/001", {HOT_ONLY_HEADER: "1"})
+        check_error(cold, 503, "ServiceUnavailable")
+        alone = warm_everywhere(nodes[:1], {"bucket": "coop", "prefix": "shard/"})[0]
+        hot = raw.signed("GET", "/coop/shard/001", {HOT_ONLY_HEADER: "1"})
+        assert hot.status_code == 200 and hot.content == data["shard/001"]
+    finally:
+        raw.close()
+    assert alone["requests"] == len(segments) and alone["hot_objects"] == len(data)
+    nodes[0].evict()
+
+    # Together: the three nodes read each segment once between them, and
+    # every node ends with the whole set hot.
+    peers = {gw.data_dir.name: gw.endpoint for gw in nodes}
+    results = warm_everywhere(nodes, {"bucket": "coop", "prefix": "shard/", "peers": peers})
+    assert sum(r["requests"] for r in results) == len(segments)
+    assert sum(r["fetched_bytes"] for r in results) == alone["fetched_bytes"]
+    assert all(r["peer_fallbacks"] == 0 and r["errors"] == 0 for r in results), results
+    assert sum(r["peer_extents"] for r in results) == 2 * len(data)  # each node gets the others' shares
+    for gw in nodes:
+        misses = gw.admin("GET", "/tiers").json()["cache_misses"]
+        client = make_client(gw.endpoint)
+        for key, body in data.items():
+            assert client.get_object(Bucket="coop", Key=key)["Body"].read() == body
+        assert gw.admin("GET", "/tiers").json()["cache_misses"] == misses  # all served hot
+
+    # A peer that is not running: its share comes from the store at once.
+    for gw in nodes:
+        gw.evict()
+    absent = {"n1": nodes[0].endpoint, "gone": f"http://127.0.0.1:{free_port()}"}
+    started = time.monotonic()
+    results = warm_everywhere(nodes[:1], {"bucket": "coop", "prefix": "shard/", "peers": absent, "peer_wait": 600})
+    assert results[0]["hot_objects"] == len(data) and results[0]["peer_fallbacks"] > 0
+    assert results[0]["requests"] == len(segments)
+    assert time.monotonic() - started < 300  # not the peer_wait: a refused connection is not waited for
+
+
+def _count_is(client: Any, bucket: str, count: int) -> None:
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == count
+
+
+def _segments_of(gw: Gateway, bucket: str) -> set[str]:
+    keys = [o["Key"] for o in make_client(gw.endpoint).list_objects_v2(Bucket=bucket)["Contents"]]
+    where = [gw.admin("GET", f"/objects/{bucket}/{key}").json() for key in keys]
+    return {chunk["segment"] for w in where for chunk in w["chunks"] if chunk.get("segment")}
 
 
 def test_sigkill_of_the_writer_a_replica_takes_over_and_nothing_acknowledged_is_lost(
