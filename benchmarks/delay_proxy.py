@@ -12,7 +12,9 @@ loopback stream fills in 10 ms): past it, reading pauses until the queue
 drains, which is back-pressure, not a limit. A small ``window`` does limit:
 one stream then carries at most ``window / delay_s`` bytes a second, as a
 TCP connection whose window is that size would over a long link, while
-parallel connections each get their own.
+parallel connections each get their own. ``rate_down`` (bytes a second, 0
+by default: none) caps what the target sends over all connections
+together, as a store's shared link would.
 
 The client-to-server byte stream is also parsed just enough to count HTTP/1.1
 requests by method (``proxy.counts["PUT"]``) and by S3 operation as guessed
@@ -219,10 +221,16 @@ class _Pipe:
         self._dst = dst
         self._flush()
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes, down: bool = False) -> None:
         if self.counter is not None:
             self.counter.feed(data)
-        self._queue.append((self._loop.time() + self._conn.proxy.delay_s, data))
+        proxy = self._conn.proxy
+        due = self._loop.time() + proxy.delay_s
+        if down and proxy.rate_down:
+            # One link from the target, shared by every connection: the
+            # chunk leaves once the ones before it have.
+            due = proxy.link_free = max(due, proxy.link_free) + len(data) / proxy.rate_down
+        self._queue.append((due, data))
         self._queued += len(data)
         self._flush()
 
@@ -295,9 +303,10 @@ class _Side(asyncio.Protocol):
         proxy = self.conn.proxy
         if self is self.conn.client:
             proxy.bytes_up += len(data)
+            self.out.feed(data)
         else:
             proxy.bytes_down += len(data)
-        self.out.feed(data)
+            self.out.feed(data, down=True)
 
     def eof_received(self) -> bool:
         assert self.out is not None
@@ -400,6 +409,10 @@ class DelayProxy:
         # Bytes held in the delay line per direction of a connection before
         # reading pauses; None: MAX_BUFFER, large enough not to limit anything.
         self.window = window or MAX_BUFFER
+        # Bytes per second the target sends in all, over all connections (a
+        # store's link shared by every client); 0: not limited.
+        self.rate_down = 0.0
+        self.link_free = 0.0  # loop time when the shared link is next free
         self.counts: collections.Counter[str] = collections.Counter()
         self.operations: collections.Counter[str] = collections.Counter()
         self.unparsed = 0  # connections whose requests could not all be counted
