@@ -17,6 +17,7 @@ from gateway.config import (
     load_config,
     parse_size,
     redacted,
+    tier_settings,
 )
 
 
@@ -181,6 +182,32 @@ def test_workers(tmp_path: Path) -> None:
     assert _load(tmp_path, env={"TIERSTORE_WORKERS": "4"}).workers == 4
     with pytest.raises(ValueError, match="workers"):
         _load(tmp_path, config_file=_toml(tmp_path, "workers = true\n"))
+
+
+def test_scale_out_settings(tmp_path: Path) -> None:
+    config = _load(tmp_path)
+    assert (config.node_id, config.lease_ttl, config.follow_interval, config.peers) == (None, 30.0, 2.0, {})
+    config = _load(tmp_path, env={"TIERSTORE_NODE_ID": "node-a.1", "TIERSTORE_LEASE_TTL": "6",
+                                  "TIERSTORE_PEERS": "node-a.1=http://10.0.0.1:9100, b=https://b:443"})
+    assert config.node_id == "node-a.1" and config.lease_ttl == 6.0
+    assert config.peers == {"node-a.1": "http://10.0.0.1:9100", "b": "https://b:443"}
+    table = _toml(tmp_path, 'node_id = "a"\n[peers]\na = "http://a:9100"\nb = "http://b:9100"\n')
+    assert _load(tmp_path, config_file=table).peers == {"a": "http://a:9100", "b": "http://b:9100"}
+    assert tier_settings(config).node_id == "node-a.1"
+
+
+@pytest.mark.parametrize(("env", "problem"), [
+    ({"TIERSTORE_NODE_ID": "has space"}, "node_id"),
+    ({"TIERSTORE_NODE_ID": "-leading"}, "node_id"),
+    ({"TIERSTORE_LEASE_TTL": "1"}, "at least 2 seconds"),
+    ({"TIERSTORE_FOLLOW_INTERVAL": "0"}, "follow_interval"),
+    ({"TIERSTORE_PEERS": "a"}, "node=URL pairs"),
+    ({"TIERSTORE_PEERS": "a=ftp://x"}, "http"),
+    ({"TIERSTORE_PEERS": "a b=http://x"}, "letters, digits"),
+])
+def test_bad_scale_out_settings(tmp_path: Path, env: dict[str, str], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        _load(tmp_path, env=env)
 
 
 def test_port_zero_allowed(tmp_path: Path) -> None:
