@@ -393,6 +393,14 @@ class TierRecords:
             self._write(batch)
             return gone
 
+    def advance_follow_point(self, name: str) -> None:
+        """A segment this index knows already (it wrote or recovered it):
+        following moves past it without reading it."""
+        with self._lock:
+            batch = self._batch()
+            batch.put(FOLLOW_KEY, name.encode())
+            self._write(batch)
+
     def forget_segments(self, names: Iterable[str]) -> None:
         """Drop the records of segments the capacity store no longer has
         (another node's compaction deleted them after moving their data)."""

@@ -66,6 +66,49 @@ def seal_name(term: int) -> str:
     return f"{SEAL_PREFIX}{term:08x}"
 
 
+APPLY, SKIP, WAIT = "apply", "skip", "wait"
+
+
+class Seals:
+    """The seals of ended terms in one store, each read once it exists."""
+
+    def __init__(self, capacity: CapacityStore) -> None:
+        self._capacity = capacity
+        self._known: dict[int, str] = {}
+
+    async def get(self, term: int) -> str | None:
+        """The last valid segment of ended ``term`` (None: not sealed yet)."""
+        if term not in self._known:
+            try:
+                data, _ = await self._capacity.read_versioned(seal_name(term))
+            except CapacityNotFound:
+                return None
+            self._known[term] = data.decode()
+        return self._known[term]
+
+    async def verdict(self, name: str, current: int) -> str:
+        """Whether a segment counts, the lease's term being ``current``:
+        APPLY, SKIP (written after its term was sealed) or WAIT (its term
+        ended and is not sealed yet: a takeover is under way)."""
+        term = term_of(name)
+        if term >= current:
+            return APPLY
+        seal = await self.get(term)
+        if seal is None:
+            return WAIT
+        return SKIP if name > seal else APPLY
+
+    async def write(self, term: int, name: str) -> None:
+        """Seal ended ``term`` at ``name`` (kept as it is if already sealed)."""
+        try:
+            await self._capacity.put_conditional(seal_name(term), name.encode(), None)
+            self._known[term] = name
+        except CapacityConflict:
+            written = await self.get(term)
+            if written != name:
+                log.warning("term %d was sealed at %s, this node applied up to %s", term, written, name)
+
+
 @dataclass(slots=True)
 class ClusterStatus:
     node: str
@@ -107,7 +150,7 @@ class Cluster:
         ttl = settings.lease_ttl
         self.lease = Lease(capacity, LEASE_NAME, self.node, ttl, skew=min(5.0, ttl / 4))
         self.role = "replica"
-        self._seals: dict[int, str] = {}
+        self._seals = Seals(capacity)
         self._renewed = 0.0  # monotonic time of the last renewal
         self._current_at: float | None = None  # monotonic: when the last complete round listed
         self._behind = 0
@@ -242,38 +285,15 @@ class Cluster:
             last[term_of(point)] = point
         async for path, size in self._capacity.list(SEGMENTS, after=SEGMENTS + self._index.follow_point):
             name = path[len(SEGMENTS):]
-            ended = term_of(name)
-            if ended >= term:
+            if term_of(name) >= term:
                 continue  # our own, from an earlier start in this term
-            seal = await self._seal(ended)
-            if seal is not None and name > seal:
+            if await self._seals.verdict(name, term) == SKIP:
                 continue
             await self._apply(name, size)
-            last[ended] = name
+            last[term_of(name)] = name
         for ended, name in sorted(last.items()):
-            if ended < term and await self._seal(ended) is None:
-                await self._write_seal(ended, name)
-
-    async def _write_seal(self, term: int, name: str) -> None:
-        try:
-            await self._capacity.put_conditional(seal_name(term), name.encode(), None)
-            self._seals[term] = name
-        except CapacityConflict:
-            self._seals.pop(term, None)
-            written = await self._seal(term)
-            if written != name:
-                log.warning("term %d was sealed at %s, this node applied up to %s", term, written, name)
-
-    async def _seal(self, term: int) -> str | None:
-        """The last valid segment of ended ``term`` (None: not sealed yet)."""
-        if term in self._seals:
-            return self._seals[term]
-        try:
-            data, _ = await self._capacity.read_versioned(seal_name(term))
-        except CapacityNotFound:
-            return None
-        self._seals[term] = data.decode()
-        return self._seals[term]
+            if ended < term and await self._seals.get(ended) is None:
+                await self._seals.write(ended, name)
 
     # -- following ---------------------------------------------------------------
 
@@ -286,18 +306,15 @@ class Cluster:
         record = await self.lease.read()  # after the listing: see the module notes
         current = record.term if record is not None else 0
         applied = waiting = 0
-        for path, size in listed:
+        for index, (path, size) in enumerate(listed):
             name = path[len(SEGMENTS):]
-            ended = term_of(name)
-            if ended < current:
-                seal = await self._seal(ended)
-                if seal is None:
-                    waiting = len(listed) - applied
-                    break  # the new writer is still catching up: its seal comes next
-                if name > seal:
-                    continue
-            await self._apply(name, size)
-            applied += 1
+            verdict = await self._seals.verdict(name, current)
+            if verdict == WAIT:
+                waiting = len(listed) - index
+                break  # the new writer is still catching up: its seal comes next
+            if verdict == APPLY:
+                await self._apply(name, size)
+                applied += 1
         self._behind = waiting
         if not waiting:
             self._current_at = started
@@ -307,6 +324,9 @@ class Cluster:
         return applied
 
     async def _apply(self, name: str, size: int) -> None:
+        if self._index.get_segment(name) is not None:  # written or recovered here: nothing to read
+            await _pool.run(self._index.advance_follow_point, name)
+            return
         footer = await read_footer(self._capacity, name)
         gone = await _pool.run(self._index.apply_segment, size, footer, self._region)
         cached = [c.extent.cache_name for c in gone if c.extent is not None]

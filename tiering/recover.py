@@ -24,6 +24,10 @@ from dataclasses import dataclass, replace
 from packer import format as seg
 from tiering._keys import bucket_from_event
 from tiering.capacity import CapacityStore
+from tiering.cluster import LEASE_NAME, SKIP, Seals
+from tiering.errors import CapacityNotFound
+from tiering.lease import PREFIX as LEASE_PREFIX
+from tiering.lease import LeaseRecord
 from tiering.compact import read_footer
 from tiering.fetch import SEGMENTS
 from tiering.index import Index
@@ -45,6 +49,18 @@ class RecoveryReport:
 Progress = Callable[[int, int], None]  # (segments read, segments total)
 
 
+async def valid_segments(capacity: CapacityStore, names: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Leave out the segments several gateways' history does not count: an
+    upload that landed after its writer's term was sealed (``tiering.cluster``)."""
+    try:
+        data, _ = await capacity.read_versioned(LEASE_PREFIX + LEASE_NAME)
+    except CapacityNotFound:
+        return names  # a single gateway's store
+    current, seals = LeaseRecord.decode(data).term, Seals(capacity)
+    # WAIT (a takeover under way) counts: the new writer applies those too.
+    return [(name, size) for name, size in names if await seals.verdict(name, current) != SKIP]
+
+
 async def recover(
     capacity: CapacityStore, index: Index, region: str = "us-east-1", progress: Progress | None = None
 ) -> RecoveryReport:
@@ -52,6 +68,7 @@ async def recover(
     if not index.is_empty():
         raise ValueError("recover needs an empty index: move the old data directory away first")
     names = [(name[len(SEGMENTS):], size) async for name, size in capacity.list(SEGMENTS)]
+    names = await valid_segments(capacity, names)
     sizes = dict(names)
     footers: dict[str, seg.Footer] = {}
     limit = asyncio.Semaphore(_CONCURRENCY)

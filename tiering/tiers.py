@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from tiering import _pool
 from tiering.capacity import CapacityStore
-from tiering.cluster import Cluster, ClusterStatus
+from tiering.cluster import LEASE_NAME, Cluster, ClusterStatus
 from tiering.compact import CompactionReport, Compactor
 from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.fetch import SEGMENTS, ExtentReader, segment_path
@@ -24,6 +24,8 @@ from tiering.flush import Flusher
 from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.jobs import Job
+from tiering.lease import PREFIX as LEASE_PREFIX
+from tiering.lease import LeaseRecord
 from tiering.policy import Policies
 from tiering.residency import Residency
 from tiering.settings import TierSettings
@@ -110,9 +112,23 @@ class Tiers:
     async def start(self) -> None:
         await self.capacity.start()
         if self.cluster is None:
+            await self._refuse_a_cluster_store()
             await self._start_writing()
         else:
             await self.cluster.start()
+
+    async def _refuse_a_cluster_store(self) -> None:
+        """A gateway without a node id never writes a store that gateways
+        with node ids share: it would write beside their writer."""
+        try:
+            data, _ = await self.capacity.read_versioned(LEASE_PREFIX + LEASE_NAME)
+        except CapacityNotFound:
+            return
+        holder = LeaseRecord.decode(data).holder
+        raise ForeignSegments(
+            f"the capacity store {self.capacity.describe()} is shared by gateways started with --node-id "
+            f"(node {holder} holds or last held its write lease): start this one with --node-id too"
+        )
 
     async def _start_writing(self) -> None:
         """Clean up after a crash, then flush and compact: at start on a

@@ -16,8 +16,11 @@ from tiering.cluster import TERM_SHIFT, seal_name, term_of
 from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter
 from tiering.fetch import SEGMENTS
 from tiering.inputs import Integrity, NewObject
+from tiering.index import Index
 from tiering.objects import ObjectService
+from tiering.recover import recover
 from tiering.settings import TierSettings
+from tiering.tiers import ForeignSegments
 
 TTL = 2.0  # the lease's skew is a quarter of it
 
@@ -158,6 +161,16 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             with pytest.raises(NotWriter) as refused:
                 await put(c, "data", "x", b"x")
             assert refused.value.detail == {"Writer": "b"}
+
+            # A rebuild from the footers leaves the sealed-out segment out too.
+            rebuilt = Index(tmp_path / "rebuilt")
+            try:
+                await recover(LocalDirStore(tmp_path / "capacity"), rebuilt)
+                assert rebuilt.get_object("back", "late") is None
+                assert rebuilt.get_object("data", "new") is not None
+                assert late not in {s.name for s in rebuilt.segments()}
+            finally:
+                rebuilt.close()
         finally:
             for svc in (a, b, c):
                 await svc.close()
@@ -194,5 +207,18 @@ def test_clean_stop_releases_the_lease_after_flushing(tmp_path: Path) -> None:
             assert await get(b, "data", "staged") == b"write-back"
         finally:
             await b.close()
+
+    asyncio.run(go())
+
+
+def test_a_gateway_without_node_id_refuses_a_shared_store(tmp_path: Path) -> None:
+    async def go() -> None:
+        a = node(tmp_path, "a")
+        await a.start()
+        await a.close()
+        alone = ObjectService(tmp_path / "alone", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
+        with pytest.raises(ForeignSegments, match="--node-id"):
+            await alone.start()
+        await alone.close()
 
     asyncio.run(go())
