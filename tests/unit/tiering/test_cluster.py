@@ -222,3 +222,36 @@ def test_a_gateway_without_node_id_refuses_a_shared_store(tmp_path: Path) -> Non
         await alone.close()
 
     asyncio.run(go())
+
+
+def test_a_single_gateway_restarted_with_a_node_id_becomes_the_writer(tmp_path: Path) -> None:
+    """The move from one gateway to several: its history becomes term 0,
+    sealed; its unflushed writes are flushed as term 1."""
+
+    async def go() -> None:
+        capacity = tmp_path / "capacity"
+        alone = ObjectService(tmp_path / "a", TierSettings(flush_delay=3600.0), LocalDirStore(capacity))
+        await alone.start()
+        await alone.create_bucket("data")
+        await put(alone, "data", "flushed", b"in a term-0 segment")
+        await alone.tiers.flush()
+        await put(alone, "data", "staged", b"not flushed yet")
+        await alone.close()
+        a, b = node(tmp_path, "a"), node(tmp_path, "b")
+        await a.start()
+        await b.start()
+        try:
+            assert a.tiers.cluster.role == "writer" and a.tiers.cluster.lease.record.term == 1
+            sealed, _ = await a.tiers.capacity.read_versioned(seal_name(0))
+            assert term_of(sealed.decode()) == 0
+            await a.tiers.flush()
+            await b.tiers.cluster.follow()
+            assert await get(b, "data", "flushed") == b"in a term-0 segment"
+            assert await get(b, "data", "staged") == b"not flushed yet"
+            names = [p[len(SEGMENTS):] async for p, _ in a.tiers.capacity.list(SEGMENTS)]
+            assert sorted(term_of(n) for n in names) == [0, 1]
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(go())
