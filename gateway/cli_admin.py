@@ -22,6 +22,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from gateway import cli_browser as browser
 from gateway import cli_render as render
 from gateway._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
 from gateway.admin_client import JSON, AdminClient, ApiError, Unreachable
@@ -131,10 +132,12 @@ CONNECTION = (
 
 @dataclass(frozen=True, slots=True)
 class Session:
-    """What every admin command gets: the API client and how to print its answers."""
+    """What every admin command gets: the API client, how to print its
+    answers, and the address and token it was built from."""
 
     api: AdminClient
     json: bool
+    target: Target
 
     def show(self, document: JSON, renderer: Callable[[JSON], None]) -> None:
         if self.json:
@@ -164,7 +167,7 @@ def _session(
         fail(str(exc), EXIT_USAGE)
     try:
         with AdminClient(target.url, target.token) as api:
-            yield Session(api, json_output)
+            yield Session(api, json_output, target)
     except Unreachable as exc:
         fail(_unreachable(exc), EXIT_FAILED)
     except ApiError as exc:
@@ -248,10 +251,53 @@ def _poll(api: AdminClient, job: JSON, update: Callable[[JSON], None]) -> JSON:
 
 
 @admin
-def status(session: Session) -> None:
-    """Hot and capacity tier, hit ratio and running jobs, at a glance."""
+def status(
+    session: Session,
+    open_page: Annotated[
+        bool,
+        typer.Option(
+            "--open",
+            help="Open the status page (live charts, jobs, epochs, buckets) in a browser, signed "
+            "in with the token; it goes through a file only you can read, on no command line.",
+        ),
+    ] = False,
+    url: Annotated[
+        bool,
+        typer.Option("--url", help="Print the status page's address and exit; it asks for the token."),
+    ] = False,
+    with_token: Annotated[
+        bool,
+        typer.Option(
+            "--with-token",
+            help="With --url: sign the address in, the token in its #fragment (browsers send no "
+            "fragment to a server; the terminal keeps it in its scrollback).",
+        ),
+    ] = False,
+) -> None:
+    """Hot and capacity tier, hit ratio and running jobs, at a glance; or the status page."""
     api = session.api
-    session.show({"tiers": api.tiers(), "stats": api.stats(), "jobs": api.jobs()}, render.status)
+    if with_token and not url:
+        fail("--with-token goes with --url", EXIT_USAGE)
+    if not (open_page or url):
+        session.show({"tiers": api.tiers(), "stats": api.stats(), "jobs": api.jobs()}, render.status)
+        return
+    api.stats()  # the gateway answers and takes the token: say so here, not in the browser
+    target = session.target
+    if url:
+        print(browser.page_url(target.url, target.token if with_token else None))
+        return
+    address = browser.page_url(target.url)
+
+    def opened() -> None:
+        print(f"opened {address} in a browser, signed in (its sign-in file goes in "
+              f"{browser.OPEN_GRACE:g} s)")
+
+    if not browser.open_page(target.url, target.token, opened):
+        fail(
+            f"no browser found here: open {address} in one that reaches this address "
+            "(from another machine: ssh -L, or `tierstore status --url --with-token`)",
+            EXIT_FAILED,
+        )
 
 
 @admin

@@ -1,5 +1,6 @@
 """The admin application: auth, probes, configuration, tiers, stats, metrics;
-buckets and jobs come from their own routers."""
+buckets and jobs come from their own routers, the status page from
+``gateway/admin/page.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import metrics
-from gateway.admin import buckets, epochs, jobs, mounts
+from gateway.admin import buckets, epochs, jobs, mounts, page
 from gateway.admin.context import AdminContext, S3Status
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
 from gateway.config import VERSION, Config, redacted
@@ -115,5 +116,6 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
     api.include_router(mounts.router(ctx))
     api.include_router(epochs.router(ctx))
     app.include_router(api)
+    app.include_router(page.router())  # no token: a shell without data (see its docstring)
     fix_schema(app)
     return app

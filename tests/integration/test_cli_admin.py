@@ -15,9 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
+from gateway import cli_browser
 from gateway.cli import app as cli_app
 from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway
@@ -232,3 +234,30 @@ def test_wrong_token_exits_1_with_the_reason(gw: Gateway) -> None:
     assert refused.stderr.startswith("tierstore: the admin API refused the token from --token")
     assert refused.stdout == ""
 
+
+
+def test_status_url_points_at_the_page_and_open_needs_a_browser(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = cli(gw, "status", "--url", process=True).stdout.strip()
+    assert plain == f"{gw.admin_url}/status" and ADMIN_TOKEN not in plain
+    page = httpx.get(plain)  # the page itself needs no token (its data does)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    signed = cli(gw, "status", "--url", "--with-token").stdout.strip()
+    assert signed == f"{gw.admin_url}/status#token={ADMIN_TOKEN}"
+
+    alone = cli(gw, "status", "--with-token", ok=False)
+    assert alone.returncode == 2 and "--with-token goes with --url" in alone.stderr
+    # The token is checked before an address is given out.
+    refused = cli(gw, "status", "--url", "--token", "not-the-token", ok=False)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "refused the token" in refused.stderr
+
+    given: list[str] = []
+    monkeypatch.setattr(cli_browser.webbrowser, "open", lambda url: given.append(url) or False)
+    headless = cli(gw, "status", "--open", ok=False)
+    assert headless.returncode == 1
+    assert f"no browser found here: open {gw.admin_url}/status" in headless.stderr
+    assert ADMIN_TOKEN not in headless.stderr + headless.stdout
+    (url,) = given
+    assert url.startswith("file://") and not os.path.exists(url.removeprefix("file://"))

@@ -12,7 +12,8 @@ from gateway.config import Config
 from gateway.metrics import Metrics
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "admin-api.md"
-SCHEMA_PAGES = {("GET", "/openapi.json"), ("GET", "/docs")}
+# Pages, not in the schema: the schema itself, its browsable form, the status page.
+SCHEMA_PAGES = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/status")}
 
 
 class _NotStarted:
