@@ -109,10 +109,25 @@ def _resolve(node: Any, env: Mapping[str, str]) -> Any:
     return node
 
 
-def compose(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """docker-compose.yml as parsed; with ``env``, interpolated as Compose would."""
+def compose(env: Mapping[str, str] | None = None, cluster: bool = False) -> dict[str, Any]:
+    """docker-compose.yml as parsed; with ``cluster``, docker-compose.cluster.yml
+    layered on it as ``docker compose -f ... -f ...`` does (a service's
+    mappings merged key by key, new services and volumes added); with
+    ``env``, interpolated as Compose would."""
     parsed = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    if cluster:
+        parsed = _merged(parsed, yaml.safe_load((ROOT / "docker-compose.cluster.yml").read_text()))
     return parsed if env is None else _resolve(parsed, env)
+
+
+def _merged(base: dict[str, Any], layer: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        elif not key.startswith("x-"):
+            out[key] = value
+    return out
 
 
 def environment(service: Mapping[str, Any]) -> dict[str, str]:
@@ -305,6 +320,31 @@ def test_every_tierstore_variable_is_a_setting_and_valid(tmp_path: Path) -> None
     assert urlsplit(config.capacity_endpoint).hostname == "minio"
     assert config.admin_token == TOKEN
     assert (config.host, config.admin_host) == ("0.0.0.0", "0.0.0.0")
+
+
+GATEWAYS = ("tierstore", "tierstore-b", "tierstore-c")
+
+
+def test_the_cluster_layer_runs_three_gateways_over_one_bucket(tmp_path: Path) -> None:
+    shell = shell_env(TIERSTORE_ACCESS_KEY="cluster-key", TIERSTORE_SECRET_KEY="cluster-secret")
+    services = compose(shell, cluster=True)["services"]
+    configs = {name: load_config({"data_dir": tmp_path / name}, {**image_env(), **environment(services[name])})
+               for name in GATEWAYS}
+    assert {c.node_id for c in configs.values()} == {"node-a", "node-b", "node-c"}
+    assert len({c.capacity for c in configs.values()}) == 1  # one store
+    assert len({tuple(c.credentials.items()) for c in configs.values()}) == 1  # one key pair
+    for config in configs.values():
+        # Every node named, at its service's name and the S3 port inside the network.
+        by_node = {c.node_id: name for name, c in configs.items()}
+        assert {node: urlsplit(url).hostname for node, url in config.peers.items()} == by_node
+        assert {urlsplit(url).port for url in config.peers.values()} == {Config().port}
+    volumes = [v.split(":")[0] for name in GATEWAYS for v in services[name]["volumes"]]
+    assert len(set(volumes)) == 3
+    published = [p.rsplit(":", 1)[0] for name in GATEWAYS for p in services[name]["ports"]]
+    assert len(set(published)) == 6 and all(p.startswith("127.0.0.1:") for p in published)
+    for missing in ("TIERSTORE_ACCESS_KEY", "TIERSTORE_SECRET_KEY"):
+        with pytest.raises(ValueError, match=missing):
+            compose({k: v for k, v in shell.items() if k != missing}, cluster=True)
 
 
 def test_the_admin_token_is_required_and_is_the_secret_prometheus_reads() -> None:
