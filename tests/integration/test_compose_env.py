@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from urllib.parse import urlsplit
 import boto3
 import httpx
 import pytest
+from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import env_name
@@ -199,3 +201,77 @@ def capacity_reads(exposition: str) -> float:
         for sample in family.samples
         if sample.name == "tierstore_object_reads_total" and sample.labels.get("tier") == "capacity"
     )
+
+
+def test_the_cluster_layer_three_gateways_one_writer_and_a_shared_warm(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    """docker-compose.cluster.yml's three services, each with the environment
+    Compose gives it, over one bucket: one writer, two replicas that follow
+    it and name it, and a cooperative warm whose node list is the
+    TIERSTORE_PEERS the file sets (its service names mapped to loopback, as
+    the compose network would resolve them)."""
+    shell = {**SHELL, "CAPACITY_BUCKET": f"cluster-{os.getpid()}"}
+    parsed = compose(shell, cluster=True)
+    create_bucket_like_minio_init(parsed["services"], moto_endpoint)
+    names = ("tierstore", "tierstore-b", "tierstore-c")
+    envs = {}
+    for name in names:
+        (tmp_path / name).mkdir()
+        envs[name] = container_env(parsed["services"][name], moto_endpoint, tmp_path / name)
+    resolved = {name: f"http://127.0.0.1:{env[env_name('port')]}" for name, env in envs.items()}
+    for env in envs.values():
+        peers = dict(pair.split("=", 1) for pair in env[env_name("peers")].split(","))
+        env[env_name("peers")] = ",".join(
+            f"{node}={resolved[urlsplit(url).hostname]}" for node, url in peers.items()
+        )
+    started: list[Gateway] = []
+    try:
+        for name in names:  # in this order: the first one up takes the lease
+            started.append(start(envs[name], tmp_path / name))
+        roles = [gw.admin("GET", "/tiers").json()["cluster"] for gw in started]
+        assert [r["role"] for r in roles] == ["writer", "replica", "replica"]
+        assert {r["writer"] for r in roles} == {"node-a"}
+
+        s3 = make_client(started[0].endpoint)
+        s3.create_bucket(Bucket="train")
+        shards = {f"shards/{i:03d}.tar": os.urandom(200_000 + i) for i in range(12)}
+        for key, body in shards.items():
+            s3.put_object(Bucket="train", Key=key, Body=body)
+        started[0].flush()
+        deadline = time.monotonic() + 30
+        for gw in started[1:]:
+            while gw.admin("GET", "/tiers").json()["cluster"]["lag_segments"] or not _listed(gw, len(shards)):
+                assert time.monotonic() < deadline, "a replica did not catch up"
+                time.sleep(0.1)
+        with pytest.raises(ClientError) as refused:
+            make_client(started[2].endpoint).put_object(Bucket="train", Key="x", Body=b"x")
+        assert refused.value.response["Error"]["Writer"] == "node-a"
+        for gw in started:
+            gw.evict()
+        jobs = [gw.admin("POST", "/jobs/warm", json={"bucket": "train", "prefix": "shards/",
+                                                       "cooperative": True}).json() for gw in started]
+        results = []
+        for gw, job in zip(started, jobs, strict=True):
+            while (view := gw.admin("GET", f"/jobs/{job['id']}").json())["state"] in ("queued", "running"):
+                time.sleep(0.05)
+            assert view["state"] == "succeeded", view
+            results.append(view["result"])
+        assert all(r["hot_objects"] == len(shards) and r["peer_fallbacks"] == 0 for r in results), results
+        # Each segment read from the store by one node; each node got the others' shares from them.
+        assert sum(r["requests"] for r in results) <= started[0].admin("GET", "/tiers").json()["segments"]
+        assert sum(r["peer_extents"] for r in results) == 2 * len(shards)
+        for gw in started:
+            client = make_client(gw.endpoint)
+            for key, body in shards.items():
+                assert client.get_object(Bucket="train", Key=key)["Body"].read() == body
+    finally:
+        for gw in started:
+            gw.stop()
+
+
+def _listed(gw: Gateway, count: int) -> bool:
+    try:
+        return make_client(gw.endpoint).list_objects_v2(Bucket="train").get("KeyCount") == count
+    except ClientError:  # NoSuchBucket until the replica has applied the bucket
+        return False
