@@ -22,6 +22,7 @@ import pytest
 
 from gateway.admin import build_admin_app
 from gateway.config import Config
+from gateway.admin import page
 from gateway.metrics import Metrics
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
 
@@ -31,6 +32,9 @@ PUBLIC_ADMIN_ROUTES = {
     ("GET", "/health"), ("GET", "/ready"),
     # The schema and its two viewers describe the API; they hold no data.
     ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/oauth2-redirect"), ("GET", "/redoc"),
+    # The status page's files: a shell with no data, which asks the API with
+    # the token like any client (gateway/admin/page.py).
+    *(("GET", route) for route in page.FILES),
 }
 
 
