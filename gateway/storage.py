@@ -3,12 +3,13 @@ client, the object service, and the offline rebuild (`tierstore recover`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from gateway.config import Config, tier_settings
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.index import Index
 from tiering.objects import ObjectService
+from tiering.peers import Keys, PeerClient, PeerGroup
 from tiering.recover import RecoveryReport, recover
 
 
@@ -24,7 +25,19 @@ def capacity_store(config: Config) -> CapacityStore:
 
 
 def object_service(config: Config) -> ObjectService:
-    return ObjectService(config.data_dir, tier_settings(config), capacity_store(config), config.region)
+    service = ObjectService(config.data_dir, tier_settings(config), capacity_store(config), config.region)
+    if config.node_id is not None and config.node_id in config.peers and len(config.peers) > 1:
+        service.peers = peer_client(config, config.peers)  # read misses ask a segment's owner first
+    return service
+
+
+def peer_client(config: Config, endpoints: Mapping[str, str]) -> PeerClient:
+    """Requests to the other gateways of ``endpoints`` (this one, by its
+    node id, among them), signed with this gateway's first key pair: the
+    nodes of one group accept the same pairs."""
+    assert config.node_id is not None
+    access_key, secret_key = next(iter(config.credentials.items()))
+    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, Keys(access_key, secret_key, None))
 
 
 async def run_recover(config: Config, progress: Callable[[int, int], None] | None = None) -> RecoveryReport:

@@ -95,8 +95,9 @@ class Gateway:
         env.update(self.extra_env)
         return env
 
-    def start(self) -> Gateway:
-        self.port, self.admin_port = free_port(), free_port()
+    def start(self, ports: tuple[int, int] | None = None) -> Gateway:
+        """Start on ``ports`` (S3, admin), or on free ones."""
+        self.port, self.admin_port = ports or (free_port(), free_port())
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-gateway.log"
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from packer import format as seg
@@ -34,6 +34,7 @@ from tiering.meta import Extent
 log = logging.getLogger("tierstore.fetch")
 
 OnFilled = Callable[[Extent], None]
+PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes from another gateway, or None
 
 SEGMENTS = "segments/"
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
@@ -133,6 +134,7 @@ class ExtentReader:
         self._fills: dict[str, asyncio.Task[bool]] = {}  # cache name -> fill
         self.hits = 0
         self.misses = 0
+        self.from_peers = 0  # misses another gateway answered
 
     async def open_cached(self, ext: Extent) -> int | None:
         """A descriptor on the cached copy, or None on a miss."""
@@ -141,13 +143,14 @@ class ExtentReader:
             self.hits += 1
         return fd
 
-    async def fetch(self, ext: Extent, pin: bool = False) -> bytes:
+    async def fetch(self, ext: Extent, pin: bool = False, peer: PeerSource | None = None) -> bytes:
         """The extent's raw bytes from the capacity tier (shared by
         concurrent callers), verified; queued for the hot-tier cache
-        (pinned there when ``pin``)."""
+        (pinned there when ``pin``). ``peer`` is asked first: checked bytes
+        from another gateway, or None to read the store."""
         while True:
             try:
-                data, leader = await self._flight.run(ext.place, lambda: self._fetch(ext))
+                data, leader = await self._flight.run(ext.place, lambda: self._fetch(ext, peer))
                 break
             except _Abandoned:
                 continue  # the run we waited for was cancelled: fetch it ourselves
@@ -193,8 +196,11 @@ class ExtentReader:
             return True
         return await asyncio.shield(self._start_fill(ext, data, False))
 
-    async def _fetch(self, ext: Extent) -> bytes:
+    async def _fetch(self, ext: Extent, peer: PeerSource | None = None) -> bytes:
         self.misses += 1
+        if peer is not None and (data := await peer()) is not None:
+            self.from_peers += 1
+            return data
         return await self._verified(ext)
 
     async def _verified(

@@ -11,6 +11,9 @@ it is: a staged file, the cache, or the capacity tier.
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
+import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,17 +39,20 @@ from tiering.hot import HotTier
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Jobs
-from tiering.meta import BucketInfo, Checksum, Chunk, ObjectMeta, SegmentInfo, now_ms
+from tiering.meta import BucketInfo, Checksum, Chunk, Extent, ObjectMeta, SegmentInfo, now_ms
 from tiering.mount_uploads import MountUploads
 from tiering.mounts import Mounts
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
+from tiering.peers import FETCH, PeerClient, PeerRefused
 from tiering.policy import Policies
 from tiering.readahead import ReadTally, Source, stream
 from tiering.segments import Piece, SegmentStream
 from tiering.settings import TierSettings
 from tiering.tiers import Tiers
 from tiering.warm import Warmer
+
+log = logging.getLogger("tierstore.objects")
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
@@ -106,6 +112,9 @@ class ObjectService:
         self.warmer = Warmer(self)
         self.epochs = Epochs(self)
         self.jobs = Jobs()
+        # The other gateways over the same store, asked for an extent before
+        # the store (``tiering/peers.py``); set before ``start`` when configured.
+        self.peers: PeerClient | None = None
 
     async def start(self) -> None:
         """Remove what a crash left half-done, then start the tiers.
@@ -120,8 +129,12 @@ class ObjectService:
         await self.tiers.start()
         await self.mounts.start()
         self.epochs.start()
+        if self.peers is not None:
+            await self.peers.start()
 
     async def close(self) -> None:
+        if self.peers is not None:
+            await self.peers.close()
         await self.jobs.stop()
         await self.epochs.stop()
         await self.mounts.close()
@@ -422,13 +435,15 @@ class ObjectService:
         return Staged(tuple(chunks), digests.md5.hexdigest(), checksum, info)
 
     async def read(
-        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None
+        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
     ) -> AsyncIterator[bytes]:
         """Yield the bytes of ``wanted`` in order, in blocks of about 1 MiB.
 
         Staged chunks and cached extents are read with pread; missing
-        extents are fetched from the capacity tier, up to
-        ``fetch_concurrency`` of them ahead of the one being sent.
+        extents are fetched, up to ``fetch_concurrency`` of them ahead of
+        the one being sent: from the node that owns their segment when this
+        one has peers (and ``ask_peers``: not for a peer's own request),
+        else, or if that node does not send them, from the capacity tier.
         ``tally`` counts the bytes yielded by the tier they came from."""
         tally = tally if tally is not None else ReadTally()
         if self.mounts.get(meta.bucket) is not None:
@@ -436,17 +451,19 @@ class ObjectService:
                 yield block
             return
         pin = self.policies.pinned(meta.bucket, meta.key)
+        starts = list(itertools.accumulate((c.size for c in meta.chunks), initial=0))
+        origin = meta if ask_peers and self.peers is not None else None
 
         async def open_piece(index: int) -> Source:
             chunk = meta.chunks[index]
             if chunk.file_id is None:
-                return await self._source(chunk, pin)
+                return await self._source(chunk, pin, origin, starts[index])
             try:
                 return await _pool.run(self.hot.open, chunk.file_id)
             except FileNotFoundError:
                 # Flushed since the lookup (the file became a cached extent):
                 # read the same version's extent instead.
-                return await self._source(await self._reload_chunk(meta, index), pin)
+                return await self._source(await self._reload_chunk(meta, index), pin, origin, starts[index])
 
         pieces = list(split_over([c.size for c in meta.chunks], wanted))
         async for block in stream(
@@ -466,14 +483,35 @@ class ObjectService:
                 return False
         return True
 
-    async def _source(self, chunk: Chunk, pin: bool) -> int | bytes:
+    async def _source(
+        self, chunk: Chunk, pin: bool, origin: ObjectMeta | None = None, start: int = 0
+    ) -> int | bytes:
         """A descriptor on the cached extent, or its bytes after a fetch
-        (cached, pinned when ``pin``)."""
-        assert chunk.extent is not None
-        fd = await self.tiers.reader.open_cached(chunk.extent)
+        (cached, pinned when ``pin``); ``origin`` and ``start`` (the object
+        and where the chunk starts in it) let a peer that owns the segment
+        send them."""
+        ext = chunk.extent
+        assert ext is not None
+        fd = await self.tiers.reader.open_cached(ext)
         if fd is not None:
             return fd
-        return await self.tiers.reader.fetch(chunk.extent, pin)
+        ask = None
+        if origin is not None and self.peers is not None:
+            node = self.peers.group.owner(ext.segment)
+            if node != self.peers.group.me:
+                ask = functools.partial(self._from_peer, node, origin, start, ext)
+        return await self.tiers.reader.fetch(ext, pin, ask)
+
+    async def _from_peer(self, node: str, meta: ObjectMeta, start: int, ext: Extent) -> bytes | None:
+        """The extent from the node that owns its segment (it reads the
+        store on a miss, once for every node); None to read the store here."""
+        assert self.peers is not None
+        try:
+            return await self.peers.extent(node, meta.bucket, meta.key, meta.etag, start, ext,
+                                           self.settings.compression_level, FETCH)
+        except PeerRefused as exc:
+            log.info("peer %s did not send %s/%s: %s", node, meta.bucket, meta.key, exc)
+            return None
 
     async def _reload_chunk(self, meta: ObjectMeta, index: int) -> Chunk:
         current = await _pool.run(self.index.get_object, meta.bucket, meta.key)

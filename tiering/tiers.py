@@ -52,6 +52,7 @@ class TierStatus:
     evicted: int
     cache_hits: int
     cache_misses: int
+    peer_reads: int  # misses another gateway answered (the rest read the store)
     segments: int
     capacity_bytes: int
     capacity_live: int
@@ -246,6 +247,7 @@ class Tiers:
             evicted=hot.evicted,
             cache_hits=self.reader.hits,
             cache_misses=self.reader.misses,
+            peer_reads=self.reader.from_peers,
             segments=len(segments),
             capacity_bytes=sum(s.size for s in segments),
             capacity_live=live,

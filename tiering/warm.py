@@ -26,14 +26,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import aiohttp
-
 from packer.ranges import ByteRange
 from tiering import _pool
 from tiering.errors import InvalidArgument, NoSuchKey
 from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta
-from tiering.peers import PeerClient, PeerRefused, stored_matches
+from tiering.peers import HOT, PeerClient, PeerRefused
 
 if TYPE_CHECKING:
     from tiering.hot import HotTier
@@ -277,17 +275,13 @@ class Warmer:
         async def ask(item: PeerItem) -> str:
             async with gate:
                 try:
-                    data = await peers.get(item.owner, item.meta.bucket, item.meta.key, item.meta.etag,
-                                           item.start, item.start + item.extent.raw)
-                except (PeerRefused, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    data = await peers.extent(item.owner, item.meta.bucket, item.meta.key, item.meta.etag,
+                                              item.start, item.extent, level, HOT)
+                except PeerRefused as exc:
                     log.info("peer %s did not send %s/%s: %s", item.owner, item.meta.bucket, item.meta.key, exc)
                     return "store"
                 if data is None:
                     return "later"
-                if not await _pool.run(stored_matches, item.extent, data, level):
-                    log.warning("extent %s@%d from peer %s does not match its checksum",
-                                item.extent.segment, item.extent.offset, item.owner)
-                    return "store"
             heard[item.owner] = time.monotonic()
             if await reader.adopt(item.extent, data):
                 report.peer_extents += 1

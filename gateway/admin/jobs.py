@@ -25,11 +25,12 @@ from gateway.admin.models import (
     WarmRequest,
     job_view,
 )
+from gateway.storage import peer_client
 from tiering import _pool
 from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
 from tiering.order import expand_all
-from tiering.peers import Keys, PeerClient, PeerGroup
+from tiering.peers import PeerClient
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0
@@ -200,5 +201,4 @@ def _peer_client(ctx: AdminContext, request: WarmRequest) -> PeerClient | None:
             raise AdminError("InvalidRequest", f"peer {node}: {url!r} is not an http(s) URL")
     if ctx.service().mounts.get(request.bucket) is not None:
         raise AdminError("InvalidRequest", f"{request.bucket!r} is a mount: cooperative warm applies to managed buckets")
-    access_key, secret_key = next(iter(config.credentials.items()))
-    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, Keys(access_key, secret_key, None))
+    return peer_client(config, endpoints)

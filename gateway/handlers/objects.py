@@ -16,7 +16,7 @@ from tiering.meta import ObjectMeta
 from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
 from tiering.objects import resolve_part
-from tiering.peers import HOT_ONLY_HEADER
+from tiering.peers import HOT, PEER_HEADER
 from tiering.readahead import ReadTally
 
 XML = "application/xml"
@@ -85,13 +85,14 @@ async def get_object(ctx: Context, req: S3Request) -> Response:
     # The tally says which tier served the body (metrics, access log); it
     # counts as the body is produced, so a streamed GET is complete once sent.
     tally = req.tally = ReadTally()
-    peer = HOT_ONLY_HEADER in req.headers  # another gateway's cooperative warm (tiering/peers.py)
-    if not peer:
+    peer = req.headers.get(PEER_HEADER)  # another gateway asking (tiering/peers.py)
+    if peer is None:
         ctx.service.epochs.observe(req.bucket, req.key)  # moves an epoch reader's position, before the read
     meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
     wanted = wanted or ByteRange(0, meta.size)
-    if peer and data is None and not ctx.service.is_hot(meta, wanted):
+    if peer == HOT and data is None and not ctx.service.is_hot(meta, wanted):
         raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
+    ask_peers = peer is None  # a peer's request never goes on to a third node
     if data is not None:
         if tally.fetched:  # a mounted object's first read: fetched from its source
             tally.capacity += wanted.length
@@ -99,9 +100,9 @@ async def get_object(ctx: Context, req: S3Request) -> Response:
             tally.hot += wanted.length
         return Response(status=status, headers=out, body=data[wanted.start : wanted.end])
     if wanted.length <= _SMALL_READ:
-        body = b"".join([piece async for piece in ctx.service.read(meta, wanted, tally)])
+        body = b"".join([piece async for piece in ctx.service.read(meta, wanted, tally, ask_peers)])
         return Response(status=status, headers=out, body=body)
-    return Response(status=status, headers=out, body=ctx.service.read(meta, wanted, tally))
+    return Response(status=status, headers=out, body=ctx.service.read(meta, wanted, tally, ask_peers))
 
 
 async def head_object(ctx: Context, req: S3Request) -> Response:

@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from tests.conftest import make_client
 from tests.integration.s3raw import Sender, check_error
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
-from tiering.peers import HOT_ONLY_HEADER
+from tiering.peers import HOT, PEER_HEADER
 
 LEASE_TTL = 3.0  # the skew allowance is a quarter of it
 FOLLOW = 0.3
@@ -222,10 +222,10 @@ def test_cooperative_warm_reads_each_segment_from_the_store_once(nodes: list[Gat
     # What a peer asks: from the hot tier only, 503 (S3 XML) while not there.
     raw = Sender(nodes[0])
     try:
-        cold = raw.signed("GET", "/coop/shard/001", {HOT_ONLY_HEADER: "1"})
+        cold = raw.signed("GET", "/coop/shard/001", {PEER_HEADER: HOT})
         check_error(cold, 503, "ServiceUnavailable")
         alone = warm_everywhere(nodes[:1], {"bucket": "coop", "prefix": "shard/"})[0]
-        hot = raw.signed("GET", "/coop/shard/001", {HOT_ONLY_HEADER: "1"})
+        hot = raw.signed("GET", "/coop/shard/001", {PEER_HEADER: HOT})
         assert hot.status_code == 200 and hot.content == data["shard/001"]
     finally:
         raw.close()
@@ -255,6 +255,7 @@ def test_cooperative_warm_reads_each_segment_from_the_store_once(nodes: list[Gat
     results = warm_everywhere(nodes[:1], {"bucket": "coop", "prefix": "shard/", "peers": absent, "peer_wait": 600})
     assert results[0]["hot_objects"] == len(data) and results[0]["peer_fallbacks"] > 0
     assert results[0]["requests"] == len(segments)
+    assert results[0]["peer_requests"] == 1  # refused once, then left alone (not once per extent)
     assert time.monotonic() - started < 300  # not the peer_wait: a refused connection is not waited for
 
 
@@ -266,6 +267,56 @@ def _segments_of(gw: Gateway, bucket: str) -> set[str]:
     keys = [o["Key"] for o in make_client(gw.endpoint).list_objects_v2(Bucket=bucket)["Contents"]]
     where = [gw.admin("GET", f"/objects/{bucket}/{key}").json() for key in keys]
     return {chunk["segment"] for w in where for chunk in w["chunks"] if chunk.get("segment")}
+
+
+def test_a_read_miss_asks_the_segment_owner_so_the_store_is_read_once(
+    moto_endpoint: str, tmp_path: Path
+) -> None:
+    """With --peers, a GET that misses asks the node that owns the segment,
+    which reads the store for everyone: after n2 and then n3 read the whole
+    set, every extent was read from the store once, and n3 read none."""
+    capacity = capacity_bucket(moto_endpoint)
+    ports = {name: (free_port(), free_port()) for name in ("p1", "p2", "p3")}
+    peers = ",".join(f"{name}=http://127.0.0.1:{s3}" for name, (s3, _) in ports.items())
+    gws = []
+    try:
+        for name in ports:
+            gw = node(tmp_path, name, capacity)
+            gw.extra_args += ["--peers", peers]
+            gws.append(gw.start(ports[name]))
+        s3 = make_client(gws[0].endpoint)
+        s3.create_bucket(Bucket="miss")
+        data = {}
+        for i in range(24):
+            data[f"k{i:02d}"] = os.urandom(50_000 + i)
+            s3.put_object(Bucket="miss", Key=f"k{i:02d}", Body=data[f"k{i:02d}"])
+            if i % 6 == 5:
+                gws[0].flush()  # four segments
+        for gw in gws[1:]:
+            eventually(lambda gw=gw: _count_is(make_client(gw.endpoint), "miss", len(data)))
+        for gw in gws:
+            gw.evict()
+        def store_reads() -> list[int]:
+            """Per node, the misses it read from the store (not from a peer)."""
+            status = [gw.admin("GET", "/tiers").json() for gw in gws]
+            return [s["cache_misses"] - s["peer_reads"] for s in status]
+
+        def read_all(gw: Gateway) -> None:
+            client = make_client(gw.endpoint)
+            for key, body in data.items():
+                assert client.get_object(Bucket="miss", Key=key)["Body"].read() == body
+
+        start = store_reads()
+        peers_before = gws[1].admin("GET", "/tiers").json()["peer_reads"]
+        read_all(gws[1])  # n2: its own segments from the store, the others' through their owners
+        middle = store_reads()
+        assert sum(middle) - sum(start) == len(data)  # every extent once, each by its segment's owner
+        assert gws[1].admin("GET", "/tiers").json()["peer_reads"] > peers_before
+        read_all(gws[2])  # n3: all hot somewhere already
+        assert store_reads() == middle
+    finally:
+        for gw in gws:
+            gw.stop()
 
 
 def test_sigkill_of_the_writer_a_replica_takes_over_and_nothing_acknowledged_is_lost(
