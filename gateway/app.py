@@ -219,7 +219,7 @@ class S3App:
             req.op = route.op
         except S3Error as exc:
             unroutable = exc
-        self._pass_on(route)
+        self._pass_on(route, req)
         req.auth = sigv4.authenticate(
             req.method, req.raw_path, req.raw_query, req.headers,
             self.config.credentials.get, datetime.now(UTC),
@@ -230,7 +230,7 @@ class S3App:
             raise unroutable
         return await route.handler(ctx, req)
 
-    def _pass_on(self, route: routes.Route | None) -> None:
+    def _pass_on(self, route: routes.Route | None, req: S3Request) -> None:
         """Raise one of PASS_ON to leave the request, once routed (None:
         unroutable) and before it is authenticated, to another process.
         This app answers everything."""

@@ -41,12 +41,13 @@ from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error
 from gateway.forward import Forwarder
-from gateway.http import ClientDisconnected, new_request_id
+from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import _pool
 from tiering.hot import HotTier
 from tiering.meta import ObjectMeta
+from tiering.peers import PEER_HEADER
 from tiering.readahead import ReadTally, stream
 
 # Seconds between two reports of the requests served here to the writer.
@@ -123,7 +124,10 @@ class RemoteObjects:
             return meta, None
         return meta, await _pool.run(_read_files, files)
 
-    async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None) -> AsyncIterator[bytes]:
+    async def read(
+        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
+    ) -> AsyncIterator[bytes]:
+        # ask_peers: a miss is never read here (Elsewhere), the writer asks peers.
         tally = tally if tally is not None else ReadTally()
         current, files = await self._lookups.locate(meta.bucket, meta.key, read=False)
         if current.seq != meta.seq:  # replaced since the first lookup: the writer answers
@@ -219,9 +223,11 @@ class WorkerApp(S3App):
                                      ("connection", "close")]
                 await response.send(send, head_only=scope["method"] == "HEAD")
 
-    def _pass_on(self, route: routes.Route | None) -> None:
-        # The writer verifies (and answers the errors of) what it is given.
-        if route is None or route.op not in SERVED_HERE:
+    def _pass_on(self, route: routes.Route | None, req: S3Request) -> None:
+        # The writer verifies (and answers the errors of) what it is given;
+        # another gateway's request too: it must neither move the epochs nor
+        # be served half from here (tiering/peers.py).
+        if route is None or route.op not in SERVED_HERE or PEER_HEADER in req.headers:
             raise Elsewhere()
 
 

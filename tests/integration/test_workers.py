@@ -24,8 +24,10 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import make_client, running_gateway
 from tests.integration.oracle import RawReader
+from tests.integration.s3raw import Sender, check_error
 from gateway.worker import REPORT_EVERY
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children
+from tiering.peers import FETCH, HOT, PEER_HEADER
 
 WORKERS = 3
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -262,3 +264,33 @@ def test_bodies_refused_or_stalled_through_a_worker(tmp_path: Path) -> None:
         assert answer.startswith(b"HTTP/1.1 400 ") and b"<Code>RequestTimeout</Code>" in answer
         assert seconds < 10
         assert make_client(g.endpoint).list_objects_v2(Bucket="stall")["KeyCount"] == 0
+
+
+def test_another_gateways_request_is_answered_by_the_writer(gw: Gateway) -> None:
+    """A peer's GET (x-tierstore-peer, tiering/peers.py) passes through a
+    worker to the writer, which alone answers it: 503 while the object is
+    not hot (with "hot"), the bytes once it is; a large object too."""
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="peered")
+    small, large = os.urandom(40_000), os.urandom(3 * 1024 * 1024)
+    s3.put_object(Bucket="peered", Key="small", Body=small)
+    s3.put_object(Bucket="peered", Key="large", Body=large)
+    gw.flush()
+    gw.evict()
+    def peer_get(path: str, headers: dict[str, str]):  # on a new connection: any worker may take it
+        raw = Sender(gw)
+        try:
+            return raw.signed("GET", path, headers)
+        finally:
+            raw.close()
+
+    for _ in range(2 * WORKERS):
+        check_error(peer_get("/peered/small", {PEER_HEADER: HOT}), 503, "ServiceUnavailable")
+        check_error(peer_get("/peered/large", {PEER_HEADER: HOT}), 503, "ServiceUnavailable")
+    fetched = peer_get("/peered/large", {PEER_HEADER: FETCH})  # reads through: now hot
+    assert fetched.status_code == 200 and fetched.content == large
+    assert fresh(gw).get("peered", "small") == (200, small)  # a client's read: hot now too
+    for _ in range(2 * WORKERS):
+        hot = peer_get("/peered/large", {PEER_HEADER: HOT, "Range": "bytes=1048576-2097151"})
+        assert hot.status_code == 206 and hot.content == large[1048576:2097152]
+        assert peer_get("/peered/small", {PEER_HEADER: HOT}).content == small
