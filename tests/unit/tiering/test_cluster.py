@@ -255,3 +255,39 @@ def test_a_single_gateway_restarted_with_a_node_id_becomes_the_writer(tmp_path: 
             await b.close()
 
     asyncio.run(go())
+
+
+def test_a_node_joins_with_recover_then_follows_from_there(tmp_path: Path) -> None:
+    """`tierstore recover` into the new node's data dir, then start it: it
+    reads no footer twice and applies only what came after."""
+
+    async def go() -> None:
+        a = node(tmp_path, "a")
+        await a.start()
+        try:
+            await a.create_bucket("data")
+            for i in range(3):
+                await put(a, "data", f"old{i}", b"before the join %d" % i)
+                await a.tiers.flush()
+            index = Index(tmp_path / "c" / "index")
+            try:
+                await recover(LocalDirStore(tmp_path / "capacity"), index)
+            finally:
+                index.close()
+            c = node(tmp_path, "c")
+            reads = c.tiers.capacity.stats
+            await c.start()
+            try:
+                assert c.tiers.cluster.role == "replica"
+                assert reads.gets <= 2, reads  # the lease, and no footer: all known from recover
+                await put(a, "data", "new", b"after the join")
+                await a.tiers.flush()
+                assert await c.tiers.cluster.follow() == 1
+                assert await get(c, "data", "new") == b"after the join"
+                assert await get(c, "data", "old1") == b"before the join 1"
+            finally:
+                await c.close()
+        finally:
+            await a.close()
+
+    asyncio.run(go())
