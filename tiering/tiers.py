@@ -137,10 +137,11 @@ class Tiers:
         if aborted := await self.capacity.abort_incomplete():
             log.info("removed %d incomplete write(s) a crash left in the capacity store", aborted)
         await self._collect_orphans()
-        self._tasks = [
-            asyncio.create_task(self.flusher.run(), name="tierstore flusher"),
-            asyncio.create_task(self.compactor.run(), name="tierstore compactor"),
-        ]
+        if not self._tasks:  # a writer that lost the lease and took it again has them
+            self._tasks = [
+                asyncio.create_task(self.flusher.run(), name="tierstore flusher"),
+                asyncio.create_task(self.compactor.run(), name="tierstore compactor"),
+            ]
 
     async def stop(self, grace: float = 20.0) -> None:
         """Stop background work between rounds, never inside an index commit

@@ -291,3 +291,32 @@ def test_a_node_joins_with_recover_then_follows_from_there(tmp_path: Path) -> No
             await a.close()
 
     asyncio.run(go())
+
+
+def test_a_writer_that_lost_the_lease_can_take_it_back(tmp_path: Path) -> None:
+    async def go() -> None:
+        a, b = node(tmp_path, "a"), node(tmp_path, "b")
+        await a.start()
+        await b.start()
+        try:
+            await a.create_bucket("data", write_through=True)
+            await a.tiers.flush()
+            running = list(a.tiers._tasks)
+            await pause(a)
+            await wait_out_lease()
+            await b.tiers.cluster.follow()
+            await b.tiers.cluster._take_if_free()
+            await put(b, "data", "by-b", b"b")
+            await pause(b)
+            await wait_out_lease()
+            await a.tiers.cluster.follow()
+            await a.tiers.cluster._take_if_free()
+            assert a.tiers.cluster.role == "writer" and a.tiers.cluster.lease.record.term == 3
+            assert a.tiers._tasks == running  # the same flusher and compactor, not a second pair
+            await put(a, "data", "by-a", b"a")  # write-through: flushed under term 3
+            assert await get(a, "data", "by-b") == b"b"
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(go())
