@@ -307,20 +307,22 @@ class TierRecords:
         raw = self._db.get(FOLLOW_KEY)
         return raw.decode() if raw else ""
 
-    def apply_segment(self, size: int, footer: Footer, region: str) -> list[Chunk]:
+    def apply_segment(self, size: int, footer: Footer, region: str) -> tuple[list[Chunk], set[str]]:
         """Apply one segment written by another node, in write order: each
         manifest newer than (or as new as, a compaction's copy) the key's
         current version replaces it, each tombstone newer than it deletes
         it, and the segment's last bucket event per bucket decides that
-        bucket. Returns the chunks that no current object uses any more,
-        for the caller to drop from the hot tier."""
+        bucket. A segment the index knows already (this node wrote it)
+        only moves the follow point. Returns the chunks no current object
+        uses any more (for the caller to drop from the hot tier) and the
+        buckets created, changed or deleted (whose settings to resolve again)."""
         name = footer.segment
         with self._lock:
             batch = self._batch()
             if self._db.get(gkey(name)) is not None:  # known already: written here
                 batch.put(FOLLOW_KEY, name.encode())
                 self._write(batch)
-                return []
+                return [], set()
             ledger = Ledger()
             gone: list[Chunk] = []
             live = pins = 0
@@ -391,7 +393,7 @@ class TierRecords:
             batch.put(SEG_KEY, self._segments.to_bytes(8, "big"))
             batch.put(FOLLOW_KEY, name.encode())
             self._write(batch)
-            return gone
+            return gone, set(events) | created
 
     def advance_follow_point(self, name: str) -> None:
         """A segment this index knows already (it wrote or recovered it):

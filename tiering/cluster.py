@@ -47,6 +47,7 @@ from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.lease import Lease, LeaseRecord
 from tiering.meta import now_ms
+from tiering.policy import Policies
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.cluster")
@@ -136,12 +137,14 @@ class Cluster:
         hot: HotTier,
         capacity: CapacityStore,
         settings: TierSettings,
+        policies: Policies,
         region: str,
         start_writing: Callable[[], Awaitable[None]],
     ) -> None:
         assert settings.node_id is not None
         self.node = settings.node_id
         self._index = index
+        self._policies = policies
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -328,7 +331,9 @@ class Cluster:
             await _pool.run(self._index.advance_follow_point, name)
             return
         footer = await read_footer(self._capacity, name)
-        gone = await _pool.run(self._index.apply_segment, size, footer, self._region)
+        gone, buckets = await _pool.run(self._index.apply_segment, size, footer, self._region)
+        for bucket in buckets:
+            self._policies.changed(bucket)
         cached = [c.extent.cache_name for c in gone if c.extent is not None]
         if cached:
             await _pool.run(self._hot.drop_cached, cached)

@@ -86,7 +86,7 @@ class Tiers:
         self.settings = settings
         self._layout = layout = asyncio.Lock()
         self.cluster = (
-            Cluster(index, hot, capacity, settings, region, self._start_writing)
+            Cluster(index, hot, capacity, settings, policies, region, self._start_writing)
             if settings.node_id is not None
             else None
         )

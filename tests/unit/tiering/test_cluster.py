@@ -5,6 +5,7 @@ by hand (no timers), so each step is deterministic."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,14 @@ def test_one_writer_and_replicas_follow_its_segments(tmp_path: Path) -> None:
             await b.tiers.cluster.follow()
             with pytest.raises(NoSuchBucket):
                 await b.bucket("more")
+
+            # A policy change reaches the replica's settings, cached or not
+            # (they are the writer's if it takes over).
+            assert b.policies.settings("data").compression is True
+            await a.set_policy(replace(await a.bucket("data"), compression=False))
+            await a.tiers.flush()
+            await b.tiers.cluster.follow()
+            assert b.policies.settings("data").compression is False
 
             # Compaction on the writer moves the live data; the replica follows
             # the new segment and forgets the deleted ones.
