@@ -129,9 +129,21 @@ class Warmer:
         elif peers is None:
             await self._warm_managed(batches, report, concurrency, limit, job)  # type: ignore[arg-type]
         else:
+            # Both at once: this node's share from the store, and the other
+            # nodes' shares from them as they have them.
             theirs: list[PeerItem] = []
-            await self._warm_managed(batches, report, concurrency, limit, job, peers, theirs)  # type: ignore[arg-type]
-            await self._from_peers(theirs, report, peers, max(8, 2 * concurrency), peer_wait, job)
+            listed = asyncio.Event()
+
+            async def own_share() -> None:
+                try:
+                    await self._warm_managed(batches, report, concurrency, limit, job, peers, theirs)  # type: ignore[arg-type]
+                finally:
+                    listed.set()
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(own_share())
+                group.create_task(self._from_peers(theirs, listed, report, peers, max(8, 2 * concurrency),
+                                                   peer_wait, job))
         if report.left_out_objects:
             report.note = report.note and report.note + "; "
             report.note += (
@@ -253,18 +265,25 @@ class Warmer:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _from_peers(
-        self, items: list[PeerItem], report: WarmReport, peers: PeerClient,
+        self, incoming: list[PeerItem], listed: asyncio.Event, report: WarmReport, peers: PeerClient,
         concurrency: int, patience: float, job: Job | None,
     ) -> None:
         """Each extent from the node that owns its segment, asked again
-        until that node has it; what no peer gives is read from the store."""
+        until that node has it; what no peer gives is read from the store.
+        ``incoming`` grows while the set is listed, until ``listed``."""
         reader = self._service.tiers.reader
         level = self._service.settings.compression_level
         gate = asyncio.Semaphore(concurrency)
         heard = dict.fromkeys(peers.group.endpoints, time.monotonic())  # last bytes from each node
         remaining: dict[tuple[str, str], int] = {}
-        for item in items:
-            remaining[item.meta.bucket, item.meta.key] = remaining.get((item.meta.bucket, item.meta.key), 0) + 1
+        items: list[PeerItem] = []
+
+        def take_incoming() -> None:
+            for item in incoming:
+                where = (item.meta.bucket, item.meta.key)
+                remaining[where] = remaining.get(where, 0) + 1
+            items.extend(incoming)
+            incoming.clear()
 
         def finished(item: PeerItem) -> None:
             where = (item.meta.bucket, item.meta.key)
@@ -292,7 +311,14 @@ class Warmer:
         pause = 0.05
         requests = peers.requests
         try:
-            while items:
+            while True:
+                done_listing = listed.is_set()
+                take_incoming()
+                if not items:
+                    if done_listing:
+                        return
+                    await asyncio.sleep(pause)
+                    continue
                 # Per node, one GET first: a node that has nothing yet costs
                 # one refused request a round, not one per extent.
                 by_owner: dict[str, list[PeerItem]] = {}
@@ -301,8 +327,8 @@ class Warmer:
 
                 async def from_node(its: list[PeerItem]) -> list[tuple[PeerItem, str]]:
                     first = await ask(its[0])
-                    if first == "later":
-                        return [(item, "later") for item in its]
+                    if first == "later":  # asked last next round: the node may have others by then
+                        return [(item, "later") for item in [*its[1:], its[0]]]
                     rest = await asyncio.gather(*(ask(item) for item in its[1:]))
                     return list(zip(its, [first, *rest], strict=True))
 
@@ -311,7 +337,7 @@ class Warmer:
                 store = [item for item, outcome in outcomes if outcome == "store"]
                 now = time.monotonic()
                 store += [item for item in waiting if now - heard[item.owner] > patience]
-                items = [item for item in waiting if now - heard[item.owner] <= patience]
+                items[:] = [item for item in waiting if now - heard[item.owner] <= patience]
                 if store:
                     outcome = await reader.fetch_many([item.extent for item in store])
                     report.peer_fallbacks += len(store)
