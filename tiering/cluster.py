@@ -42,9 +42,10 @@ from tiering import _pool
 from tiering.capacity import CapacityStore
 from tiering.compact import read_footer
 from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound, NotWriter, ServiceUnavailable
-from tiering.fetch import SEGMENTS
+from tiering.fetch import list_segments
 from tiering.hot import HotTier
 from tiering.index import Index
+from tiering.lease import PREFIX as LEASE_PREFIX
 from tiering.lease import Lease, LeaseRecord
 from tiering.meta import now_ms
 from tiering.policy import Policies
@@ -65,6 +66,16 @@ def term_of(name: str) -> int:
 
 def seal_name(term: int) -> str:
     return f"{SEAL_PREFIX}{term:08x}"
+
+
+async def store_lease(capacity: CapacityStore) -> LeaseRecord | None:
+    """The store's write lease as it is now; None on a store no gateway with
+    a node id has used (a single gateway's)."""
+    try:
+        data, _ = await capacity.read_versioned(LEASE_PREFIX + LEASE_NAME)
+    except CapacityNotFound:
+        return None
+    return LeaseRecord.decode(data)
 
 
 APPLY, SKIP, WAIT = "apply", "skip", "wait"
@@ -264,7 +275,7 @@ class Cluster:
 
     async def _take_if_free(self) -> None:
         record = self.lease.record
-        if record is not None and record.holder != self.node and not self._expired(record):
+        if record is not None and record.holder != self.node and not self.lease.takeable(record):
             return
         if not await self.lease.acquire():
             return
@@ -277,17 +288,13 @@ class Cluster:
         log.info("node %s is the writer (term %d)", self.node, term)
         await self._start_writing()
 
-    def _expired(self, record: LeaseRecord) -> bool:
-        return time.time() * 1000 > record.expires_ms + self.lease.skew * 1000
-
     async def _catch_up(self, term: int) -> None:
         """Apply every segment of the terms before ``term`` (we hold the
         lease, so no valid one can appear any more), then seal each."""
         last: dict[int, str] = {}
         if point := self._index.follow_point:
             last[term_of(point)] = point
-        async for path, size in self._capacity.list(SEGMENTS, after=SEGMENTS + self._index.follow_point):
-            name = path[len(SEGMENTS):]
+        async for name, size in list_segments(self._capacity, after=self._index.follow_point):
             if term_of(name) >= term:
                 continue  # our own, from an earlier start in this term
             if await self._seals.verdict(name, term) == SKIP:
@@ -304,13 +311,11 @@ class Cluster:
         """One round: apply the segments written since the last round, in
         order; return how many were applied."""
         started = time.monotonic()
-        point = self._index.follow_point
-        listed = [item async for item in self._capacity.list(SEGMENTS, after=SEGMENTS + point)]
+        listed = [item async for item in list_segments(self._capacity, after=self._index.follow_point)]
         record = await self.lease.read()  # after the listing: see the module notes
         current = record.term if record is not None else 0
         applied = waiting = 0
-        for index, (path, size) in enumerate(listed):
-            name = path[len(SEGMENTS):]
+        for index, (name, size) in enumerate(listed):
             verdict = await self._seals.verdict(name, current)
             if verdict == WAIT:
                 waiting = len(listed) - index
@@ -340,7 +345,7 @@ class Cluster:
 
     async def _prune(self) -> None:
         """Forget segments the writer's compaction deleted from the store."""
-        present = {path[len(SEGMENTS):] async for path, _ in self._capacity.list(SEGMENTS)}
+        present = {name async for name, _ in list_segments(self._capacity)}
         known = await _pool.run(self._index.segments)
         missing = [s.name for s in known if s.name not in present]
         if missing:

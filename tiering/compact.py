@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from packer import format as seg
 from tiering import _pool
 from tiering.capacity import CapacityStore
-from tiering.errors import CapacityNotFound, NotWriter
+from tiering.errors import CapacityNotFound, NotWriter, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
@@ -76,10 +76,10 @@ class Compactor:
         capacity: CapacityStore,
         settings: TierSettings,
         layout: asyncio.Lock,
-        may_write: Callable[[], bool] = lambda: True,
+        check_write: Callable[[], None] = lambda: None,
     ) -> None:
         self._index = index
-        self._may_write = may_write  # as the flusher's: False on a node that is not the writer
+        self._check_writer = check_write  # as the flusher's: raises on a node that is not the writer
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -88,10 +88,10 @@ class Compactor:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self._settings.compact_interval)
-            if not self._may_write():
-                continue  # a writer that lost its lease: the new one compacts
             try:
                 await self.compact()
+            except (NotWriter, ServiceUnavailable):
+                continue  # a writer that lost its lease: the new one compacts
             except Exception:
                 log.exception("compaction failed")
 
@@ -136,10 +136,6 @@ class Compactor:
         else:
             report.rewritten += 1
             report.bytes_reclaimed += outcome
-
-    def _check_writer(self) -> None:
-        if not self._may_write():
-            raise NotWriter("this node does not hold the write lease: only the writer compacts")
 
     async def _merge(self, report: CompactionReport) -> None:
         """Merge the record-only segments, listed under the lock: a pass

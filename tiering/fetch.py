@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from packer import format as seg
@@ -43,6 +43,13 @@ _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
 def segment_path(name: str) -> str:
     """The capacity-store name of a segment."""
     return SEGMENTS + name
+
+
+async def list_segments(capacity: CapacityStore, after: str = "") -> AsyncIterator[tuple[str, int]]:
+    """``(segment name, size)`` of the store's segments in name order, those
+    after the segment ``after`` if given."""
+    async for path, size in capacity.list(SEGMENTS, after=segment_path(after) if after else ""):
+        yield path[len(SEGMENTS):], size
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from packer import format as seg
 from tiering import _pool
 from tiering._index_tiers import FlushItem
 from tiering.capacity import CapacityStore
-from tiering.errors import CapacityError, NotWriter, ServiceUnavailable
+from tiering.errors import CapacityError, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
@@ -80,12 +80,12 @@ class Flusher:
         settings: TierSettings,
         layout: asyncio.Lock,
         policies: Policies,
-        may_write: Callable[[], bool] = lambda: True,
+        check_write: Callable[[], None] = lambda: None,
     ) -> None:
         self._index = index
-        # False on a node that is not (or no longer) the writer of its
-        # capacity store: nothing may be uploaded then (tiering/cluster.py).
-        self._may_write = may_write
+        # Raises on a node that is not (or no longer) the writer of its
+        # capacity store: nothing may be uploaded then (``Tiers.check_write``).
+        self._check_writer = check_write
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -340,10 +340,6 @@ class Flusher:
         self._written(done, job)
         self._check_writer()
         self._settle([item.fseq])
-
-    def _check_writer(self) -> None:
-        if not self._may_write():
-            raise NotWriter("this node no longer holds the write lease: nothing is flushed")
 
     def _adopt(
         self, adopted: list[tuple[str, str]], done: list[tuple[FlushItem, tuple[Chunk, ...]]]

@@ -119,9 +119,14 @@ class Lease:
         self.record, self._tag = current, tag
         if current.holder == self.node and current.expires_ms > 0:
             return await self._write(term=current.term, expect=tag)
-        if self._wall() * 1000 > current.expires_ms + self.skew * 1000:
+        if self.takeable(current):
             return await self._write(term=current.term + 1, expect=tag)
         return False
+
+    def takeable(self, record: LeaseRecord) -> bool:
+        """True once ``record`` has expired by more than the skew allowance
+        on this node's clock: another node may take the lease over."""
+        return self._wall() * 1000 > record.expires_ms + self.skew * 1000
 
     async def renew(self) -> bool:
         """Extend the lease we hold; False (and not held) if it was taken."""

@@ -451,19 +451,22 @@ class ObjectService:
                 yield block
             return
         pin = self.policies.pinned(meta.bucket, meta.key)
-        starts = list(itertools.accumulate((c.size for c in meta.chunks), initial=0))
         origin = meta if ask_peers and self.peers is not None else None
+        # Where each chunk starts in the object: what a peer is asked for.
+        starts = list(itertools.accumulate((c.size for c in meta.chunks), initial=0)) if origin else None
 
         async def open_piece(index: int) -> Source:
             chunk = meta.chunks[index]
             if chunk.file_id is None:
-                return await self._source(chunk, pin, origin, starts[index])
+                return await self._source(chunk, pin, origin, starts[index] if starts else 0)
             try:
                 return await _pool.run(self.hot.open, chunk.file_id)
             except FileNotFoundError:
                 # Flushed since the lookup (the file became a cached extent):
                 # read the same version's extent instead.
-                return await self._source(await self._reload_chunk(meta, index), pin, origin, starts[index])
+                return await self._source(
+                    await self._reload_chunk(meta, index), pin, origin, starts[index] if starts else 0
+                )
 
         pieces = list(split_over([c.size for c in meta.chunks], wanted))
         async for block in stream(

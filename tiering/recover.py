@@ -24,12 +24,9 @@ from dataclasses import dataclass, replace
 from packer import format as seg
 from tiering._keys import bucket_from_event
 from tiering.capacity import CapacityStore
-from tiering.cluster import LEASE_NAME, SKIP, Seals
-from tiering.errors import CapacityNotFound
-from tiering.lease import PREFIX as LEASE_PREFIX
-from tiering.lease import LeaseRecord
+from tiering.cluster import SKIP, Seals, store_lease
 from tiering.compact import read_footer
-from tiering.fetch import SEGMENTS
+from tiering.fetch import list_segments
 from tiering.index import Index
 from tiering.meta import BucketInfo, ObjectMeta, SegmentInfo
 
@@ -52,11 +49,10 @@ Progress = Callable[[int, int], None]  # (segments read, segments total)
 async def valid_segments(capacity: CapacityStore, names: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """Leave out the segments several gateways' history does not count: an
     upload that landed after its writer's term was sealed (``tiering.cluster``)."""
-    try:
-        data, _ = await capacity.read_versioned(LEASE_PREFIX + LEASE_NAME)
-    except CapacityNotFound:
+    lease = await store_lease(capacity)
+    if lease is None:
         return names  # a single gateway's store
-    current, seals = LeaseRecord.decode(data).term, Seals(capacity)
+    current, seals = lease.term, Seals(capacity)
     # WAIT (a takeover under way) counts: the new writer applies those too.
     return [(name, size) for name, size in names if await seals.verdict(name, current) != SKIP]
 
@@ -67,7 +63,7 @@ async def recover(
     """Fill the empty ``index`` from ``capacity``'s footers."""
     if not index.is_empty():
         raise ValueError("recover needs an empty index: move the old data directory away first")
-    names = [(name[len(SEGMENTS):], size) async for name, size in capacity.list(SEGMENTS)]
+    names = [item async for item in list_segments(capacity)]
     names = await valid_segments(capacity, names)
     sizes = dict(names)
     footers: dict[str, seg.Footer] = {}

@@ -16,16 +16,14 @@ from dataclasses import asdict, dataclass
 
 from tiering import _pool
 from tiering.capacity import CapacityStore
-from tiering.cluster import LEASE_NAME, Cluster, ClusterStatus
+from tiering.cluster import Cluster, ClusterStatus, store_lease
 from tiering.compact import CompactionReport, Compactor
 from tiering.errors import CapacityNotFound, TierstoreError
-from tiering.fetch import SEGMENTS, ExtentReader, segment_path
+from tiering.fetch import ExtentReader, list_segments, segment_path
 from tiering.flush import Flusher
 from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.jobs import Job
-from tiering.lease import PREFIX as LEASE_PREFIX
-from tiering.lease import LeaseRecord
 from tiering.policy import Policies
 from tiering.residency import Residency
 from tiering.settings import TierSettings
@@ -90,15 +88,11 @@ class Tiers:
             if settings.node_id is not None
             else None
         )
-        may_write = self._may_write
         self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
-        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, may_write)
-        self.compactor = Compactor(index, hot, capacity, settings, layout, may_write)
+        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.check_write)
+        self.compactor = Compactor(index, hot, capacity, settings, layout, self.check_write)
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
         self._tasks: list[asyncio.Task[None]] = []
-
-    def _may_write(self) -> bool:
-        return self.cluster is None or self.cluster.writing
 
     def check_write(self) -> None:
         """Raise (NotWriter, ServiceUnavailable) unless this node takes
@@ -121,15 +115,12 @@ class Tiers:
     async def _refuse_a_cluster_store(self) -> None:
         """A gateway without a node id never writes a store that gateways
         with node ids share: it would write beside their writer."""
-        try:
-            data, _ = await self.capacity.read_versioned(LEASE_PREFIX + LEASE_NAME)
-        except CapacityNotFound:
-            return
-        holder = LeaseRecord.decode(data).holder
-        raise ForeignSegments(
-            f"the capacity store {self.capacity.describe()} is shared by gateways started with --node-id "
-            f"(node {holder} holds or last held its write lease): start this one with --node-id too"
-        )
+        lease = await store_lease(self.capacity)
+        if lease is not None:
+            raise ForeignSegments(
+                f"the capacity store {self.capacity.describe()} is shared by gateways started with --node-id "
+                f"(node {lease.holder} holds or last held its write lease): start this one with --node-id too"
+            )
 
     async def _start_writing(self) -> None:
         """Clean up after a crash, then flush and compact: at start on a
@@ -189,8 +180,7 @@ class Tiers:
         known = {info.name for info in await _pool.run(self.index.segments)}
         issued = self.index.segments_issued
         foreign = 0
-        async for path, _ in self.capacity.list(SEGMENTS):
-            name = path[len(SEGMENTS):]
+        async for name, _ in list_segments(self.capacity):
             if name in known:
                 continue
             try:

@@ -106,9 +106,9 @@ class Warmer:
 
         With ``peers`` (a managed bucket), the set is warmed together with
         the other gateways of the group, each running the same job: this
-        node fetches from the store only the segments it owns, then asks
-        each other node for the extents of its segments, from that node's
-        hot tier. A node that has not got them yet is asked again, and
+        node fetches from the store only the segments it owns and, at the
+        same time, asks each other node for the extents of its segments,
+        from that node's hot tier. A node that has not got them yet is asked again, and
         after ``peer_wait`` seconds without a byte from it (or at once if
         it refuses or cannot be reached) the store is read instead."""
         service = self._service
@@ -223,10 +223,10 @@ class Warmer:
             finally:
                 gate.release()
 
-        later = later_bytes = 0  # objects of a batch with extents a peer sends
         try:
             async for batch in batches:
                 chosen: list[Extent] = []
+                later = later_bytes = 0  # objects with extents a peer sends: counted done there
                 for meta in batch:
                     report.objects += 1
                     report.bytes += meta.size
@@ -246,7 +246,6 @@ class Warmer:
                         later_bytes += meta.size
                 nbytes = sum(m.size for m in batch) - later_bytes
                 done = len(batch) - later
-                later = later_bytes = 0
                 if not chosen:
                     if job is not None:
                         job.advance(done, nbytes)

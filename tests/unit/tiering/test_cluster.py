@@ -151,7 +151,7 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             assert sealed.decode() == last_of_a
 
             # The old writer's upload lands after the seal: valid for nobody.
-            a.tiers.flusher._may_write = lambda: True
+            a.tiers.flusher._check_writer = lambda: None
             await a.tiers.flusher.flush_round(force=True)
             late = max(s.name for s in await _pool.run(a.index.segments))
             assert term_of(late) == 1 and late > sealed.decode()
