@@ -360,16 +360,17 @@ def _tier_families(status: Mapping[str, object]) -> Iterator[Metric]:
 
 
 def _cluster_families(cluster: object) -> Iterator[Metric]:
-    """One of several gateways: its role and how far it trails the writer."""
+    """One of several gateways: the leases it holds and how far it trails the writers."""
     if not isinstance(cluster, Mapping):
         return
-    yield GaugeMetricFamily("tierstore_cluster_writer", "1 while this gateway holds the write lease.",
-                            value=1 if cluster.get("role") == "writer" else 0)
-    yield GaugeMetricFamily("tierstore_cluster_term", "The write lease's term as this gateway last read it.",
-                            value=_number(cluster.get("term")) or 0)
+    writing = cluster.get("writing")
+    yield GaugeMetricFamily("tierstore_cluster_leases_held", "Buckets whose write lease this gateway holds.",
+                            value=len(writing) if isinstance(writing, list) else 0)
+    yield GaugeMetricFamily("tierstore_cluster_terms", "Write terms claimed in the capacity store so far.",
+                            value=_number(cluster.get("terms")) or 0)
     lag = _number(cluster.get("lag_seconds"))
     if lag is not None:
-        yield GaugeMetricFamily("tierstore_replica_lag_seconds", "Seconds since this replica last had "
-                                "applied every segment the capacity store held (0 on the writer).", value=lag)
+        yield GaugeMetricFamily("tierstore_replica_lag_seconds", "Seconds since this gateway last had "
+                                "applied every segment other writers had in the capacity store.", value=lag)
     yield GaugeMetricFamily("tierstore_replica_lag_segments", "Segments listed but not yet applied.",
                             value=_number(cluster.get("lag_segments")) or 0)

@@ -13,7 +13,21 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from tiering._keys import FOLLOW_KEY, SEG_KEY, SEQ_KEY, bkey, bucket_from_event, gkey, hkey, okey, pkey, seqkey
+from tiering._keys import (
+    FOLLOW_CLOSED,
+    FOLLOW_KEY,
+    SEG_KEY,
+    SEQ_KEY,
+    bkey,
+    bucket_from_event,
+    follow_key,
+    gkey,
+    hkey,
+    okey,
+    pkey,
+    seqkey,
+    term_of,
+)
 from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, Part, SegmentInfo, Upload
 
 if TYPE_CHECKING:
@@ -301,11 +315,13 @@ class TierRecords:
 
     # -- following another node's segments (a replica) -----------------------
 
-    @property
-    def follow_point(self) -> str:
-        """The name of the last segment this index applied ("" for none)."""
-        raw = self._db.get(FOLLOW_KEY)
-        return raw.decode() if raw else ""
+    def follow_points(self) -> dict[int, str]:
+        """Per write term, the last segment of it this index applied
+        (``FOLLOW_CLOSED`` once the term is closed)."""
+        return {
+            int.from_bytes(k[len(FOLLOW_KEY):], "big"): v.decode()
+            for k, v in self._scan(FOLLOW_KEY, FOLLOW_KEY)
+        }
 
     def apply_segment(self, size: int, footer: Footer, region: str) -> tuple[list[Chunk], set[str]]:
         """Apply one segment written by another node, in write order: each
@@ -320,7 +336,7 @@ class TierRecords:
         with self._lock:
             batch = self._batch()
             if self._db.get(gkey(name)) is not None:  # known already: written here
-                batch.put(FOLLOW_KEY, name.encode())
+                batch.put(follow_key(term_of(name)), name.encode())
                 self._write(batch)
                 return [], set()
             ledger = Ledger()
@@ -391,16 +407,23 @@ class TierRecords:
             self._segments = max(self._segments, int(name, 16))
             batch.put(SEQ_KEY, self._seq.to_bytes(8, "big"))
             batch.put(SEG_KEY, self._segments.to_bytes(8, "big"))
-            batch.put(FOLLOW_KEY, name.encode())
+            batch.put(follow_key(term_of(name)), name.encode())
             self._write(batch)
             return gone, set(events) | created
 
     def advance_follow_point(self, name: str) -> None:
-        """A segment this index knows already (it wrote or recovered it):
-        following moves past it without reading it."""
+        """A segment this index knows already (it wrote or recovered it), or
+        one its term's seal leaves out: following moves past it unread."""
         with self._lock:
             batch = self._batch()
-            batch.put(FOLLOW_KEY, name.encode())
+            batch.put(follow_key(term_of(name)), name.encode())
+            self._write(batch)
+
+    def close_term(self, term: int) -> None:
+        """Every valid segment of ``term`` is applied: never list it again."""
+        with self._lock:
+            batch = self._batch()
+            batch.put(follow_key(term), FOLLOW_CLOSED.encode())
             self._write(batch)
 
     def forget_segments(self, names: Iterable[str]) -> None:
@@ -411,16 +434,6 @@ class TierRecords:
             for name in names:
                 batch.delete(gkey(name))
             self._write(batch)
-
-    def issue_names_from(self, floor: int) -> None:
-        """Hand out segment names above ``floor`` from now on (a new write
-        term starts its names there)."""
-        with self._lock:
-            if self._segments < floor:
-                self._segments = floor
-                batch = self._batch()
-                batch.put(SEG_KEY, floor.to_bytes(8, "big"))
-                self._write(batch)
 
     def is_empty(self) -> bool:
         return next(self._scan(b"", b""), None) is None

@@ -54,7 +54,18 @@ def gkey(segment: str) -> bytes:
 
 SEQ_KEY = b"Sseq"
 SEG_KEY = b"Sseg"
-FOLLOW_KEY = b"Sfol"  # a replica: the last segment it applied
+FOLLOW_KEY = b"Sfol"  # + a write term (4 bytes): the last segment of it this node applied
+FOLLOW_CLOSED = "~"  # a term's follow point once all of it is applied (sorts after every name)
+TERM_SHIFT = 40  # a segment's name is (term << 40 | sequence) in 16 hex digits
+
+
+def term_of(segment: str) -> int:
+    """The write term a segment name was issued in (0: a single gateway's)."""
+    return int(segment, 16) >> TERM_SHIFT
+
+
+def follow_key(term: int) -> bytes:
+    return FOLLOW_KEY + term.to_bytes(4, "big")
 
 
 

@@ -1,84 +1,138 @@
-"""Many gateway nodes over one capacity store: one writer, the rest replicas.
+"""Many gateway nodes over one capacity store: one writer per bucket.
 
 Each node keeps its own index and hot tier; the capacity store is the only
 state they share, and they coordinate through it alone (``tiering/lease.py``):
 
-- The node that holds the store's write lease (``leases/_store``) is the
-  writer: it flushes, compacts and takes writes to managed buckets. Every
-  other node is a replica: it serves reads from its own index and hot tier,
-  answers writes with ``NotWriter`` naming the writer, and follows.
-- A segment's name is its writer's term in the top bits and a sequence in
-  the low ones (16 hex digits either way, as on a single node, whose term
-  is 0). Names sort in write order within a term, and every term after
-  every earlier one.
-- Following: a replica lists the segments after the last one it applied,
-  *then* reads the lease, then applies what it listed in order
-  (``Index.apply_segment``). Reading the lease after the listing is what
-  makes the seal rule below safe.
-- Seals: a node that takes the lease over (term t) first applies every
-  segment of the earlier terms, then writes, for each earlier term it saw,
-  a seal naming that term's last segment it applied. A segment of an ended
-  term that lands after that (an upload the old writer started before it
-  lost the lease) sorts after the seal and is ignored by every node, and
-  deleted by the new writer; a replica that lists a segment of an ended
-  term before its seal exists waits for the seal. So every node applies
-  the same history.
-- A writer acknowledges a write-through write only if its lease was still
-  valid when the segment landed (``Flusher``), so an acknowledged write is
-  always in a segment the next writer applies before it writes.
-- A writer that cannot renew (it lost the lease, or its lease ran out on
-  its own clock) stops flushing and compacting and refuses writes at once.
+- A bucket's writer is the node that holds its write lease
+  (``leases/<bucket>``). It takes the lease when a client first writes the
+  bucket through it and nobody else holds it; it flushes and compacts that
+  bucket. Every other node serves the bucket read-only, answers writes with
+  ``NotWriter`` naming the writer, and follows. Different buckets may have
+  different writers at the same time.
+- Terms: every acquisition of a bucket's lease claims a new store-wide
+  term number (``leases/_terms/<term>``, created once, naming the bucket)
+  and writes it into the lease. A segment's name is its term in the top 24
+  bits and a sequence in the low 40, so writers never collide; a segment
+  holds one bucket's data and records, the bucket of its term. A single
+  gateway's segments are term 0 and may mix buckets.
+- Following: each round a node lists, per term it has not closed, the
+  segments after the last one it applied, *then* reads the term registry
+  (and, if a later term of that bucket exists, the bucket's lease), then
+  applies what it listed (``Index.apply_segment``). A bucket's terms apply
+  in order: a term only after every earlier term of its bucket is closed,
+  and any term only after term 0 is.
+- Seals: a node that takes a bucket over first applies every segment of
+  the bucket's earlier terms, then writes for each a seal naming its last
+  segment (``leases/_seals/<term>``; the first node ever to take a lease
+  seals term 0 the same way). A segment that lands after its term's seal
+  (an upload its writer started before it lost the lease) is ignored by
+  every node and deleted by the bucket's writer; a node that lists a
+  segment of a term whose lease moved on waits for the seal. Reading the
+  registry and lease after the listing is what makes this safe: a seal
+  exists only after its successor's lease was taken, so a segment listed
+  before the lease still showed its term was written before the seal.
+- A writer acknowledges a write-through write only if the bucket's lease
+  was still valid when the segment landed (``Flusher``), so an acknowledged
+  write is always in a segment the next writer applies before it writes.
+- A writer that cannot renew a lease (it was taken, or it ran out on its
+  own clock) stops flushing and compacting that bucket and refuses its
+  writes at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tiering import _pool
+from tiering._keys import FOLLOW_CLOSED, TERM_SHIFT, term_of
 from tiering.capacity import CapacityStore
 from tiering.compact import read_footer
 from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound, NotWriter, ServiceUnavailable
-from tiering.fetch import list_segments
+from tiering.fetch import list_segments, segment_path
+from tiering.flush import QUEUE_BATCH as _QUEUE_BATCH
+from tiering.flush import by_bucket
 from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.lease import PREFIX as LEASE_PREFIX
-from tiering.lease import Lease, LeaseRecord
+from tiering.lease import Lease
 from tiering.meta import now_ms
 from tiering.policy import Policies
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.cluster")
 
-TERM_SHIFT = 40  # a segment name is (term << 40 | sequence) in 16 hex digits
-LEASE_NAME = "_store"  # leases/_store: no bucket name starts with "_"
-SEAL_PREFIX = "leases/_store-seals/"  # + term in 8 hex digits: its last valid segment
+TERMS = LEASE_PREFIX + "_terms/"  # + term in 8 hex digits: {"bucket", "node"}
+SEALS = LEASE_PREFIX + "_seals/"  # + term in 8 hex digits: its last valid segment ("" for none)
+LEGACY = 0  # a single gateway's term: its segments may mix buckets
 PRUNE_EVERY = 30  # follow rounds between full listings that drop deleted segments
+_SEQUENCE = (1 << TERM_SHIFT) - 1
 
 
-def term_of(name: str) -> int:
-    """The write term a segment name was issued in (0: a single node's)."""
-    return int(name, 16) >> TERM_SHIFT
+def term_prefix(term: int) -> str:
+    """The hex digits every segment name of ``term`` starts with."""
+    return f"{term:06x}"
 
 
-def seal_name(term: int) -> str:
-    return f"{SEAL_PREFIX}{term:08x}"
+async def cluster_store(capacity: CapacityStore) -> bool:
+    """True if gateways with node ids have used this store (a term exists)."""
+    async for _ in capacity.list(TERMS):
+        return True
+    return False
 
 
-async def store_lease(capacity: CapacityStore) -> LeaseRecord | None:
-    """The store's write lease as it is now; None on a store no gateway with
-    a node id has used (a single gateway's)."""
-    try:
-        data, _ = await capacity.read_versioned(LEASE_PREFIX + LEASE_NAME)
-    except CapacityNotFound:
-        return None
-    return LeaseRecord.decode(data)
+@dataclass(frozen=True, slots=True)
+class Term:
+    number: int
+    bucket: str
+    node: str  # the node that claimed it
 
 
-APPLY, SKIP, WAIT = "apply", "skip", "wait"
+class Terms:
+    """The store's write terms, each claimed once (by conditional create)
+    for one bucket; numbered densely from 1, so a claim that lands later
+    than another always has the higher number."""
+
+    def __init__(self, capacity: CapacityStore) -> None:
+        self._capacity = capacity
+        self.known: dict[int, Term] = {}
+        self.last = 0
+
+    async def refresh(self) -> None:
+        after = f"{TERMS}{self.last:08x}" if self.last else ""
+        async for path, _ in self._capacity.list(TERMS, after=after):
+            number = int(path[len(TERMS):], 16)
+            data, _ = await self._capacity.read_versioned(path)
+            plain = json.loads(data)
+            self.known[number] = Term(number, str(plain["bucket"]), str(plain["node"]))
+            self.last = max(self.last, number)
+
+    async def claim(self, bucket: str, node: str, above: int) -> int:
+        """A new term for ``bucket``, higher than ``above`` and every term
+        claimed so far."""
+        while True:
+            await self.refresh()
+            number = max(self.last, above) + 1
+            body = json.dumps({"bucket": bucket, "node": node}).encode()
+            try:
+                await self._capacity.put_conditional(f"{TERMS}{number:08x}", body, None)
+            except CapacityConflict:
+                continue  # claimed by another node (or our own retried write): the next one
+            self.known[number] = Term(number, bucket, node)
+            self.last = max(self.last, number)
+            return number
+
+    def bucket(self, term: int) -> str | None:
+        """The bucket of ``term`` (None for term 0 or a term not seen yet)."""
+        found = self.known.get(term)
+        return found.bucket if found is not None else None
+
+    def of(self, bucket: str) -> list[int]:
+        return sorted(t.number for t in self.known.values() if t.bucket == bucket)
 
 
 class Seals:
@@ -89,46 +143,52 @@ class Seals:
         self._known: dict[int, str] = {}
 
     async def get(self, term: int) -> str | None:
-        """The last valid segment of ended ``term`` (None: not sealed yet)."""
+        """The last valid segment of ended ``term`` ("" for none; None: not sealed yet)."""
         if term not in self._known:
             try:
-                data, _ = await self._capacity.read_versioned(seal_name(term))
+                data, _ = await self._capacity.read_versioned(f"{SEALS}{term:08x}")
             except CapacityNotFound:
                 return None
             self._known[term] = data.decode()
         return self._known[term]
 
-    async def verdict(self, name: str, current: int) -> str:
-        """Whether a segment counts, the lease's term being ``current``:
-        APPLY, SKIP (written after its term was sealed) or WAIT (its term
-        ended and is not sealed yet: a takeover is under way)."""
-        term = term_of(name)
-        if term >= current:
-            return APPLY
-        seal = await self.get(term)
-        if seal is None:
-            return WAIT
-        return SKIP if name > seal else APPLY
-
-    async def write(self, term: int, name: str) -> None:
-        """Seal ended ``term`` at ``name`` (kept as it is if already sealed)."""
+    async def write(self, term: int, name: str) -> str:
+        """Seal ended ``term`` at ``name``; the seal that holds (an earlier one stays)."""
         try:
-            await self._capacity.put_conditional(seal_name(term), name.encode(), None)
+            await self._capacity.put_conditional(f"{SEALS}{term:08x}", name.encode(), None)
             self._known[term] = name
         except CapacityConflict:
             written = await self.get(term)
+            assert written is not None
             if written != name:
-                log.warning("term %d was sealed at %s, this node applied up to %s", term, written, name)
+                log.warning("term %d was sealed at %r, this node applied up to %r", term, written, name)
+            return written
+        return name
+
+
+APPLY, SKIP, WAIT = "apply", "skip", "wait"
+
+
+async def valid_segments(capacity: CapacityStore, names: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Leave out the segments no node counts: each upload that landed after
+    its term was sealed. (A term not sealed yet counts whole: whoever takes
+    its bucket over applies all of it.)"""
+    seals = Seals(capacity)
+    kept = []
+    for name, size in names:
+        seal = await seals.get(term_of(name))
+        if seal is None or name <= seal:
+            kept.append((name, size))
+    return kept
 
 
 @dataclass(slots=True)
 class ClusterStatus:
     node: str
-    role: str  # "writer" or "replica"
-    writer: str | None  # the lease holder as last read (None: no lease yet)
-    term: int  # the lease's term as last read
-    lease_expires_ms: int
-    applied: str  # the last segment this node applied ("" for none)
+    role: str  # "writer" (of at least one bucket) or "replica"
+    writing: list[str]  # the buckets whose write lease this node holds
+    writers: dict[str, str]  # bucket -> the node that last took its lease (it may have let go since)
+    terms: int  # write terms claimed in the store so far
     lag_seconds: float | None  # since this node last had applied all the store held (None: never yet)
     lag_segments: int  # segments listed but not yet applied
     follow_rounds: int
@@ -136,11 +196,31 @@ class ClusterStatus:
     last_error: str | None
 
 
+@dataclass(slots=True)
+class _Held:
+    """A bucket this node writes."""
+
+    lease: Lease
+    term: int
+    renewed: float  # monotonic time of the last renewal
+    issued: int = 0  # the last sequence named in the term
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one follow round knows of each bucket's lease (read once)."""
+
+    lease_terms: dict[str, int] = field(default_factory=dict)
+    blocked: set[str] = field(default_factory=set)  # buckets waiting for a seal or an earlier term
+
+
 class Cluster:
     """This node's part among several gateways over one capacity store.
 
-    ``start_writing`` is called once when the node becomes the writer (at
-    start or on a takeover): it starts the flusher and compactor."""
+    ``start_writing`` is called when the node takes its first bucket: it
+    starts the flusher and compactor (once)."""
+
+    per_bucket = True
 
     def __init__(
         self,
@@ -161,11 +241,15 @@ class Cluster:
         self._settings = settings
         self._region = region
         self._start_writing = start_writing
-        ttl = settings.lease_ttl
-        self.lease = Lease(capacity, LEASE_NAME, self.node, ttl, skew=min(5.0, ttl / 4))
-        self.role = "replica"
+        self._ttl = settings.lease_ttl
+        self._skew = min(5.0, self._ttl / 4)
+        self._terms = Terms(capacity)
         self._seals = Seals(capacity)
-        self._renewed = 0.0  # monotonic time of the last renewal
+        self._leases: dict[str, Lease] = {}  # every bucket lease this node has read
+        self._read_at: dict[str, float] = {}  # monotonic: when each was last read
+        self._held: dict[str, _Held] = {}
+        self._taking: dict[str, asyncio.Lock] = {}
+        self._applying = asyncio.Lock()  # one of: a follow round, a takeover's catch-up
         self._current_at: float | None = None  # monotonic: when the last complete round listed
         self._behind = 0
         self._rounds = 0
@@ -173,44 +257,87 @@ class Cluster:
         self._last_error: str | None = None
         self._task: asyncio.Task[None] | None = None
 
-    # -- what the rest of the node asks -------------------------------------
+    # -- what the flusher and compactor ask (tiering/writing.py) -------------
 
-    @property
-    def writing(self) -> bool:
-        """True while this node may write segments: it is the writer and
-        its lease is still valid on its own clock."""
-        return self.role == "writer" and self.lease.held
+    def may_write(self, bucket: str) -> bool:
+        held = self._held.get(bucket)
+        return held is not None and held.lease.held
 
-    def check_write(self) -> None:
-        """Raise unless this node takes writes to managed buckets now."""
-        if self.writing:
+    def check(self, bucket: str) -> None:
+        if self.may_write(bucket):
             return
-        record = self.lease.record
+        lease = self._leases.get(bucket)
+        record = lease.record if lease is not None else None
         if record is not None and record.holder != self.node and record.expires_ms > now_ms():
             raise NotWriter(
-                f"This gateway ({self.node}) serves managed buckets read-only: "
-                f"node {record.holder} holds the write lease, send writes there",
+                f"This gateway ({self.node}) serves bucket {bucket} read-only: node "
+                f"{record.holder} holds its write lease, send writes there",
                 Writer=record.holder,
             )
         raise ServiceUnavailable(
-            f"No gateway holds the write lease right now (node {self.node} is "
-            f"{'renewing' if self.role == 'writer' else 'waiting to take it over'}); retry shortly"
+            f"No gateway holds the write lease of bucket {bucket} right now; retry shortly"
         )
 
+    async def name(self, bucket: str) -> str:
+        self.check(bucket)
+        held = self._held[bucket]
+        held.issued += 1
+        if held.issued > _SEQUENCE:
+            raise ServiceUnavailable(f"write term {held.term} of bucket {bucket} is out of names")
+        return f"{held.term << TERM_SHIFT | held.issued:016x}"
+
+    def bucket_of(self, segment: str) -> str | None:
+        return self._terms.bucket(term_of(segment))
+
+    def compactable(self, segment: str) -> bool:
+        bucket = self.bucket_of(segment)
+        return bucket is not None and self.may_write(bucket)
+
+    # -- what a write asks -----------------------------------------------------
+
+    async def check_write(self, bucket: str) -> None:
+        """Return once this node may take writes to ``bucket``: it holds the
+        bucket's lease, or took it now (free or expired) and caught up.
+        NotWriter if another node holds it."""
+        if self.may_write(bucket):
+            return
+        async with self._taking.setdefault(bucket, asyncio.Lock()):
+            if self.may_write(bucket):
+                return
+            lease = self._lease(bucket)
+            if time.monotonic() - self._read_at.get(bucket, -1e9) > self._settings.follow_interval:
+                await lease.read()
+                self._read_at[bucket] = time.monotonic()
+            record = lease.record
+            if record is not None and record.holder != self.node and not lease.takeable(record):
+                self.check(bucket)  # raises NotWriter (or 503 on a released lease being retaken)
+            await self._take(bucket, lease)
+
+    async def _take(self, bucket: str, lease: Lease) -> None:
+        started = time.monotonic()
+        if not await lease.acquire(lambda above: self._terms.claim(bucket, self.node, above)):
+            self._read_at[bucket] = time.monotonic()
+            self.check(bucket)
+        term = lease.record.term  # type: ignore[union-attr]
+        async with self._applying:
+            await self._catch_up(bucket, term)
+        self._held[bucket] = _Held(lease, term, started)
+        log.info("node %s writes bucket %s (term %d)", self.node, bucket, term)
+        await self._start_writing()
+
+    # -- status ----------------------------------------------------------------
+
     def status(self) -> ClusterStatus:
-        record = self.lease.record
-        lag: float | None = 0.0
-        if self.role == "replica":
-            lag = None if self._current_at is None else round(time.monotonic() - self._current_at, 3)
+        writing = sorted(b for b in self._held if self.may_write(b))
+        writers = {t.bucket: t.node for _, t in sorted(self._terms.known.items())}  # the newest wins
         return ClusterStatus(
             node=self.node,
-            role=self.role,
-            writer=record.holder if record is not None and record.expires_ms > 0 else None,
-            term=record.term if record is not None else 0,
-            lease_expires_ms=record.expires_ms if record is not None else 0,
-            applied=self._index.follow_point,
-            lag_seconds=lag,
-            lag_segments=0 if self.role == "writer" else self._behind,
+            role="writer" if writing else "replica",
+            writing=writing,
+            writers=writers,
+            terms=self._terms.last,
+            lag_seconds=None if self._current_at is None else round(time.monotonic() - self._current_at, 3),
+            lag_segments=self._behind,
             follow_rounds=self._rounds,
             errors=self._errors,
             last_error=self._last_error,
@@ -219,15 +346,26 @@ class Cluster:
     # -- life cycle ----------------------------------------------------------
 
     async def start(self) -> None:
-        """Catch up with the store, take the lease if nobody holds it, and
-        keep following (or renewing) in the background."""
+        """Catch up with the store, take the buckets this node has unflushed
+        writes of (if nobody else holds them), and keep following (and
+        renewing the leases it takes) in the background."""
         await self.follow()
-        await self._take_if_free()
+        for bucket in await self._queued_buckets():
+            try:
+                await self.check_write(bucket)
+            except (NotWriter, ServiceUnavailable) as exc:
+                log.warning("node %s keeps unflushed writes of %s: %s", self.node, bucket, exc)
         self._task = asyncio.create_task(self._run(), name="tierstore cluster")
 
+    async def _queued_buckets(self) -> set[str]:
+        items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
+        records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
+        return set(by_bucket(items, records))
+
     async def stop(self, release: bool = True) -> None:
-        """Stop; a writer gives its lease up so another node need not wait
-        out its expiry (nothing is left to flush by then)."""
+        """Stop; with ``release``, give up the leases this node holds so
+        other nodes need not wait out their expiry (nothing is left to
+        flush by then)."""
         if self._task is not None:
             self._task.cancel()
             try:
@@ -235,23 +373,24 @@ class Cluster:
             except asyncio.CancelledError:
                 pass
             self._task = None
-        if release and self.writing:
-            try:
-                await self.lease.release()
-            except (CapacityError, OSError) as exc:
-                log.warning("could not release the write lease (%s); it expires on its own", exc)
-        self.role = "replica"
+        if release:
+            for bucket in [b for b in self._held if self.may_write(b)]:
+                try:
+                    await self._held[bucket].lease.release()
+                except (CapacityError, OSError) as exc:
+                    log.warning("could not release the lease of %s (%s); it expires on its own", bucket, exc)
+        self._held.clear()
 
     async def _run(self) -> None:
+        tick = min(self._settings.follow_interval, self._ttl / 6)
+        next_follow = time.monotonic() + self._settings.follow_interval
         while True:
-            writer = self.role == "writer"
-            await asyncio.sleep(self.lease.ttl / 6 if writer else self._settings.follow_interval)
+            await asyncio.sleep(tick)
             try:
-                if writer:
-                    await self._renew()
-                else:
+                await self._renew()
+                if time.monotonic() >= next_follow:
+                    next_follow = time.monotonic() + self._settings.follow_interval
                     await self.follow()
-                    await self._take_if_free()
                 self._last_error = None
             except (CapacityError, OSError) as exc:
                 self._errors += 1
@@ -259,77 +398,115 @@ class Cluster:
                 log.warning("cluster round failed (%s); retrying", self._last_error)
 
     async def _renew(self) -> None:
-        if time.monotonic() - self._renewed < self.lease.ttl / 3 and self.lease.held:
-            return
-        started = time.monotonic()
-        if await self.lease.renew():
-            self._renewed = started
-            return
-        self.role = "replica"
-        log.error(
-            "node %s lost the write lease to %s: flushing stopped, writes refused from now on",
-            self.node, self.lease.holder,
-        )
-
-    # -- taking the lease ------------------------------------------------------
-
-    async def _take_if_free(self) -> None:
-        record = self.lease.record
-        if record is not None and record.holder != self.node and not self.lease.takeable(record):
-            return
-        if not await self.lease.acquire():
-            return
-        self._renewed = time.monotonic()
-        term = self.lease.record.term  # type: ignore[union-attr]
-        await self._catch_up(term)
-        await _pool.run(self._index.issue_names_from, term << TERM_SHIFT)
-        await self._prune()
-        self.role = "writer"
-        log.info("node %s is the writer (term %d)", self.node, term)
-        await self._start_writing()
-
-    async def _catch_up(self, term: int) -> None:
-        """Apply every segment of the terms before ``term`` (we hold the
-        lease, so no valid one can appear any more), then seal each."""
-        last: dict[int, str] = {}
-        if point := self._index.follow_point:
-            last[term_of(point)] = point
-        async for name, size in list_segments(self._capacity, after=self._index.follow_point):
-            if term_of(name) >= term:
-                continue  # our own, from an earlier start in this term
-            if await self._seals.verdict(name, term) == SKIP:
+        for bucket, held in list(self._held.items()):
+            if time.monotonic() - held.renewed < self._ttl / 3 and held.lease.held:
                 continue
-            await self._apply(name, size)
-            last[term_of(name)] = name
-        for ended, name in sorted(last.items()):
-            if ended < term and await self._seals.get(ended) is None:
-                await self._seals.write(ended, name)
+            started = time.monotonic()
+            if await held.lease.renew():
+                held.renewed = started
+                continue
+            del self._held[bucket]
+            log.error(
+                "node %s lost the write lease of %s to %s: its writes are refused from now on",
+                self.node, bucket, held.lease.holder,
+            )
+
+    def _lease(self, bucket: str) -> Lease:
+        if bucket not in self._leases:
+            self._leases[bucket] = Lease(self._capacity, bucket, self.node, self._ttl, skew=self._skew)
+        return self._leases[bucket]
 
     # -- following ---------------------------------------------------------------
 
     async def follow(self) -> int:
         """One round: apply the segments written since the last round, in
-        order; return how many were applied."""
+        each bucket's order; return how many were applied."""
+        async with self._applying:
+            return await self._follow()
+
+    async def _follow(self) -> int:
         started = time.monotonic()
-        listed = [item async for item in list_segments(self._capacity, after=self._index.follow_point)]
-        record = await self.lease.read()  # after the listing: see the module notes
-        current = record.term if record is not None else 0
-        applied = waiting = 0
-        for index, (name, size) in enumerate(listed):
-            verdict = await self._seals.verdict(name, current)
-            if verdict == WAIT:
-                waiting = len(listed) - index
-                break  # the new writer is still catching up: its seal comes next
-            if verdict == APPLY:
-                await self._apply(name, size)
-                applied += 1
-        self._behind = waiting
-        if not waiting:
+        await self._terms.refresh()
+        points = await _pool.run(self._index.follow_points)
+        terms = [t for t in [LEGACY, *sorted(self._terms.known)] if points.get(t) != FOLLOW_CLOSED]
+        listed = {
+            t: [item async for item in list_segments(self._capacity, points.get(t, ""), term_prefix(t))]
+            for t in terms
+        }
+        await self._terms.refresh()  # after the listing: see the module notes
+        state = _Round()
+        applied = behind = 0
+        for term in terms:
+            bucket = self._terms.bucket(term)
+            todo = listed[term]
+            if term != LEGACY and (bucket in state.blocked or not await self._ready(term, bucket)):
+                state.blocked.add(bucket)  # type: ignore[arg-type]
+                behind += len(todo)
+                continue
+            for index, (name, size) in enumerate(todo):
+                verdict = await self._verdict(name, term, bucket, state)
+                if verdict == WAIT:
+                    behind += len(todo) - index
+                    if bucket is not None:
+                        state.blocked.add(bucket)
+                    break
+                if verdict == APPLY:
+                    await self._apply(name, size)
+                    applied += 1
+                else:
+                    await _pool.run(self._index.advance_follow_point, name)
+            else:
+                await self._close_if_done(term, bucket)
+        self._behind = behind
+        if not behind:
             self._current_at = started
         self._rounds += 1
         if self._rounds % PRUNE_EVERY == 0:
             await self._prune()
         return applied
+
+    async def _ready(self, term: int, bucket: str | None) -> bool:
+        """True once term 0 and every earlier term of ``bucket`` are closed."""
+        points = await _pool.run(self._index.follow_points)
+        earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term] if bucket else [LEGACY]
+        for before in earlier:
+            if points.get(before) != FOLLOW_CLOSED and not await self._close_if_done(before, self._terms.bucket(before)):
+                return False
+        return True
+
+    async def _verdict(self, name: str, term: int, bucket: str | None, state: _Round) -> str:
+        """APPLY, SKIP (landed after its term's seal) or WAIT (its term may
+        have ended and is not sealed yet)."""
+        if term == LEGACY:
+            if not self._terms.known:
+                return APPLY  # no node has taken a lease: term 0 cannot have ended
+        elif bucket is not None and all(t <= term for t in self._terms.of(bucket)):
+            return APPLY  # nobody has claimed the bucket since (read after the listing)
+        seal = await self._seals.get(term)
+        if seal is not None:
+            return SKIP if name > seal else APPLY
+        if term != LEGACY and bucket is not None:
+            if bucket not in state.lease_terms:
+                record = await self._lease(bucket).read()
+                state.lease_terms[bucket] = record.term if record is not None else 0
+            if state.lease_terms[bucket] == term:
+                return APPLY  # a later claim that never took the lease
+        return WAIT
+
+    async def _close_if_done(self, term: int, bucket: str | None) -> bool:
+        """Close ``term`` if it is sealed and applied up to its seal."""
+        if term != LEGACY and bucket is not None and all(t <= term for t in self._terms.of(bucket)):
+            return False  # the bucket's newest term: it may still grow
+        seal = await self._seals.get(term)
+        if seal is None:
+            return False
+        point = (await _pool.run(self._index.follow_points)).get(term, "")
+        if point == FOLLOW_CLOSED:
+            return True
+        if seal and point < seal:
+            return False
+        await _pool.run(self._index.close_term, term)
+        return True
 
     async def _apply(self, name: str, size: int) -> None:
         if self._index.get_segment(name) is not None:  # written or recovered here: nothing to read
@@ -343,8 +520,37 @@ class Cluster:
         if cached:
             await _pool.run(self._hot.drop_cached, cached)
 
+    # -- taking a bucket over ----------------------------------------------------
+
+    async def _catch_up(self, bucket: str, term: int) -> None:
+        """Apply every segment of term 0 and of ``bucket``'s terms before
+        ``term`` (we hold the lease: no valid one can appear any more), seal
+        each, and delete the uploads that landed after a seal."""
+        await self._terms.refresh()
+        earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term]
+        points = await _pool.run(self._index.follow_points)
+        for ended in earlier:
+            seal = await self._seals.get(ended)
+            last = points.get(ended, "")
+            if last == FOLLOW_CLOSED:  # applied: only late uploads can be left to remove
+                last = seal or ""
+            late = []
+            async for name, size in list_segments(self._capacity, last, term_prefix(ended)):
+                if seal is not None and name > seal:
+                    late.append(name)
+                    continue
+                await self._apply(name, size)
+                last = name
+            if seal is None:
+                seal = await self._seals.write(ended, last)
+            for name in late:
+                if ended != LEGACY:  # term 0's late segments may be any bucket's: left alone
+                    log.info("removing segment %s, written after term %d was sealed", name, ended)
+                    await self._capacity.delete(segment_path(name))
+            await self._close_if_done(ended, self._terms.bucket(ended))
+
     async def _prune(self) -> None:
-        """Forget segments the writer's compaction deleted from the store."""
+        """Forget segments a writer's compaction deleted from the store."""
         present = {name async for name, _ in list_segments(self._capacity)}
         known = await _pool.run(self._index.segments)
         missing = [s.name for s in known if s.name not in present]

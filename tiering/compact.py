@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from packer import format as seg
@@ -34,6 +33,7 @@ from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta, SegmentInfo, now_ms
 from tiering.segments import extent_of, manifest, segment_info
 from tiering.settings import TierSettings
+from tiering.writing import SoleWriter, Writing
 
 log = logging.getLogger("tierstore.compact")
 
@@ -76,10 +76,11 @@ class Compactor:
         capacity: CapacityStore,
         settings: TierSettings,
         layout: asyncio.Lock,
-        check_write: Callable[[], None] = lambda: None,
+        writing: Writing | None = None,
     ) -> None:
         self._index = index
-        self._check_writer = check_write  # as the flusher's: raises on a node that is not the writer
+        # As the flusher's: which segments this node may rewrite, and names.
+        self._writing = writing if writing is not None else SoleWriter(index)
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -100,7 +101,7 @@ class Compactor:
         threshold = self._settings.compact_threshold if threshold is None else threshold
         report = CompactionReport()
         segments = await _pool.run(self._index.segments)
-        work = candidates(segments, threshold)
+        work = candidates([s for s in segments if self._writing.compactable(s.name)], threshold)
         if job is not None:
             job.expect(len(work), sum(s.size for s in work))
         for info in work:
@@ -117,8 +118,8 @@ class Compactor:
     async def _compact_one(self, name: str, report: CompactionReport) -> None:
         """Delete the segment if unused, else rewrite what is live in it."""
         async with self._layout:
-            self._check_writer()
-            await self._compact_locked(name, report)
+            if self._writing.compactable(name):
+                await self._compact_locked(name, report)
 
     async def _compact_locked(self, name: str, report: CompactionReport) -> None:
         current = await _pool.run(self._index.get_segment, name)
@@ -141,14 +142,17 @@ class Compactor:
         """Merge the record-only segments, listed under the lock: a pass
         running beside this one may have merged or deleted some meanwhile."""
         async with self._layout:
-            self._check_writer()
-            olds = [s for s in await _pool.run(self._index.segments) if s.data == 0 and s.pins > 0]
-            if len(olds) < 2:
-                return
-            outcome = await self._rewrite(olds)
-        if outcome is not None:
-            report.merged += len(olds)
-            report.bytes_reclaimed += outcome
+            groups: dict[str | None, list[SegmentInfo]] = {}
+            for info in await _pool.run(self._index.segments):
+                if info.data == 0 and info.pins > 0 and self._writing.compactable(info.name):
+                    groups.setdefault(self._writing.bucket_of(info.name), []).append(info)
+            for olds in groups.values():
+                if len(olds) < 2:
+                    continue
+                outcome = await self._rewrite(olds)
+                if outcome is not None:
+                    report.merged += len(olds)
+                    report.bytes_reclaimed += outcome
 
     async def _tombstone_needed(self, tomb: seg.Tombstone) -> bool:
         """Needed unless a newer version of the key is itself safely in the
@@ -160,6 +164,7 @@ class Compactor:
         """Copy what is live out of ``olds`` into one new segment and delete
         them; bytes reclaimed, or None if skipped (try again next pass)."""
         names = {old.name for old in olds}
+        bucket = self._writing.bucket_of(olds[0].name) or ""
         footers = []
         for old in olds:
             try:
@@ -196,7 +201,7 @@ class Compactor:
         info: SegmentInfo | None = None
         moved: dict[tuple[str, int, int], Extent] = {}
         if live_entries or metas or tombstones or buckets:
-            name = await _pool.run(self._index.new_segment_name)
+            name = await self._writing.name(bucket)
             encoder = seg.SegmentEncoder(name, now_ms())
             out = [encoder.header()]
             for segment, entry in live_entries:
@@ -225,6 +230,7 @@ class Compactor:
             data = b"".join(out)
             info = segment_info(encoder, len(data))
             await self._capacity.put(segment_path(name), data)
+            self._writing.check(bucket)  # landed while the lease held: it counts, so olds may go
         versions = {where: meta.seq for where, meta in metas.items()}
         renames = await _pool.run(
             self._index.commit_compaction, [old.name for old in olds], info, moved, versions,

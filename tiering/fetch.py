@@ -45,10 +45,14 @@ def segment_path(name: str) -> str:
     return SEGMENTS + name
 
 
-async def list_segments(capacity: CapacityStore, after: str = "") -> AsyncIterator[tuple[str, int]]:
+async def list_segments(
+    capacity: CapacityStore, after: str = "", prefix: str = ""
+) -> AsyncIterator[tuple[str, int]]:
     """``(segment name, size)`` of the store's segments in name order, those
-    after the segment ``after`` if given."""
-    async for path, size in capacity.list(SEGMENTS, after=segment_path(after) if after else ""):
+    after the segment ``after`` if given, those whose name starts with
+    ``prefix`` (hex digits) if given."""
+    after_path = segment_path(after) if after else ""
+    async for path, size in capacity.list(SEGMENTS + prefix, after=after_path):
         yield path[len(SEGMENTS):], size
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import replace
 
 from packer import format as seg
@@ -32,12 +32,13 @@ from tiering.index import Index
 from tiering.jobs import Job
 from tiering.meta import Chunk, SegmentInfo, now_ms
 from tiering.policy import Policies
-from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, segment_info
+from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, record_bucket, segment_info
 from tiering.settings import TierSettings
+from tiering.writing import SoleWriter, Writing
 
 log = logging.getLogger("tierstore.flush")
 
-_QUEUE_BATCH = 50_000  # flush-queue entries read per round
+QUEUE_BATCH = 50_000  # flush-queue entries read per round
 _MAX_BACKOFF = 30.0
 # Footer records alone (tombstones, bucket events) ride along with the next
 # data segment; only when none comes for this long do they get a segment of
@@ -61,6 +62,19 @@ def _chunks(item: FlushItem) -> tuple[Chunk, ...]:
     return item.part.chunks
 
 
+def by_bucket(
+    items: list[FlushItem], records: list[tuple[int, dict]]
+) -> dict[str, tuple[list[FlushItem], list[tuple[int, dict]]]]:
+    """Queued items (stale ones left out) and records, by bucket, in order."""
+    groups: dict[str, tuple[list[FlushItem], list[tuple[int, dict]]]] = {}
+    for item in items:
+        if item.meta is not None or item.part is not None:
+            groups.setdefault(_label(item).bucket, ([], []))[0].append(item)
+    for queued in records:
+        groups.setdefault(record_bucket(queued[1]), ([], []))[1].append(queued)
+    return groups
+
+
 def _staged_bytes(item: FlushItem) -> int:
     return sum(c.size for c in _chunks(item) if c.file_id is not None)
 
@@ -80,12 +94,12 @@ class Flusher:
         settings: TierSettings,
         layout: asyncio.Lock,
         policies: Policies,
-        check_write: Callable[[], None] = lambda: None,
+        writing: Writing | None = None,
     ) -> None:
         self._index = index
-        # Raises on a node that is not (or no longer) the writer of its
-        # capacity store: nothing may be uploaded then (``Tiers.check_write``).
-        self._check_writer = check_write
+        # Which buckets this node may upload segments for, one bucket per
+        # segment or mixed, and their names (``tiering/writing.py``).
+        self._writing = writing if writing is not None else SoleWriter(index)
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
@@ -236,42 +250,66 @@ class Flusher:
         ``whole`` False, a last packed segment short of ``segment_size`` is
         left for a later round."""
         async with self._layout:
-            self._check_writer()
-            items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
-            records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
+            items = await _pool.run(self._index.flush_queue, QUEUE_BATCH)
+            records = await _pool.run(self._index.pending_records, QUEUE_BATCH)
             stale = [i.fseq for i in items if i.meta is None and i.part is None]
-            # Alone among several gateways, the records wait no longer than
-            # data does: replicas learn of deletes and buckets from them.
-            if len(stale) == len(items) and records and not force and self._settings.node_id is None:
+            # Among several gateways, the records wait no longer than data
+            # does: replicas learn of deletes and buckets from them.
+            if len(stale) == len(items) and records and not force and not self._writing.per_bucket:
                 oldest = min(r.get("at", 0) for _, r in records)
                 if now_ms() - oldest < RECORDS_DELAY_MS:
                     records = []  # wait for data to ride along with
             if not items and not records:
                 return False
             self._backlog = 0
-            packed: list[FlushItem] = []
-            size = 0
-            for item in items:
-                if item.meta is None and item.part is None:
-                    continue
-                staged = _staged_bytes(item)
-                if staged > self._policies.settings(_label(item).bucket).small_object_size:
-                    await self._flush_alone(item, job)
-                    continue
-                packed.append(item)
-                size += staged
-                if size >= self._settings.segment_size:
-                    await self._flush_packed(packed, records, stale, job)
-                    packed, records, stale, size = [], [], [], 0
-            if not whole and size < self._settings.segment_size:
-                packed, records = [], []  # stay queued: the timer or more data takes them
-            if packed or records or stale:
-                await self._flush_packed(packed, records, stale, job)
-            self._backlog = size if not packed else 0
-            return True
+            if not self._writing.per_bucket:
+                await self._flush_bucket("", items, records, stale, whole, job)
+                return True
+            # One bucket per segment, only the buckets this node writes; the
+            # rest stay queued (a writer that lost a lease keeps them).
+            did = False
+            for bucket, (mine, theirs) in sorted(by_bucket(items, records).items()):
+                if self._writing.may_write(bucket):
+                    await self._flush_bucket(bucket, mine, theirs, [], whole, job)
+                    did = True
+            if stale:
+                await self._flush_packed("", [], [], stale, job)
+            return did or bool(stale)
+
+    async def _flush_bucket(
+        self,
+        bucket: str,
+        items: list[FlushItem],
+        records: list[tuple[int, dict]],
+        stale: list[int],
+        whole: bool,
+        job: Job | None,
+    ) -> None:
+        """Write ``items`` and ``records`` (of ``bucket``, or of any bucket
+        on a gateway alone) into segments."""
+        packed: list[FlushItem] = []
+        size = 0
+        for item in items:
+            if item.meta is None and item.part is None:
+                continue
+            staged = _staged_bytes(item)
+            if staged > self._policies.settings(_label(item).bucket).small_object_size:
+                await self._flush_alone(item, job)
+                continue
+            packed.append(item)
+            size += staged
+            if size >= self._settings.segment_size:
+                await self._flush_packed(bucket, packed, records, stale, job)
+                packed, records, stale, size = [], [], [], 0
+        if not whole and size < self._settings.segment_size:
+            packed, records = [], []  # stay queued: the timer or more data takes them
+        if packed or records or stale:
+            await self._flush_packed(bucket, packed, records, stale, job)
+        self._backlog += size if not packed else 0
 
     async def _flush_packed(
         self,
+        bucket: str,
         items: list[FlushItem],
         records: list[tuple[int, dict]],
         stale: list[int],
@@ -281,13 +319,13 @@ class Flusher:
             await _pool.run(self._index.commit_flush_stale, stale)
             self._settle(stale)
             return
-        name = await _pool.run(self._index.new_segment_name)
+        name = await self._writing.name(bucket)
         data, done, info = await _pool.run(self._pack, name, items, [r for _, r in records])
         await self._capacity.put(segment_path(name), data)
         adopted = await _pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
         await _pool.run(self._adopt, adopted, done)
         self._written(done, job)
-        self._check_writer()  # landed while the lease held: only then is it acknowledged
+        self._writing.check(bucket)  # landed while the lease held: only then is it acknowledged
         self._settle([*stale, *(item.fseq for item, _ in done)])
 
     def _written(self, done: list[tuple[FlushItem, tuple[Chunk, ...]]], job: Job | None) -> None:
@@ -320,7 +358,8 @@ class Flusher:
 
     async def _flush_alone(self, item: FlushItem, job: Job | None = None) -> None:
         """A large object or part: a segment of its own, streamed."""
-        name = await _pool.run(self._index.new_segment_name)
+        bucket = _label(item).bucket
+        name = await self._writing.name(bucket)
         stream = SegmentStream(self._capacity, name, self._policies.settings(_label(item).bucket))
         try:
             chunks = await stream.add_staged(_label(item), _chunks(item), self._hot)
@@ -338,7 +377,7 @@ class Flusher:
         adopted = await _pool.run(self._index.commit_flush, info, done, [], [])
         await _pool.run(self._adopt, adopted, done)
         self._written(done, job)
-        self._check_writer()
+        self._writing.check(bucket)
         self._settle([item.fseq])
 
     def _adopt(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from tiering.capacity import CapacityStore
@@ -109,19 +109,28 @@ class Lease:
                 self._valid_until = 0.0
         return record
 
-    async def acquire(self) -> bool:
-        """Hold the lease if it is free, ours or expired; True if held."""
+    async def acquire(self, new_term: Callable[[int], Awaitable[int]] | None = None) -> bool:
+        """Hold the lease if it is free, ours or expired; True if held.
+
+        With ``new_term``, every acquisition, even of a lease this node
+        still holds from before a restart, writes a fresh term: the one
+        ``new_term`` returns for the current term (0 for none), which
+        must be higher."""
         try:
             data, tag = await self.store.read_versioned(self.name)
         except CapacityNotFound:
-            return await self._write(term=1, expect=None)
+            return await self._write(term=await new_term(0) if new_term else 1, expect=None)
         current = LeaseRecord.decode(data)
         self.record, self._tag = current, tag
-        if current.holder == self.node and current.expires_ms > 0:
-            return await self._write(term=current.term, expect=tag)
-        if self.takeable(current):
-            return await self._write(term=current.term + 1, expect=tag)
-        return False
+        mine = current.holder == self.node and current.expires_ms > 0
+        if not mine and not self.takeable(current):
+            return False
+        if new_term is not None:
+            term = await new_term(current.term)
+            if term <= current.term:
+                raise ValueError(f"a new term must be above {current.term}, got {term}")
+            return await self._write(term=term, expect=tag)
+        return await self._write(term=current.term if mine else current.term + 1, expect=tag)
 
     def takeable(self, record: LeaseRecord) -> bool:
         """True once ``record`` has expired by more than the skew allowance

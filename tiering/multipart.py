@@ -86,7 +86,7 @@ class Multipart:
             raise InvalidRequest("The COMPOSITE checksum type cannot be used with the CRC64NVME checksum algorithm.")
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.create(bucket, key, new, checksum_algorithm, checksum_type)
-        self._service.tiers.check_write()
+        await self._service.tiers.check_write(bucket)
         upload = Upload(
             # Time first, so an upload's id sorts by initiation within a key.
             upload_id=f"{now_ms():012x}{secrets.token_hex(12)}",
@@ -129,7 +129,7 @@ class Multipart:
                                  ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PART_SIZE)
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
-        self._service.tiers.check_write()
+        await self._service.tiers.check_write(bucket)
         upload = await self.get(bucket, key, upload_id)
         if integrity.checksum_algorithm is None:
             integrity.checksum_algorithm = upload.checksum_algorithm
@@ -149,7 +149,7 @@ class Multipart:
         if (mounted := self._mounted(bucket)) is not None:
             integrity = Integrity(expected_size=wanted.length)
             return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
-        self._service.tiers.check_write()
+        await self._service.tiers.check_write(bucket)
         upload = await self.get(bucket, key, upload_id)
         staged = await self._service.stage(
             body,
@@ -179,7 +179,7 @@ class Multipart:
     async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.complete(bucket, key, upload_id, chosen)
-        self._service.tiers.check_write()
+        await self._service.tiers.check_write(bucket)
         try:
             upload = await self.get(bucket, key, upload_id)
         except NoSuchUpload:

@@ -148,7 +148,9 @@ class ObjectService:
         """Create a bucket; ``policy`` sets BucketInfo policy fields (the
         node's write-through setting is the default)."""
         check_bucket_name(name)
-        self.tiers.check_write()
+        if await _pool.run(self.index.get_bucket, name) is not None:
+            raise BucketAlreadyOwnedByYou(BucketName=name)  # on every node, not only its writer
+        await self.tiers.check_write(name)
         info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
                           write_through=self.settings.write_through)
         info = replace(info, **policy)  # type: ignore[arg-type]
@@ -159,7 +161,7 @@ class ObjectService:
 
     async def delete_bucket(self, name: str) -> None:
         self.mounts.managed_only(name, "DeleteBucket (unmount instead)")
-        self.tiers.check_write()
+        await self.tiers.check_write(name)
         await _pool.run(self.index.delete_bucket, name)
         self.policies.changed(name)
 
@@ -171,7 +173,7 @@ class ObjectService:
         return info
 
     async def set_policy(self, info: BucketInfo) -> BucketInfo:
-        self.tiers.check_write()
+        await self.tiers.check_write(info.name)
         await _pool.run(self.index.update_bucket, info)
         self.policies.changed(info.name)
         return info
@@ -293,7 +295,7 @@ class ObjectService:
             if if_none_match or if_match is not None:
                 raise NotSupported("Conditional writes to a mounted bucket are not supported")
             return await self._put_mounted(bucket, key, body, new, integrity)
-        self.tiers.check_write()
+        await self.tiers.check_write(bucket)
         if if_none_match and self.index.get_object(bucket, key) is not None:
             # Checked again atomically at commit; failing early saves the upload.
             check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
@@ -532,7 +534,7 @@ class ObjectService:
         if self.mounts.get(bucket) is not None:
             await self.mounts.delete(bucket, key)
             return
-        self.tiers.check_write()
+        await self.tiers.check_write(bucket)
         old = await _pool.run(self.index.delete_object, bucket, key)
         if old is not None:
             await self.forget(old.chunks)
@@ -547,7 +549,7 @@ class ObjectService:
             for key in keys:
                 await self.mounts.delete(bucket, key)
             return
-        self.tiers.check_write()
+        await self.tiers.check_write(bucket)
         removed = await _pool.run(self.index.delete_objects, bucket, keys)
         for old in removed:
             await self.forget(old.chunks)
@@ -579,7 +581,7 @@ class ObjectService:
             body = self.read(source, ByteRange(0, source.size))
             integrity = Integrity(checksum_algorithm=algorithm, expected_size=source.size)
             return await self._put_mounted(bucket, key, body, new, integrity)
-        self.tiers.check_write()
+        await self.tiers.check_write(bucket)
         staged = await self.stage(
             self.read(source, ByteRange(0, source.size)),
             Integrity(checksum_algorithm=algorithm, expected_size=source.size),
@@ -593,7 +595,7 @@ class ObjectService:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
         if self.mounts.get(source.bucket) is not None:
             return await self.copy(source, source.bucket, source.key, new)
-        self.tiers.check_write()
+        await self.tiers.check_write(source.bucket)
         meta = replace(
             source,
             content_type=new.content_type,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from packer import format as seg
 from tiering._keys import bucket_from_event
 from tiering.capacity import CapacityStore
-from tiering.cluster import SKIP, Seals, store_lease
+from tiering.cluster import valid_segments
 from tiering.compact import read_footer
 from tiering.fetch import list_segments
 from tiering.index import Index
@@ -44,17 +44,6 @@ class RecoveryReport:
 
 
 Progress = Callable[[int, int], None]  # (segments read, segments total)
-
-
-async def valid_segments(capacity: CapacityStore, names: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Leave out the segments several gateways' history does not count: an
-    upload that landed after its writer's term was sealed (``tiering.cluster``)."""
-    lease = await store_lease(capacity)
-    if lease is None:
-        return names  # a single gateway's store
-    current, seals = lease.term, Seals(capacity)
-    # WAIT (a takeover under way) counts: the new writer applies those too.
-    return [(name, size) for name, size in names if await seals.verdict(name, current) != SKIP]
 
 
 async def recover(

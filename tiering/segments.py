@@ -48,6 +48,16 @@ def add_record(encoder: seg.SegmentEncoder, record: dict[str, Any]) -> None:
         encoder.add_record(record)
 
 
+def record_bucket(record: dict[str, Any]) -> str:
+    """The bucket a queued footer record is about."""
+    kind = record.get("t")
+    if kind == "del":
+        return str(record["b"])
+    if kind == "bucket":
+        return str(record["n"])
+    return str(record["m"]["bucket"])
+
+
 class Piece:
     """What one piece is labelled with inside a segment."""
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 from tiering import _pool
 from tiering.capacity import CapacityStore
-from tiering.cluster import Cluster, ClusterStatus, store_lease
+from tiering.cluster import Cluster, ClusterStatus, cluster_store
 from tiering.compact import CompactionReport, Compactor
 from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.fetch import ExtentReader, list_segments, segment_path
@@ -27,6 +27,7 @@ from tiering.jobs import Job
 from tiering.policy import Policies
 from tiering.residency import Residency
 from tiering.settings import TierSettings
+from tiering.writing import SoleWriter, Writing
 
 log = logging.getLogger("tierstore.tiers")
 
@@ -88,18 +89,20 @@ class Tiers:
             if settings.node_id is not None
             else None
         )
+        self.writing: Writing = self.cluster if self.cluster is not None else SoleWriter(index)
         self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
-        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.check_write)
-        self.compactor = Compactor(index, hot, capacity, settings, layout, self.check_write)
+        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.writing)
+        self.compactor = Compactor(index, hot, capacity, settings, layout, self.writing)
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
         self._tasks: list[asyncio.Task[None]] = []
 
-    def check_write(self) -> None:
+    async def check_write(self, bucket: str) -> None:
         """Raise (NotWriter, ServiceUnavailable) unless this node takes
-        writes to managed buckets: always on a single node; on one of
-        several, only while it holds the write lease."""
+        writes to managed ``bucket``: always on a single node; on one of
+        several, while it holds the bucket's write lease, which it takes
+        here if no other node holds it."""
         if self.cluster is not None:
-            self.cluster.check_write()
+            await self.cluster.check_write(bucket)
 
     def cluster_status(self) -> ClusterStatus | None:
         return self.cluster.status() if self.cluster is not None else None
@@ -115,20 +118,21 @@ class Tiers:
     async def _refuse_a_cluster_store(self) -> None:
         """A gateway without a node id never writes a store that gateways
         with node ids share: it would write beside their writer."""
-        lease = await store_lease(self.capacity)
-        if lease is not None:
+        if await cluster_store(self.capacity):
             raise ForeignSegments(
-                f"the capacity store {self.capacity.describe()} is shared by gateways started with --node-id "
-                f"(node {lease.holder} holds or last held its write lease): start this one with --node-id too"
+                f"the capacity store {self.capacity.describe()} is shared by gateways started with "
+                "--node-id: start this one with --node-id too"
             )
 
     async def _start_writing(self) -> None:
         """Clean up after a crash, then flush and compact: at start on a
-        single node, or when this node becomes the writer of several."""
-        if aborted := await self.capacity.abort_incomplete():
-            log.info("removed %d incomplete write(s) a crash left in the capacity store", aborted)
-        await self._collect_orphans()
-        if not self._tasks:  # a writer that lost the lease and took it again has them
+        single node, or when this node first takes a bucket of several
+        nodes' (whose segments are no orphans: see ``tiering/cluster.py``)."""
+        if self.cluster is None:
+            if aborted := await self.capacity.abort_incomplete():
+                log.info("removed %d incomplete write(s) a crash left in the capacity store", aborted)
+            await self._collect_orphans()
+        if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self.flusher.run(), name="tierstore flusher"),
                 asyncio.create_task(self.compactor.run(), name="tierstore compactor"),
@@ -161,7 +165,7 @@ class Tiers:
     async def _drain(self, grace: float) -> bool:
         """A writer among several flushes what it holds before it lets the
         lease go; True if nothing is left (it may release the lease)."""
-        if self.cluster is None or not self.cluster.writing:
+        if self.cluster is None or self.cluster.status().role != "writer":
             return False
         try:
             async with asyncio.timeout(grace / 2):

@@ -1,7 +1,7 @@
-"""Three gateway processes over one moto S3 server: one writer by lease,
-two replicas that follow it, refusals that name the writer, a split start
-where exactly one node wins, and a takeover after SIGKILL of the writer
-that loses nothing acknowledged."""
+"""Three gateway processes over one moto S3 server: a writer per bucket by
+lease, the other nodes following each writer, refusals that name the
+writer, a race for a new bucket that exactly one node wins, and a takeover
+after SIGKILL of a writer that loses nothing acknowledged."""
 
 from __future__ import annotations
 
@@ -71,21 +71,23 @@ def eventually(check: Callable[[], Any], timeout: float = BOUND) -> Any:
 def nodes(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gateway]]:
     root = tmp_path_factory.mktemp("cluster")
     capacity = capacity_bucket(moto_endpoint)
-    started = [node(root, "n1", capacity).start()]  # first: the writer
+    started = []
     try:
-        started += [node(root, "n2", capacity).start(), node(root, "n3", capacity).start()]
+        started += [node(root, name, capacity).start() for name in ("n1", "n2", "n3")]
         yield started
     finally:
         for gw in started:
             gw.stop()
 
 
-def test_writes_on_the_writer_reach_both_replicas_within_the_bound(nodes: list[Gateway]) -> None:
+def test_writes_on_each_writer_reach_the_other_nodes_within_the_bound(nodes: list[Gateway]) -> None:
     writer, *replicas = nodes
-    assert [cluster(gw)["role"] for gw in nodes] == ["writer", "replica", "replica"]
-    assert all(cluster(gw)["writer"] == "n1" for gw in nodes)
+    assert [cluster(gw)["role"] for gw in nodes] == ["replica"] * 3  # no bucket written yet
     s3 = make_client(writer.endpoint)
-    s3.create_bucket(Bucket="follow")
+    s3.create_bucket(Bucket="follow")  # n1 takes its lease
+    second = make_client(replicas[0].endpoint)
+    second.create_bucket(Bucket="second")  # and n2 that of another bucket, writing beside n1
+    second.put_object(Bucket="second", Key="from-n2", Body=b"n2 writes this one")
     for i in range(20):
         s3.put_object(Bucket="follow", Key=f"obj-{i:02d}", Body=f"body {i}".encode() * 100)
     s3.put_object(Bucket="follow", Key="big", Body=b"B" * (12 << 20))  # split into parts
@@ -107,15 +109,22 @@ def test_writes_on_the_writer_reach_both_replicas_within_the_bound(nodes: list[G
             client.head_object(Bucket="follow", Key="obj-07")
         assert gone.value.response["Error"]["Code"] == "404"
     assert time.monotonic() - written < BOUND
+    for gw in (writer, replicas[1]):
+        client = make_client(gw.endpoint)
+        assert eventually(lambda client=client: client.get_object(
+            Bucket="second", Key="from-n2")["Body"].read()) == b"n2 writes this one"
 
-    # Every node reports its lag; a caught-up replica trails by about one interval.
-    for gw in replicas:
+    # Every node reports the buckets it writes and its lag; a caught-up node
+    # trails by about one interval.
+    expected = {"n1": ["follow"], "n2": ["second"], "n3": []}
+    for gw in nodes:
         status = eventually(lambda gw=gw: _lag_below(gw, 5 * FOLLOW + 2.0))
-        assert status["lag_segments"] == 0 and status["applied"]
+        assert status["lag_segments"] == 0 and status["writing"] == expected[gw.data_dir.name]
+        assert status["role"] == ("writer" if expected[gw.data_dir.name] else "replica")
+        assert status["writers"] == {"follow": "n1", "second": "n2"}
         metrics = gw.admin("GET", "/metrics").text
         assert "tierstore_replica_lag_seconds " in metrics
-        assert "tierstore_cluster_writer 0.0" in metrics
-    assert "tierstore_cluster_writer 1.0" in writer.admin("GET", "/metrics").text
+        assert f"tierstore_cluster_leases_held {len(expected[gw.data_dir.name])}.0" in metrics
 
     # s3fs reads the replica like any S3 endpoint.
     fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=replicas[1].endpoint,
@@ -130,7 +139,7 @@ def _lag_below(gw: Gateway, limit: float) -> dict[str, Any]:
     return status
 
 
-def test_a_replica_refuses_writes_and_names_the_writer(nodes: list[Gateway]) -> None:
+def test_a_node_refuses_writes_to_another_writers_bucket_and_names_it(nodes: list[Gateway]) -> None:
     writer, replica, _ = nodes
     make_client(writer.endpoint).create_bucket(Bucket="refused")
     s3 = make_client(replica.endpoint)
@@ -138,7 +147,6 @@ def test_a_replica_refuses_writes_and_names_the_writer(nodes: list[Gateway]) -> 
     for attempt in (
         lambda: s3.put_object(Bucket="refused", Key="k", Body=b"x"),
         lambda: s3.delete_object(Bucket="refused", Key="k"),
-        lambda: s3.create_bucket(Bucket="another"),
         lambda: s3.create_multipart_upload(Bucket="refused", Key="mp"),
         lambda: s3.delete_objects(Bucket="refused", Delete={"Objects": [{"Key": "k"}]}),
     ):
@@ -149,32 +157,55 @@ def test_a_replica_refuses_writes_and_names_the_writer(nodes: list[Gateway]) -> 
         assert error["Code"] == "MethodNotAllowed" and error["Writer"] == "n1"
         assert "n1" in error["Message"]
     # The admin API refuses bucket changes the same way (421, naming the writer).
-    answer = httpx.post(f"{replica.admin_url}/buckets", json={"name": "by-admin"},
-                        headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    answer = httpx.patch(f"{replica.admin_url}/buckets/refused", json={"write_through": True},
+                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     assert answer.status_code == 421 and answer.json()["error"]["code"] == "NotWriter"
     assert "n1" in answer.json()["error"]["message"]
+    # CreateBucket of an existing bucket is the same answer on every node.
+    with pytest.raises(ClientError) as exists:
+        s3.create_bucket(Bucket="refused")
+    assert exists.value.response["Error"]["Code"] == "BucketAlreadyOwnedByYou"
     # Reads on the replica still work, and nothing was written.
     assert s3.list_objects_v2(Bucket="refused")["KeyCount"] == 0
     with pytest.raises(ClientError):
         make_client(writer.endpoint).head_object(Bucket="refused", Key="k")
 
 
-def test_two_fresh_nodes_racing_for_the_lease_one_wins(moto_endpoint: str, tmp_path: Path) -> None:
+def test_two_nodes_racing_to_create_a_bucket_one_wins(moto_endpoint: str, tmp_path: Path) -> None:
     import threading
 
     capacity = capacity_bucket(moto_endpoint)
-    gws = [node(tmp_path, f"race{i}", capacity) for i in range(2)]
-    threads = [threading.Thread(target=gw.start) for gw in gws]
+    gws = [node(tmp_path, f"race{i}", capacity).start() for i in range(2)]
     try:
+        outcomes: dict[str, Any] = {}
+        start = threading.Barrier(len(gws))
+
+        def create(gw: Gateway) -> None:
+            client = make_client(gw.endpoint)
+            start.wait()
+            try:
+                client.create_bucket(Bucket="race")
+                outcomes[gw.data_dir.name] = "created"
+            except ClientError as exc:
+                outcomes[gw.data_dir.name] = exc.response
+
+        threads = [threading.Thread(target=create, args=(gw,)) for gw in gws]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        roles = sorted(cluster(gw)["role"] for gw in gws)
-        assert roles == ["replica", "writer"]
-        winner = next(gw for gw in gws if cluster(gw)["role"] == "writer")
-        assert {cluster(gw)["writer"] for gw in gws} == {winner.data_dir.name}
-        make_client(winner.endpoint).create_bucket(Bucket="race")
+        winners = [name for name, out in outcomes.items() if out == "created"]
+        assert len(winners) == 1, outcomes
+        (loser,) = [out for out in outcomes.values() if out != "created"]
+        # Refused by the lease (naming the winner), or, had it already
+        # followed the winner's CreateBucket, told the bucket exists.
+        code = loser["Error"]["Code"]
+        assert code in ("MethodNotAllowed", "BucketAlreadyOwnedByYou"), loser
+        if code == "MethodNotAllowed":
+            assert loser["Error"]["Writer"] == winners[0]
+        assert {gw.data_dir.name: cluster(gw)["writing"] for gw in gws} == {
+            gw.data_dir.name: ["race"] if gw.data_dir.name in winners else [] for gw in gws
+        }
     finally:
         for gw in gws:
             gw.stop()
@@ -319,10 +350,10 @@ def test_a_read_miss_asks_the_segment_owner_so_the_store_is_read_once(
             gw.stop()
 
 
-def test_sigkill_of_the_writer_a_replica_takes_over_and_nothing_acknowledged_is_lost(
+def test_sigkill_of_a_writer_another_node_takes_over_and_nothing_acknowledged_is_lost(
     nodes: list[Gateway],
 ) -> None:
-    writer, *replicas = nodes
+    writer, promoted, other = nodes
     s3 = make_client(writer.endpoint)
     s3.create_bucket(Bucket="durable")
     writer.admin("PATCH", "/buckets/durable", json={"write_through": True})  # acknowledged once in a segment
@@ -333,35 +364,34 @@ def test_sigkill_of_the_writer_a_replica_takes_over_and_nothing_acknowledged_is_
         acked[f"k{i:02d}"] = body
     writer.stop(signal.SIGKILL)
     killed = time.monotonic()
+    fresh = make_client(promoted.endpoint)
+    eventually(lambda: fresh.head_bucket(Bucket="durable"))
 
-    def new_writer() -> Gateway:
-        roles = {gw.data_dir.name: cluster(gw)["role"] for gw in replicas}
-        assert "writer" in roles.values(), roles
-        return next(gw for gw in replicas if cluster(gw)["role"] == "writer")
-
-    # The lease runs out (ttl), the skew allowance passes, a follow round notices.
-    promoted = eventually(new_writer, timeout=LEASE_TTL * 1.25 + FOLLOW + BOUND)
+    # Until the dead writer's lease runs out, the bucket's writes are refused
+    # and name it; then the first write through another node takes it over.
+    with pytest.raises(ClientError) as refused:
+        fresh.put_object(Bucket="durable", Key="early", Body=b"x")
+    assert refused.value.response["Error"]["Writer"] == "n1"
+    eventually(lambda: fresh.put_object(Bucket="durable", Key="after", Body=b"after the takeover"),
+               timeout=LEASE_TTL * 1.25 + BOUND)
     took = time.monotonic() - killed
-    other = next(gw for gw in replicas if gw is not promoted)
-    assert cluster(promoted)["term"] == 2
-    for gw in replicas:
+    assert cluster(promoted)["writing"] == ["durable", "second"]
+    for gw in (promoted, other):
         client = make_client(gw.endpoint)
         for key, body in acked.items():
             assert eventually(lambda: client.get_object(Bucket="durable", Key=key)["Body"].read()) == body
 
-    # The new writer takes writes; the other replica follows it and names it.
-    fresh = make_client(promoted.endpoint)
-    fresh.put_object(Bucket="durable", Key="after", Body=b"after the takeover")
+    # The third node follows the new writer and names it.
     reader = make_client(other.endpoint)
     assert eventually(lambda: reader.get_object(Bucket="durable", Key="after")["Body"].read()) == b"after the takeover"
     with pytest.raises(ClientError) as refused:
         reader.put_object(Bucket="durable", Key="x", Body=b"x")
     assert refused.value.response["Error"]["Writer"] == promoted.data_dir.name
 
-    # The killed node comes back as a replica of the new writer and catches up.
+    # The killed node comes back, follows the new writer, and writes
+    # "durable" no more.
     writer.start()
-    assert cluster(writer)["role"] == "replica"
+    assert "durable" not in cluster(writer)["writing"]
     back = make_client(writer.endpoint)
     assert eventually(lambda: back.get_object(Bucket="durable", Key="after")["Body"].read()) == b"after the takeover"
     assert took < LEASE_TTL * 1.25 + BOUND
-

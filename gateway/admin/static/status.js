@@ -346,9 +346,12 @@ function drawCapacity(t) {
   const c = t.cluster;  // one of several gateways (docs/scale-out.md)
   if (c) {
     const lag = c.lag_seconds === null ? "not caught up yet" : `${c.lag_seconds.toFixed(1)} s behind`;
-    facts.unshift(["node", c.role === "writer"
-      ? `${c.node}: the writer (term ${count(c.term)})`
-      : `${c.node}: replica of ${c.writer || "no writer yet"}, ${lag}, ${count(c.lag_segments)} segments to apply`]);
+    const others = Object.entries(c.writers).filter(([, node]) => node !== c.node)
+      .map(([bucket, node]) => `${bucket} on ${node}`);
+    facts.unshift(["node", `${c.node}: ` +
+      (c.writing.length ? `writes ${c.writing.join(", ")}` : "writes no bucket") +
+      (others.length ? `; follows ${others.join(", ")}` : "") +
+      `; ${lag}, ${count(c.lag_segments)} segments to apply`]);
   }
   if (t.last_flush_error) facts.push(["last flush error", t.last_flush_error]);
   const nodes = facts.flatMap(([name, value]) => [el("dt", name), el("dd", value)]);

@@ -1,6 +1,6 @@
-"""Several nodes over one capacity directory, in one process: the writer
-lease, following, takeover and the seal on an ended term. Rounds are driven
-by hand (no timers), so each step is deterministic."""
+"""Several nodes over one capacity directory, in one process: a write lease
+per bucket, following, takeover and the seal on an ended term. Rounds are
+driven by hand (no timers), so each step is deterministic."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from tests.unit.tiering.test_objects import body
 from tiering import _pool
 from tiering.capacity import LocalDirStore
-from tiering.cluster import TERM_SHIFT, seal_name, term_of
+from tiering._keys import TERM_SHIFT, term_of
+from tiering.cluster import SEALS
 from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter
 from tiering.fetch import SEGMENTS
 from tiering.inputs import Integrity, NewObject
@@ -52,47 +53,70 @@ async def wait_out_lease() -> None:
     await asyncio.sleep(TTL + TTL / 4 + 0.2)
 
 
-def test_one_writer_and_replicas_follow_its_segments(tmp_path: Path) -> None:
+async def seal(svc: ObjectService, term: int) -> str:
+    data, _ = await svc.tiers.capacity.read_versioned(f"{SEALS}{term:08x}")
+    return data.decode()
+
+
+async def segment_names(svc: ObjectService) -> list[str]:
+    return [p[len(SEGMENTS):] async for p, _ in svc.tiers.capacity.list(SEGMENTS)]
+
+
+def term(svc: ObjectService, bucket: str) -> int:
+    return svc.tiers.cluster._held[bucket].term
+
+
+
+def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
     async def go() -> None:
         a, b = node(tmp_path, "a"), node(tmp_path, "b")
         await a.start()
         await b.start()
         try:
-            assert (a.tiers.cluster.role, b.tiers.cluster.role) == ("writer", "replica")
-            await a.create_bucket("data")
+            assert (a.tiers.cluster.status().role, b.tiers.cluster.status().role) == ("replica", "replica")
+            await a.create_bucket("data")  # a takes the lease of "data"
+            await b.create_bucket("more")  # and b that of "more", at the same time
             await put(a, "data", "one", b"1" * 1000)
             await put(a, "data", "two", b"2" * 100_000)
+            await put(b, "more", "m", b"from b")
             await a.tiers.flush()
-            assert await b.tiers.cluster.follow() == 1
+            await b.tiers.flush()
+            assert await b.tiers.cluster.follow() >= 1
+            assert await a.tiers.cluster.follow() >= 1
             assert await get(b, "data", "one") == b"1" * 1000
             assert await get(b, "data", "two") == b"2" * 100_000
+            assert await get(a, "more", "m") == b"from b"
+            assert [x.name for x in await a.list_buckets()] == ["data", "more"]
 
-            # Overwrite, delete and a new bucket reach the replica too.
+            # Each segment holds one bucket, named in its writer's term.
+            names = await segment_names(a)
+            assert {term_of(n) for n in names} == {term(a, "data"), term(b, "more")}
+            assert term(a, "data") != term(b, "more")
+
+            # Overwrite, delete and a bucket's deletion reach the other node.
             await put(a, "data", "one", b"one again")
             await a.delete("data", "two")
-            await a.create_bucket("more")
+            await b.delete("more", "m")
+            await b.delete_bucket("more")
             await a.tiers.flush()
+            await b.tiers.flush()
             await b.tiers.cluster.follow()
+            await a.tiers.cluster.follow()
             assert await get(b, "data", "one") == b"one again"
             with pytest.raises(NoSuchKey):
                 await b.head("data", "two")
-            assert [x.name for x in await b.list_buckets()] == ["data", "more"]
-            await a.delete_bucket("more")
-            await a.tiers.flush()
-            await b.tiers.cluster.follow()
             with pytest.raises(NoSuchBucket):
-                await b.bucket("more")
+                await a.bucket("more")
 
-            # A policy change reaches the replica's settings, cached or not
-            # (they are the writer's if it takes over).
+            # A policy change reaches the other node's settings.
             assert b.policies.settings("data").compression is True
             await a.set_policy(replace(await a.bucket("data"), compression=False))
             await a.tiers.flush()
             await b.tiers.cluster.follow()
             assert b.policies.settings("data").compression is False
 
-            # Compaction on the writer moves the live data; the replica follows
-            # the new segment and forgets the deleted ones.
+            # Compaction by the bucket's writer moves its live data; the other
+            # node follows the new segment and forgets the deleted ones.
             await a.tiers.compact(threshold=1.0)
             await b.tiers.cluster.follow()
             await b.tiers.cluster._prune()
@@ -100,17 +124,21 @@ def test_one_writer_and_replicas_follow_its_segments(tmp_path: Path) -> None:
             on_a = {s.name for s in await _pool.run(a.index.segments)}
             on_b = {s.name for s in await _pool.run(b.index.segments)}
             assert on_a == on_b
-            status = b.tiers.cluster_status()
-            assert status is not None and status.writer == "a" and status.lag_segments == 0
+            # b compacts nothing of a's bucket, a nothing of b's.
+            assert all(not b.tiers.writing.compactable(n) for n in on_a if term_of(n) == term(a, "data"))
 
-            # The replica refuses writes and names the writer.
+            status = b.tiers.cluster_status()
+            assert status is not None and status.role == "writer" and status.writing == ["more"]
+            assert status.writers == {"data": "a", "more": "b"} and status.lag_segments == 0
+
+            # b refuses writes to a's bucket and names a.
             with pytest.raises(NotWriter) as refused:
                 await put(b, "data", "three", b"3")
             assert refused.value.detail == {"Writer": "a"}
             with pytest.raises(NotWriter):
-                await b.create_bucket("other")
-            with pytest.raises(NotWriter):
                 await b.delete("data", "one")
+            with pytest.raises(NotWriter):
+                await b.set_policy(await b.bucket("data"))
         finally:
             await a.close()
             await b.close()
@@ -119,54 +147,52 @@ def test_one_writer_and_replicas_follow_its_segments(tmp_path: Path) -> None:
 
 
 def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path: Path) -> None:
-    """The writer stops renewing; after the lease runs out another node takes
-    it over with a higher term. A segment the old writer uploads after that
-    (its flush was already under way) sorts after the seal and no node
-    applies it."""
+    """The writer of a bucket stops renewing; after its lease runs out a write
+    through another node takes the bucket over with a new term. A segment the
+    old writer uploads after that (its flush was already under way) sorts
+    after the seal and no node applies it."""
 
     async def go() -> None:
         a, b, c = node(tmp_path, "a"), node(tmp_path, "b"), node(tmp_path, "c")
         for svc in (a, b, c):
             await svc.start()
         try:
-            await a.create_bucket("data", write_through=True)
-            await a.create_bucket("back", write_through=False)
+            await a.create_bucket("data")
             for i in range(5):
-                await put(a, "data", f"k{i}", bytes([i]) * 5000)  # acknowledged after the flush
+                await put(a, "data", f"k{i}", bytes([i]) * 5000)
+            await a.tiers.flush()
+            old_term = term(a, "data")
             await pause(a)
-            await put(a, "back", "late", b"late")  # write-back: staged on a, not flushed
+            await put(a, "data", "late", b"late")  # staged before the lease ran out, flushed after
             await wait_out_lease()
-            assert not a.tiers.cluster.writing
-            with pytest.raises(Exception):  # refused: a's lease ran out on its own clock
-                await put(a, "data", "refused", b"x")
+            assert not a.tiers.writing.may_write("data")  # ran out on a's own clock
 
             await b.tiers.cluster.follow()
-            await b.tiers.cluster._take_if_free()
-            assert b.tiers.cluster.role == "writer"
-            assert b.tiers.cluster.lease.record.term == 2
+            await c.tiers.cluster.follow()
+            await put(b, "data", "new", b"from b")  # takes the bucket over
+            new_term = term(b, "data")
+            assert new_term > old_term
             for i in range(5):
                 assert await get(b, "data", f"k{i}") == bytes([i]) * 5000
             last_of_a = max(s.name for s in await _pool.run(a.index.segments))
-            sealed, _ = await b.tiers.capacity.read_versioned(seal_name(1))
-            assert sealed.decode() == last_of_a
+            assert await seal(b, old_term) == last_of_a
 
             # The old writer's upload lands after the seal: valid for nobody.
-            a.tiers.flusher._check_writer = lambda: None
+            a.tiers.cluster.check = lambda bucket: None
+            a.tiers.cluster.may_write = lambda bucket: True
             await a.tiers.flusher.flush_round(force=True)
             late = max(s.name for s in await _pool.run(a.index.segments))
-            assert term_of(late) == 1 and late > sealed.decode()
+            assert term_of(late) == old_term and late > last_of_a
 
-            await put(b, "data", "new", b"from b")
             await b.tiers.flush()
-            names = [p[len(SEGMENTS):] async for p, _ in b.tiers.capacity.list(SEGMENTS)]
-            assert any(term_of(n) == 2 for n in names)
-            assert min(n for n in names if term_of(n) == 2) >= f"{2 << TERM_SHIFT:016x}"
+            names = await segment_names(b)
+            assert min(n for n in names if term_of(n) == new_term) >= f"{new_term << TERM_SHIFT:016x}"
             await c.tiers.cluster.follow()
             assert await get(c, "data", "new") == b"from b"
             for i in range(5):
                 assert await get(c, "data", f"k{i}") == bytes([i]) * 5000
             with pytest.raises(NoSuchKey):
-                await c.head("back", "late")
+                await c.head("data", "late")
             with pytest.raises(NotWriter) as refused:
                 await put(c, "data", "x", b"x")
             assert refused.value.detail == {"Writer": "b"}
@@ -175,11 +201,19 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             rebuilt = Index(tmp_path / "rebuilt")
             try:
                 await recover(LocalDirStore(tmp_path / "capacity"), rebuilt)
-                assert rebuilt.get_object("back", "late") is None
+                assert rebuilt.get_object("data", "late") is None
                 assert rebuilt.get_object("data", "new") is not None
                 assert late not in {s.name for s in rebuilt.segments()}
             finally:
                 rebuilt.close()
+
+            # The next takeover of the bucket removes the late upload.
+            await pause(b)
+            await b.tiers.flush()
+            await wait_out_lease()
+            await put(c, "data", "by-c", b"c")
+            assert late not in await segment_names(c)
+            assert await get(c, "data", "new") == b"from b"
         finally:
             for svc in (a, b, c):
                 await svc.close()
@@ -187,13 +221,29 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
     asyncio.run(go())
 
 
-def test_racing_nodes_one_writer(tmp_path: Path) -> None:
+def test_racing_nodes_one_writer_per_bucket(tmp_path: Path) -> None:
     async def go() -> None:
         nodes = [node(tmp_path, f"n{i}") for i in range(5)]
         await asyncio.gather(*(svc.start() for svc in nodes))
         try:
-            roles = sorted(svc.tiers.cluster.role for svc in nodes)
-            assert roles == ["replica"] * 4 + ["writer"]
+            outcomes = await asyncio.gather(
+                *(svc.create_bucket("shared") for svc in nodes), return_exceptions=True
+            )
+            won = [svc for svc, out in zip(nodes, outcomes) if not isinstance(out, BaseException)]
+            assert len(won) == 1, outcomes
+            for out in outcomes:
+                assert not isinstance(out, BaseException) or isinstance(out, NotWriter), out
+            writers = [svc.tiers.cluster.node for svc in nodes if svc.tiers.writing.may_write("shared")]
+            assert writers == [won[0].tiers.cluster.node]
+            # A claim that lost the race (a term never written into the
+            # lease, newer than the winner's) holds no follower back.
+            other = next(svc for svc in nodes if svc is not won[0])
+            ghost = await other.tiers.cluster._terms.claim("shared", "ghost", 0)
+            assert ghost > term(won[0], "shared")
+            await put(won[0], "shared", "k", b"by the winner")
+            await won[0].tiers.flush()
+            assert await other.tiers.cluster.follow() >= 1
+            assert await get(other, "shared", "k") == b"by the winner"
         finally:
             for svc in nodes:
                 await svc.close()
@@ -211,8 +261,8 @@ def test_clean_stop_releases_the_lease_after_flushing(tmp_path: Path) -> None:
             await put(a, "data", "staged", b"write-back")  # not flushed yet
             await a.close()
             await b.tiers.cluster.follow()
-            await b.tiers.cluster._take_if_free()  # no wait: a let it go
-            assert b.tiers.cluster.role == "writer"
+            await put(b, "data", "by-b", b"b")  # no wait: a let the lease go
+            assert b.tiers.writing.may_write("data")
             assert await get(b, "data", "staged") == b"write-back"
         finally:
             await b.close()
@@ -224,6 +274,7 @@ def test_a_gateway_without_node_id_refuses_a_shared_store(tmp_path: Path) -> Non
     async def go() -> None:
         a = node(tmp_path, "a")
         await a.start()
+        await a.create_bucket("data")
         await a.close()
         alone = ObjectService(tmp_path / "alone", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
         with pytest.raises(ForeignSegments, match="--node-id"):
@@ -233,16 +284,19 @@ def test_a_gateway_without_node_id_refuses_a_shared_store(tmp_path: Path) -> Non
     asyncio.run(go())
 
 
-def test_a_single_gateway_restarted_with_a_node_id_becomes_the_writer(tmp_path: Path) -> None:
-    """The move from one gateway to several: its history becomes term 0,
-    sealed; its unflushed writes are flushed as term 1."""
+def test_a_single_gateway_restarted_with_a_node_id_writes_its_buckets(tmp_path: Path) -> None:
+    """The move from one gateway to several: its history is term 0, sealed
+    when the first lease is taken; at start it takes the buckets it has
+    unflushed writes of, and flushes them in their new terms."""
 
     async def go() -> None:
         capacity = tmp_path / "capacity"
         alone = ObjectService(tmp_path / "a", TierSettings(flush_delay=3600.0), LocalDirStore(capacity))
         await alone.start()
         await alone.create_bucket("data")
+        await alone.create_bucket("quiet")
         await put(alone, "data", "flushed", b"in a term-0 segment")
+        await put(alone, "quiet", "q", b"term 0 too")
         await alone.tiers.flush()
         await put(alone, "data", "staged", b"not flushed yet")
         await alone.close()
@@ -250,15 +304,16 @@ def test_a_single_gateway_restarted_with_a_node_id_becomes_the_writer(tmp_path: 
         await a.start()
         await b.start()
         try:
-            assert a.tiers.cluster.role == "writer" and a.tiers.cluster.lease.record.term == 1
-            sealed, _ = await a.tiers.capacity.read_versioned(seal_name(0))
-            assert term_of(sealed.decode()) == 0
+            assert a.tiers.cluster.status().writing == ["data"]
+            assert term_of(await seal(a, 0)) == 0
             await a.tiers.flush()
             await b.tiers.cluster.follow()
             assert await get(b, "data", "flushed") == b"in a term-0 segment"
             assert await get(b, "data", "staged") == b"not flushed yet"
-            names = [p[len(SEGMENTS):] async for p, _ in a.tiers.capacity.list(SEGMENTS)]
-            assert sorted(term_of(n) for n in names) == [0, 1]
+            assert await get(b, "quiet", "q") == b"term 0 too"
+            assert sorted({term_of(n) for n in await segment_names(a)}) == [0, term(a, "data")]
+            await put(b, "quiet", "q2", b"b writes the other bucket")  # free: b takes it
+            assert b.tiers.cluster.status().writing == ["quiet"]
         finally:
             await a.close()
             await b.close()
@@ -287,8 +342,8 @@ def test_a_node_joins_with_recover_then_follows_from_there(tmp_path: Path) -> No
             reads = c.tiers.capacity.stats
             await c.start()
             try:
-                assert c.tiers.cluster.role == "replica"
-                assert reads.gets <= 2, reads  # the lease, and no footer: all known from recover
+                assert c.tiers.cluster.status().writing == []
+                assert reads.gets <= 2, reads  # the term's record and term 0's seal: no footer
                 await put(a, "data", "new", b"after the join")
                 await a.tiers.flush()
                 assert await c.tiers.cluster.follow() == 1
@@ -302,7 +357,7 @@ def test_a_node_joins_with_recover_then_follows_from_there(tmp_path: Path) -> No
     asyncio.run(go())
 
 
-def test_a_writer_that_lost_the_lease_can_take_it_back(tmp_path: Path) -> None:
+def test_a_writer_that_lost_a_lease_can_take_it_back(tmp_path: Path) -> None:
     async def go() -> None:
         a, b = node(tmp_path, "a"), node(tmp_path, "b")
         await a.start()
@@ -310,22 +365,55 @@ def test_a_writer_that_lost_the_lease_can_take_it_back(tmp_path: Path) -> None:
         try:
             await a.create_bucket("data", write_through=True)
             await a.tiers.flush()
+            first = term(a, "data")
             running = list(a.tiers._tasks)
             await pause(a)
             await wait_out_lease()
             await b.tiers.cluster.follow()
-            await b.tiers.cluster._take_if_free()
             await put(b, "data", "by-b", b"b")
             await pause(b)
             await wait_out_lease()
             await a.tiers.cluster.follow()
-            await a.tiers.cluster._take_if_free()
-            assert a.tiers.cluster.role == "writer" and a.tiers.cluster.lease.record.term == 3
+            await put(a, "data", "by-a", b"a")  # write-through: flushed under a's new term
+            assert term(a, "data") > term(b, "data") > first
             assert a.tiers._tasks == running  # the same flusher and compactor, not a second pair
-            await put(a, "data", "by-a", b"a")  # write-through: flushed under term 3
             assert await get(a, "data", "by-b") == b"b"
         finally:
             await a.close()
             await b.close()
+
+    asyncio.run(go())
+
+
+def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: Path) -> None:
+    """Between a takeover's lease write and its seal, a segment of the old
+    term might still be an upload that lands after the seal: followers wait."""
+
+    async def go() -> None:
+        a, b, c = node(tmp_path, "a"), node(tmp_path, "b"), node(tmp_path, "c")
+        for svc in (a, b, c):
+            await svc.start()
+        try:
+            await a.create_bucket("data")
+            await put(a, "data", "k", b"by a")
+            await a.tiers.flush()
+            await pause(a)
+            await wait_out_lease()
+            await b.tiers.cluster.follow()
+            # b takes the lease but stops before its catch-up and seal.
+            cluster = b.tiers.cluster
+            lease = cluster._lease("data")
+            assert await lease.acquire(lambda above: cluster._terms.claim("data", "b", above))
+            assert await c.tiers.cluster.follow() == 0
+            assert c.tiers.cluster.status().lag_segments > 0
+            with pytest.raises(NoSuchBucket):
+                await c.bucket("data")
+            await cluster._catch_up("data", lease.record.term)  # seals a's term
+            assert await c.tiers.cluster.follow() >= 1
+            assert await get(c, "data", "k") == b"by a"
+            assert c.tiers.cluster.status().lag_segments == 0
+        finally:
+            for svc in (a, b, c):
+                await svc.close()
 
     asyncio.run(go())

@@ -1,0 +1,63 @@
+"""Which buckets this node may write segments for, and how it names them.
+
+The flusher and the compactor ask this, never the cluster directly: a
+gateway alone writes every bucket into mixed segments named from its
+index's counter (``SoleWriter``); one of several writes only the buckets
+whose write lease it holds, one bucket per segment, named in that lease's
+term (``tiering.cluster.Cluster``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tiering import _pool
+from tiering.index import Index
+
+
+class Writing(Protocol):
+    per_bucket: bool  # True: a segment holds one bucket's data and records
+
+    def may_write(self, bucket: str) -> bool:
+        """True while this node may write segments for ``bucket``."""
+        ...
+
+    def check(self, bucket: str) -> None:
+        """Raise NotWriter or ServiceUnavailable unless ``may_write``."""
+        ...
+
+    async def name(self, bucket: str) -> str:
+        """A new segment name for data of ``bucket``."""
+        ...
+
+    def compactable(self, segment: str) -> bool:
+        """True if this node may rewrite or delete ``segment``."""
+        ...
+
+    def bucket_of(self, segment: str) -> str | None:
+        """The bucket a per-bucket segment holds (None: mixed)."""
+        ...
+
+
+class SoleWriter:
+    """A gateway alone over its capacity store: it writes everything."""
+
+    per_bucket = False
+
+    def __init__(self, index: Index) -> None:
+        self._index = index
+
+    def may_write(self, bucket: str) -> bool:
+        return True
+
+    def check(self, bucket: str) -> None:
+        return None
+
+    async def name(self, bucket: str) -> str:
+        return await _pool.run(self._index.new_segment_name)
+
+    def compactable(self, segment: str) -> bool:
+        return True
+
+    def bucket_of(self, segment: str) -> str | None:
+        return None
