@@ -146,17 +146,18 @@ Workers = Annotated[
 NodeId = Annotated[
     str | None,
     typer.Option(help="Run as one of several gateways over one capacity store, under this name: the "
-                 "writer while it holds the store's write lease, else a read replica that follows it. "
-                 "(default: the only gateway)"),
+                 "writer of each bucket whose write lease it holds, a read replica of the others that "
+                 "follows their writers. (default: the only gateway)"),
 ]
 LeaseTtl = Annotated[
     float | None,
-    typer.Option(help="Seconds the write lease lasts unless renewed; a replica takes over this long "
-                 "after the writer stops renewing. (default: 30)"),
+    typer.Option(help="Seconds a bucket's write lease lasts unless renewed; another node can take the "
+                 "bucket over this long after its writer stops renewing. (default: 30)"),
 ]
 FollowInterval = Annotated[
     float | None,
-    typer.Option(help="Seconds between a replica's rounds of applying the writer's new segments. (default: 2)"),
+    typer.Option(help="Seconds between this node's rounds of applying the other writers' new segments. "
+                 "(default: 2)"),
 ]
 Peers = Annotated[
     str | None,

@@ -37,8 +37,8 @@ CODES = {
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,
     "JobFinished": 409,
-    # One of several gateways without the write lease (RFC 9110 421: not
-    # the server to ask); the message names the one that has it.
+    # One of several gateways, and another holds the bucket's write lease (RFC 9110 421: not
+    # the server to ask); the message names the one that holds it.
     "NotWriter": 421,
     "InternalError": 500,
     "SourceUnavailable": 502,

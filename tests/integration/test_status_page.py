@@ -204,7 +204,7 @@ def test_cli_open_signs_the_page_in(gw: Gateway, page: Any, monkeypatch: pytest.
 def test_a_gateway_among_several_shows_its_role(tmp_path: Path, page: Any) -> None:
     """With --node-id the capacity card names this node and the buckets it writes."""
     with running_gateway(tmp_path / "data", "--node-id", "node-a", "--lease-ttl", "6") as node:
-        make_client(node.url).create_bucket(Bucket="shards")  # takes the bucket's write lease
+        make_client(node.endpoint).create_bucket(Bucket="shards")  # takes the bucket's write lease
         page.goto(f"{node.admin_url}/status#token={ADMIN_TOKEN}")
         signed_in(page)
         facts = wait_for("the node's role", lambda: "node-a" in text(page, "#capacity-facts") and
