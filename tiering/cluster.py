@@ -48,6 +48,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from packer.format import Footer
 from tiering import _pool
 from tiering._keys import FOLLOW_CLOSED, TERM_SHIFT, term_of
 from tiering.capacity import CapacityStore
@@ -70,6 +71,7 @@ TERMS = LEASE_PREFIX + "_terms/"  # + term in 8 hex digits: {"bucket", "node"}
 SEALS = LEASE_PREFIX + "_seals/"  # + term in 8 hex digits: its last valid segment ("" for none)
 LEGACY = 0  # a single gateway's term: its segments may mix buckets
 PRUNE_EVERY = 30  # follow rounds between full listings that drop deleted segments
+FOOTER_READ_AHEAD = 8  # footers read at once while following
 _SEQUENCE = (1 << TERM_SHIFT) - 1
 
 
@@ -212,6 +214,32 @@ class _Round:
 
     lease_terms: dict[str, int] = field(default_factory=dict)
     blocked: set[str] = field(default_factory=set)  # buckets waiting for a seal or an earlier term
+
+
+class _ReadAhead:
+    """Reads the footers of listed segments a few ahead of the one being
+    applied: one at a time, a round costs a store round trip per segment."""
+
+    def __init__(self, capacity: CapacityStore, index: Index, listed: list[tuple[str, int]]) -> None:
+        self._capacity = capacity
+        self._index = index
+        self._listed = listed
+        self._reads: dict[int, asyncio.Task[Footer]] = {}
+
+    def footer(self, position: int) -> Awaitable[Footer] | None:
+        """The footer of the ``position``-th listed segment (None: the index
+        knows it, nothing to read); starts the reads of the next few."""
+        for ahead in range(position, min(position + FOOTER_READ_AHEAD, len(self._listed))):
+            name = self._listed[ahead][0]
+            if ahead not in self._reads and self._index.get_segment(name) is None:
+                self._reads[ahead] = asyncio.ensure_future(read_footer(self._capacity, name))
+        return self._reads.pop(position, None)
+
+    def cancel(self) -> None:
+        for read in self._reads.values():
+            read.cancel()
+            read.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._reads.clear()
 
 
 class Cluster:
@@ -443,20 +471,24 @@ class Cluster:
                 state.blocked.add(bucket)  # type: ignore[arg-type]
                 behind += len(todo)
                 continue
-            for index, (name, size) in enumerate(todo):
-                verdict = await self._verdict(name, term, bucket, state)
-                if verdict == WAIT:
-                    behind += len(todo) - index
-                    if bucket is not None:
-                        state.blocked.add(bucket)
-                    break
-                if verdict == APPLY:
-                    await self._apply(name, size)
-                    applied += 1
+            ahead = _ReadAhead(self._capacity, self._index, todo)
+            try:
+                for index, (name, size) in enumerate(todo):
+                    verdict = await self._verdict(name, term, bucket, state)
+                    if verdict == WAIT:
+                        behind += len(todo) - index
+                        if bucket is not None:
+                            state.blocked.add(bucket)
+                        break
+                    if verdict == APPLY:
+                        await self._apply(name, size, ahead.footer(index))
+                        applied += 1
+                    else:
+                        await _pool.run(self._index.advance_follow_point, name)
                 else:
-                    await _pool.run(self._index.advance_follow_point, name)
-            else:
-                await self._close_if_done(term, bucket)
+                    await self._close_if_done(term, bucket)
+            finally:
+                ahead.cancel()
         self._behind = behind
         if not behind:
             self._current_at = started
@@ -508,11 +540,11 @@ class Cluster:
         await _pool.run(self._index.close_term, term)
         return True
 
-    async def _apply(self, name: str, size: int) -> None:
+    async def _apply(self, name: str, size: int, footer: Awaitable[Footer] | None = None) -> None:
         if self._index.get_segment(name) is not None:  # written or recovered here: nothing to read
             await _pool.run(self._index.advance_follow_point, name)
             return
-        footer = await read_footer(self._capacity, name)
+        footer = await (footer if footer is not None else read_footer(self._capacity, name))
         gone, buckets = await _pool.run(self._index.apply_segment, size, footer, self._region)
         for bucket in buckets:
             self._policies.changed(bucket)
