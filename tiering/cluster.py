@@ -154,6 +154,10 @@ class Seals:
             self._known[term] = data.decode()
         return self._known[term]
 
+    def known(self) -> set[int]:
+        """The terms whose seal this node has read (or written)."""
+        return set(self._known)
+
     async def write(self, term: int, name: str) -> str:
         """Seal ended ``term`` at ``name``; the seal that holds (an earlier one stays)."""
         try:
@@ -214,6 +218,10 @@ class _Round:
 
     lease_terms: dict[str, int] = field(default_factory=dict)
     blocked: set[str] = field(default_factory=set)  # buckets waiting for a seal or an earlier term
+    # Terms sealed before this round listed, all of whose listed segments
+    # the round applied or skipped: every valid segment they still have is
+    # applied (compaction may have deleted the rest, the seal's own included).
+    complete: set[int] = field(default_factory=set)
 
 
 class _ReadAhead:
@@ -454,6 +462,8 @@ class Cluster:
 
     async def _follow(self) -> int:
         started = time.monotonic()
+        state = _Round()
+        sealed = self._seals.known()  # before the listing
         await self._terms.refresh()
         points = await _pool.run(self._index.follow_points)
         terms = [t for t in [LEGACY, *sorted(self._terms.known)] if points.get(t) != FOLLOW_CLOSED]
@@ -462,12 +472,11 @@ class Cluster:
             for t in terms
         }
         await self._terms.refresh()  # after the listing: see the module notes
-        state = _Round()
         applied = behind = 0
         for term in terms:
             bucket = self._terms.bucket(term)
             todo = listed[term]
-            if term != LEGACY and (bucket in state.blocked or not await self._ready(term, bucket)):
+            if term != LEGACY and (bucket in state.blocked or not await self._ready(term, bucket, state)):
                 state.blocked.add(bucket)  # type: ignore[arg-type]
                 behind += len(todo)
                 continue
@@ -486,7 +495,9 @@ class Cluster:
                     else:
                         await _pool.run(self._index.advance_follow_point, name)
                 else:
-                    await self._close_if_done(term, bucket)
+                    if term in sealed:
+                        state.complete.add(term)
+                    await self._close_if_done(term, bucket, term in state.complete)
             finally:
                 ahead.cancel()
         self._behind = behind
@@ -497,12 +508,14 @@ class Cluster:
             await self._prune()
         return applied
 
-    async def _ready(self, term: int, bucket: str | None) -> bool:
+    async def _ready(self, term: int, bucket: str | None, state: _Round) -> bool:
         """True once term 0 and every earlier term of ``bucket`` are closed."""
         points = await _pool.run(self._index.follow_points)
         earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term] if bucket else [LEGACY]
         for before in earlier:
-            if points.get(before) != FOLLOW_CLOSED and not await self._close_if_done(before, self._terms.bucket(before)):
+            if points.get(before) == FOLLOW_CLOSED:
+                continue
+            if not await self._close_if_done(before, self._terms.bucket(before), before in state.complete):
                 return False
         return True
 
@@ -525,8 +538,9 @@ class Cluster:
                 return APPLY  # a later claim that never took the lease
         return WAIT
 
-    async def _close_if_done(self, term: int, bucket: str | None) -> bool:
-        """Close ``term`` if it is sealed and applied up to its seal."""
+    async def _close_if_done(self, term: int, bucket: str | None, complete: bool = False) -> bool:
+        """Close ``term`` if it is sealed and applied up to its seal, or
+        ``complete``: listed whole after its seal existed, and applied."""
         if term != LEGACY and bucket is not None and all(t <= term for t in self._terms.of(bucket)):
             return False  # the bucket's newest term: it may still grow
         seal = await self._seals.get(term)
@@ -535,7 +549,7 @@ class Cluster:
         point = (await _pool.run(self._index.follow_points)).get(term, "")
         if point == FOLLOW_CLOSED:
             return True
-        if seal and point < seal:
+        if seal and point < seal and not complete:
             return False
         await _pool.run(self._index.close_term, term)
         return True
@@ -573,13 +587,14 @@ class Cluster:
                     continue
                 await self._apply(name, size)
                 last = name
+            complete = seal is not None  # sealed before the listing
             if seal is None:
                 seal = await self._seals.write(ended, last)
             for name in late:
                 if ended != LEGACY:  # term 0's late segments may be any bucket's: left alone
                     log.info("removing segment %s, written after term %d was sealed", name, ended)
                     await self._capacity.delete(segment_path(name))
-            await self._close_if_done(ended, self._terms.bucket(ended))
+            await self._close_if_done(ended, self._terms.bucket(ended), complete)
 
     async def _prune(self) -> None:
         """Forget segments a writer's compaction deleted from the store."""

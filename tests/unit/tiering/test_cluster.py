@@ -417,3 +417,43 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
                 await svc.close()
 
     asyncio.run(go())
+
+
+def test_a_lagging_follower_closes_a_term_whose_segments_compaction_deleted(tmp_path: Path) -> None:
+    """c has applied only the first segment of a's term when b takes the
+    bucket over and compacts the rest away, the seal's own segment
+    included: c still closes a's term and applies b's."""
+
+    async def go() -> None:
+        a, b, c = node(tmp_path, "a"), node(tmp_path, "b"), node(tmp_path, "c")
+        for svc in (a, b, c):
+            await svc.start()
+        try:
+            await a.create_bucket("data")
+            await put(a, "data", "k0", b"zero")
+            await a.tiers.flush()
+            await c.tiers.cluster.follow()  # c stops following here
+            for key in ("k1", "k2"):
+                await put(a, "data", key, b"old " + key.encode())
+                await a.tiers.flush()
+            old_term = term(a, "data")
+            await pause(a)
+            await wait_out_lease()
+            await b.tiers.cluster.follow()
+            for key in ("k1", "k2"):
+                await put(b, "data", key, b"new " + key.encode())  # a's later segments all dead
+            await b.tiers.flush()
+            sealed_at = await seal(b, old_term)
+            await b.tiers.compact(threshold=1.0)
+            assert sealed_at not in await segment_names(b)  # deleted: c can never apply up to it
+            for _ in range(2):  # the first round reads the seal, the next closes the term
+                await c.tiers.cluster.follow()
+            assert c.tiers.cluster.status().lag_segments == 0
+            for key in ("k1", "k2"):
+                assert await get(c, "data", key) == b"new " + key.encode()
+            assert await get(c, "data", "k0") == b"zero"
+        finally:
+            for svc in (a, b, c):
+                await svc.close()
+
+    asyncio.run(go())
