@@ -466,7 +466,8 @@ class Cluster:
         sealed = self._seals.known()  # before the listing
         await self._terms.refresh()
         points = await _pool.run(self._index.follow_points)
-        terms = [t for t in [LEGACY, *sorted(self._terms.known)] if points.get(t) != FOLLOW_CLOSED]
+        own = {held.term for held in self._held.values()}  # written here: nothing to apply
+        terms = [t for t in [LEGACY, *sorted(self._terms.known)] if points.get(t) != FOLLOW_CLOSED and t not in own]
         listed = {
             t: [item async for item in list_segments(self._capacity, points.get(t, ""), term_prefix(t))]
             for t in terms

@@ -131,6 +131,12 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
             assert status is not None and status.role == "writer" and status.writing == ["more"]
             assert status.writers == {"data": "a", "more": "b"} and status.lag_segments == 0
 
+            # A round costs two LISTs of the term registry and one of the
+            # term b writes in: none of a's own, none of the closed term 0.
+            lists = a.tiers.capacity.stats.lists
+            await a.tiers.cluster.follow()
+            assert a.tiers.capacity.stats.lists - lists == 3
+
             # b refuses writes to a's bucket and names a.
             with pytest.raises(NotWriter) as refused:
                 await put(b, "data", "three", b"3")
