@@ -5,6 +5,8 @@ driven by hand (no timers), so each step is deterministic."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +32,19 @@ TTL = 2.0  # the lease's skew is a quarter of it
 def node(root: Path, name: str, **settings: object) -> ObjectService:
     tiers = TierSettings(node_id=name, lease_ttl=TTL, follow_interval=3600.0, flush_delay=3600.0, **settings)
     return ObjectService(root / name, tiers, LocalDirStore(root / "capacity"))
+
+
+@contextlib.asynccontextmanager
+async def running(root: Path, *names: str) -> AsyncIterator[list[ObjectService]]:
+    """Nodes started in order, closed at the end."""
+    services = [node(root, name) for name in names]
+    for svc in services:
+        await svc.start()
+    try:
+        yield services
+    finally:
+        for svc in services:
+            await svc.close()
 
 
 async def put(svc: ObjectService, bucket: str, key: str, data: bytes) -> None:
@@ -159,10 +174,7 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
     after the seal and no node applies it."""
 
     async def go() -> None:
-        a, b, c = node(tmp_path, "a"), node(tmp_path, "b"), node(tmp_path, "c")
-        for svc in (a, b, c):
-            await svc.start()
-        try:
+        async with running(tmp_path, "a", "b", "c") as (a, b, c):
             await a.create_bucket("data")
             for i in range(5):
                 await put(a, "data", f"k{i}", bytes([i]) * 5000)
@@ -220,9 +232,6 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             await put(c, "data", "by-c", b"c")
             assert late not in await segment_names(c)
             assert await get(c, "data", "new") == b"from b"
-        finally:
-            for svc in (a, b, c):
-                await svc.close()
 
     asyncio.run(go())
 
@@ -396,10 +405,7 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
     term might still be an upload that lands after the seal: followers wait."""
 
     async def go() -> None:
-        a, b, c = node(tmp_path, "a"), node(tmp_path, "b"), node(tmp_path, "c")
-        for svc in (a, b, c):
-            await svc.start()
-        try:
+        async with running(tmp_path, "a", "b", "c") as (a, b, c):
             await a.create_bucket("data")
             await put(a, "data", "k", b"by a")
             await a.tiers.flush()
@@ -418,9 +424,6 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
             assert await c.tiers.cluster.follow() >= 1
             assert await get(c, "data", "k") == b"by a"
             assert c.tiers.cluster.status().lag_segments == 0
-        finally:
-            for svc in (a, b, c):
-                await svc.close()
 
     asyncio.run(go())
 
@@ -431,10 +434,7 @@ def test_a_lagging_follower_closes_a_term_whose_segments_compaction_deleted(tmp_
     included: c still closes a's term and applies b's."""
 
     async def go() -> None:
-        a, b, c = node(tmp_path, "a"), node(tmp_path, "b"), node(tmp_path, "c")
-        for svc in (a, b, c):
-            await svc.start()
-        try:
+        async with running(tmp_path, "a", "b", "c") as (a, b, c):
             await a.create_bucket("data")
             await put(a, "data", "k0", b"zero")
             await a.tiers.flush()
@@ -458,8 +458,5 @@ def test_a_lagging_follower_closes_a_term_whose_segments_compaction_deleted(tmp_
             for key in ("k1", "k2"):
                 assert await get(c, "data", key) == b"new " + key.encode()
             assert await get(c, "data", "k0") == b"zero"
-        finally:
-            for svc in (a, b, c):
-                await svc.close()
 
     asyncio.run(go())
