@@ -176,9 +176,26 @@ def status(document: Mapping[str, Any]) -> None:
         ("jobs running", str(sum(1 for job in jobs if job.get("state") == "running"))),
         ("uptime", duration(stats.get("uptime_s"))),
     ]
+    sections = [("hot tier", hot), ("capacity tier", capacity), ("gateway", traffic)]
+    if isinstance(cluster := tiers.get("cluster"), Mapping):
+        sections.append(("cluster", _cluster_rows(cluster)))
     console = _out()
-    for title, rows in (("hot tier", hot), ("capacity tier", capacity), ("gateway", traffic)):
+    for title, rows in sections:
         console.print(_pairs(title, rows))
+
+
+def _cluster_rows(cluster: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """One of several gateways: what it writes, who writes the rest, its lag."""
+    node = cluster.get("node")
+    writers = cluster.get("writers") if isinstance(cluster.get("writers"), Mapping) else {}
+    others = [f"{bucket} ({writer})" for bucket, writer in sorted(writers.items()) if writer != node]
+    lag = cluster.get("lag_seconds")
+    return [
+        ("node", number(node)),
+        ("writes", ", ".join(cluster.get("writing") or []) or NONE),
+        ("follows", ", ".join(others) or NONE),
+        ("lag", f"{NONE if lag is None else f'{lag:.1f} s'}, {number(cluster.get('lag_segments'))} segments to apply"),
+    ]
 
 
 def stats(document: Mapping[str, Any]) -> None:

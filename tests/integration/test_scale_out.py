@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from tests.conftest import make_client
 from tests.integration.s3raw import Sender, check_error
+from tests.integration.test_cli_admin import cli
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
 from tiering.peers import HOT, PEER_HEADER
 
@@ -125,6 +126,10 @@ def test_writes_on_each_writer_reach_the_other_nodes_within_the_bound(nodes: lis
         metrics = gw.admin("GET", "/metrics").text
         assert "tierstore_replica_lag_seconds " in metrics
         assert f"tierstore_cluster_leases_held {len(expected[gw.data_dir.name])}.0" in metrics
+
+    # `tierstore status` shows the same: what n2 writes, whom it follows.
+    shown = cli(replicas[0], "status").stdout
+    assert "cluster" in shown and "second" in shown and "follow (n1)" in shown, shown
 
     # s3fs reads the replica like any S3 endpoint.
     fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=replicas[1].endpoint,
