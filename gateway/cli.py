@@ -154,6 +154,12 @@ LeaseTtl = Annotated[
     typer.Option(help="Seconds a bucket's write lease lasts unless renewed; another node can take the "
                  "bucket over this long after its writer stops renewing. (default: 30)"),
 ]
+LeaseIdle = Annotated[
+    float | None,
+    typer.Option(help="Seconds without a write to a bucket after which this node gives up its write lease "
+                 "(once flushed, with no multipart upload open), so that another node can take the bucket "
+                 "at once; 0: never. (default: 0)"),
+]
 FollowInterval = Annotated[
     float | None,
     typer.Option(help="Seconds between this node's rounds of applying the other writers' new segments. "
@@ -207,6 +213,7 @@ TUNING_OPTIONS = (
     option("workers", Workers),
     option("node_id", NodeId),
     option("lease_ttl", LeaseTtl),
+    option("lease_idle", LeaseIdle),
     option("follow_interval", FollowInterval),
     option("peers", Peers),
 )

@@ -96,9 +96,11 @@ class Config:
     # workers in front of it, this one the only writer (gateway/worker.py).
     workers: int = 1
     # Scale-out (docs/scale-out.md): a node id makes this gateway one of
-    # several over one capacity store, the writer while it holds the lease.
+    # several over one capacity store, the writer of the buckets whose
+    # lease it holds.
     node_id: str | None = None
     lease_ttl: float = 30.0
+    lease_idle: float = 0.0  # 0: a lease is never given up for idleness
     follow_interval: float = 2.0
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.
@@ -220,6 +222,16 @@ def _lease_ttl(name: str, raw: object, source: str) -> float:
     if ttl < 2:
         raise _invalid(name, raw, source, "expected at least 2 seconds")
     return ttl
+
+
+def _lease_idle(name: str, raw: object, source: str) -> float:
+    try:
+        value = float(raw) if isinstance(raw, (str, int, float)) and not isinstance(raw, bool) else None
+    except ValueError:
+        value = None
+    if value is None or not (value == 0 or 1 <= value <= 86_400):
+        raise _invalid(name, raw, source, "expected 0 (never) or a number of seconds from 1 to 86400")
+    return value
 
 
 def _size(name: str, raw: object, source: str) -> int:
@@ -366,6 +378,7 @@ _COERCE: dict[str, _Coercer] = {
     "workers": _workers,
     "node_id": _node_id,
     "lease_ttl": _lease_ttl,
+    "lease_idle": _lease_idle,
     "follow_interval": _seconds,
     "peers": _peers,
 }
@@ -602,6 +615,7 @@ def tier_settings(config: Config) -> TierSettings:
         write_through=config.write_through,
         node_id=config.node_id,
         lease_ttl=config.lease_ttl,
+        lease_idle=config.lease_idle,
         follow_interval=config.follow_interval,
     )
 

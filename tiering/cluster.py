@@ -42,10 +42,11 @@ state they share, and they coordinate through it alone (``tiering/lease.py``):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from packer.format import Footer
@@ -210,6 +211,9 @@ class _Held:
     term: int
     renewed: float  # monotonic time of the last renewal
     issued: int = 0  # the last sequence named in the term
+    written: float = 0.0  # monotonic time the last write to the bucket started
+    active: int = 0  # writes under way: from their check to their commit
+    releasing: bool = False  # giving the lease up (idle): writes wait for the next holder
 
 
 @dataclass(slots=True)
@@ -331,13 +335,29 @@ class Cluster:
 
     # -- what a write asks -----------------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def writing_to(self, bucket: str) -> AsyncIterator[None]:
+        """Around one write to ``bucket`` (``Tiers.writing_to``): the lease is
+        checked (or taken) first and not given up for idleness until the
+        write has committed."""
+        await self.check_write(bucket)
+        held = self._held[bucket]
+        held.active += 1
+        held.written = time.monotonic()
+        try:
+            yield
+        finally:
+            held.active -= 1
+
     async def check_write(self, bucket: str) -> None:
         """Return once this node may take writes to ``bucket``: it holds the
         bucket's lease, or took it now (free or expired) and caught up.
         NotWriter if another node holds it."""
-        if self.may_write(bucket):
+        if self.may_write(bucket) and not self._held[bucket].releasing:
             return
         async with self._taking.setdefault(bucket, asyncio.Lock()):
+            if bucket in self._held and self._held[bucket].releasing:
+                raise ServiceUnavailable(f"This gateway is giving up bucket {bucket}'s idle write lease; retry")
             if self.may_write(bucket):
                 return
             lease = self._lease(bucket)
@@ -357,7 +377,7 @@ class Cluster:
         term = lease.record.term  # type: ignore[union-attr]
         async with self._applying:
             await self._catch_up(bucket, term)
-        self._held[bucket] = _Held(lease, term, started)
+        self._held[bucket] = _Held(lease, term, started, written=started)
         log.info("node %s writes bucket %s (term %d)", self.node, bucket, term)
         await self._start_writing()
 
@@ -435,6 +455,10 @@ class Cluster:
 
     async def _renew(self) -> None:
         for bucket, held in list(self._held.items()):
+            idle = self._settings.lease_idle
+            if idle and time.monotonic() - held.written > idle and not held.active:
+                if await self._release_idle(bucket, held):
+                    continue
             if time.monotonic() - held.renewed < self._ttl / 3 and held.lease.held:
                 continue
             started = time.monotonic()
@@ -446,6 +470,24 @@ class Cluster:
                 "node %s lost the write lease of %s to %s: its writes are refused from now on",
                 self.node, bucket, held.lease.holder,
             )
+
+    async def _release_idle(self, bucket: str, held: _Held) -> bool:
+        """Give up the lease of a bucket nothing was written to for
+        ``lease_idle`` seconds, so that another node can take it at once;
+        only with no write under way and nothing of it left to flush (or
+        an open multipart upload, whose parts only this node knows)."""
+        held.releasing = True  # from here, writes to it are refused until it is released
+        try:
+            if held.active or await _pool.run(self._index.has_uploads, bucket):
+                return False
+            if held.active or bucket in await self._queued_buckets():
+                return False
+            await held.lease.release()
+            del self._held[bucket]
+            log.info("node %s gave up the idle write lease of %s (term %d)", self.node, bucket, held.term)
+            return True
+        finally:
+            held.releasing = False
 
     def _lease(self, bucket: str) -> Lease:
         if bucket not in self._leases:

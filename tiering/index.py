@@ -172,6 +172,10 @@ class Index(TierRecords):
             yield k, it.value()
             it.next()
 
+    def has_uploads(self, bucket: str) -> bool:
+        """True while ``bucket`` has a multipart upload in progress."""
+        return self._any_with_prefix(ukey(bucket))
+
     def _any_with_prefix(self, prefix: bytes) -> bool:
         return next(self._scan(prefix, prefix), None) is not None
 

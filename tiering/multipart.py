@@ -86,21 +86,21 @@ class Multipart:
             raise InvalidRequest("The COMPOSITE checksum type cannot be used with the CRC64NVME checksum algorithm.")
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.create(bucket, key, new, checksum_algorithm, checksum_type)
-        await self._service.tiers.check_write(bucket)
-        upload = Upload(
-            # Time first, so an upload's id sorts by initiation within a key.
-            upload_id=f"{now_ms():012x}{secrets.token_hex(12)}",
-            bucket=bucket,
-            key=key,
-            initiated_ms=now_ms(),
-            content_type=new.content_type,
-            headers=new.headers,
-            user_meta=new.user_meta,
-            checksum_algorithm=checksum_algorithm,
-            checksum_type=checksum_type,
-        )
-        await _pool.run(self._index.create_upload, upload)
-        return upload
+        async with self._service.tiers.writing_to(bucket):
+            upload = Upload(
+                # Time first, so an upload's id sorts by initiation within a key.
+                upload_id=f"{now_ms():012x}{secrets.token_hex(12)}",
+                bucket=bucket,
+                key=key,
+                initiated_ms=now_ms(),
+                content_type=new.content_type,
+                headers=new.headers,
+                user_meta=new.user_meta,
+                checksum_algorithm=checksum_algorithm,
+                checksum_type=checksum_type,
+            )
+            await _pool.run(self._index.create_upload, upload)
+            return upload
 
     def _mounted(self, bucket: str) -> MountUploads | None:
         """The pass-through uploads of a mounted bucket (None: managed)."""
@@ -129,17 +129,17 @@ class Multipart:
                                  ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PART_SIZE)
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
-        await self._service.tiers.check_write(bucket)
-        upload = await self.get(bucket, key, upload_id)
-        if integrity.checksum_algorithm is None:
-            integrity.checksum_algorithm = upload.checksum_algorithm
-        elif upload.checksum_algorithm not in (None, integrity.checksum_algorithm):
-            raise InvalidRequest(
-                f"Checksum Type mismatch occurred, expected checksum Type: "
-                f"{upload.checksum_algorithm.lower()}, actual checksum Type: {integrity.checksum_algorithm.lower()}"
-            )
-        staged = await self._service.stage(body, integrity, Piece(bucket, key, part_number, upload_id))
-        return await self._record(upload, part_number, staged, now_ms())
+        async with self._service.tiers.writing_to(bucket):
+            upload = await self.get(bucket, key, upload_id)
+            if integrity.checksum_algorithm is None:
+                integrity.checksum_algorithm = upload.checksum_algorithm
+            elif upload.checksum_algorithm not in (None, integrity.checksum_algorithm):
+                raise InvalidRequest(
+                    f"Checksum Type mismatch occurred, expected checksum Type: "
+                    f"{upload.checksum_algorithm.lower()}, actual checksum Type: {integrity.checksum_algorithm.lower()}"
+                )
+            staged = await self._service.stage(body, integrity, Piece(bucket, key, part_number, upload_id))
+            return await self._record(upload, part_number, staged, now_ms())
 
     async def upload_part_copy(
         self, bucket: str, key: str, upload_id: str, part_number: int, source: ObjectMeta, wanted: ByteRange
@@ -149,14 +149,14 @@ class Multipart:
         if (mounted := self._mounted(bucket)) is not None:
             integrity = Integrity(expected_size=wanted.length)
             return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
-        await self._service.tiers.check_write(bucket)
-        upload = await self.get(bucket, key, upload_id)
-        staged = await self._service.stage(
-            body,
-            Integrity(checksum_algorithm=upload.checksum_algorithm, expected_size=wanted.length),
-            Piece(bucket, key, part_number, upload_id),
-        )
-        return await self._record(upload, part_number, staged, now_ms())
+        async with self._service.tiers.writing_to(bucket):
+            upload = await self.get(bucket, key, upload_id)
+            staged = await self._service.stage(
+                body,
+                Integrity(checksum_algorithm=upload.checksum_algorithm, expected_size=wanted.length),
+                Piece(bucket, key, part_number, upload_id),
+            )
+            return await self._record(upload, part_number, staged, now_ms())
 
     async def _record(self, upload: Upload, number: int, staged: Staged, when: int) -> Part:
         part = Part(number, staged.size, staged.md5_hex, when, staged.chunks, staged.checksum)
@@ -179,69 +179,69 @@ class Multipart:
     async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.complete(bucket, key, upload_id, chosen)
-        await self._service.tiers.check_write(bucket)
-        try:
-            upload = await self.get(bucket, key, upload_id)
-        except NoSuchUpload:
-            done = await self._already_completed(bucket, key, upload_id, chosen)
-            if done is None:
-                raise
-            return done
-        check_order(chosen, upload_id)
-        stored = {p.part_number: p for p in await _pool.run(self._index.list_parts, upload_id)}
-        parts: list[Part] = []
-        for i, want in enumerate(chosen):
-            part = stored.get(want.part_number)
-            if part is None or part.etag != want.etag:
-                raise InvalidPart(
-                    "One or more of the specified parts could not be found. The part may not have been "
-                    "uploaded, or the specified entity tag may not match the part's entity tag.",
-                    UploadId=upload_id,
-                    PartNumber=want.part_number,
-                    ETag=want.etag,
-                )
-            if want.checksum is not None and (part.checksum is None or part.checksum.value != want.checksum):
-                raise InvalidPart(
-                    f"The checksum of part {want.part_number} does not match the checksum sent in the request.",
-                    UploadId=upload_id,
-                    PartNumber=want.part_number,
-                )
-            if i < len(chosen) - 1 and part.size < MIN_PART_SIZE:
-                raise EntityTooSmall(
-                    "Your proposed upload is smaller than the minimum allowed object size.",
-                    ProposedSize=part.size,
-                    MinSizeAllowed=MIN_PART_SIZE,
-                    PartNumber=want.part_number,
-                    ETag=want.etag,
-                )
-            parts.append(part)
-        check_object_size([p.size for p in parts])
-        meta = ObjectMeta(
-            bucket=bucket,
-            key=key,
-            size=sum(p.size for p in parts),
-            etag=md5_of_parts([p.etag for p in parts]),
-            last_modified_ms=now_ms(),
-            seq=0,
-            content_type=upload.content_type,
-            headers=upload.headers,
-            user_meta=upload.user_meta,
-            checksum=_object_checksum(upload, parts),
-            chunks=tuple(c for p in parts for c in p.chunks),
-            part_sizes=tuple(p.size for p in parts),
-            upload_id=upload_id,
-        )
-        meta, old = await _pool.run(
-            self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored),
-            chosen_parts=[p.part_number for p in parts],
-        )
-        chosen_numbers = {p.part_number for p in parts}
-        unused = [c for p in stored.values() if p.part_number not in chosen_numbers for c in p.chunks]
-        await self._service.forget(unused)
-        if old is not None:
-            await self._service.forget(old.chunks, keep=meta.chunks)
-        await self._service.settle(await self._service.bucket(bucket), meta)
-        return meta
+        async with self._service.tiers.writing_to(bucket):
+            try:
+                upload = await self.get(bucket, key, upload_id)
+            except NoSuchUpload:
+                done = await self._already_completed(bucket, key, upload_id, chosen)
+                if done is None:
+                    raise
+                return done
+            check_order(chosen, upload_id)
+            stored = {p.part_number: p for p in await _pool.run(self._index.list_parts, upload_id)}
+            parts: list[Part] = []
+            for i, want in enumerate(chosen):
+                part = stored.get(want.part_number)
+                if part is None or part.etag != want.etag:
+                    raise InvalidPart(
+                        "One or more of the specified parts could not be found. The part may not have been "
+                        "uploaded, or the specified entity tag may not match the part's entity tag.",
+                        UploadId=upload_id,
+                        PartNumber=want.part_number,
+                        ETag=want.etag,
+                    )
+                if want.checksum is not None and (part.checksum is None or part.checksum.value != want.checksum):
+                    raise InvalidPart(
+                        f"The checksum of part {want.part_number} does not match the checksum sent in the request.",
+                        UploadId=upload_id,
+                        PartNumber=want.part_number,
+                    )
+                if i < len(chosen) - 1 and part.size < MIN_PART_SIZE:
+                    raise EntityTooSmall(
+                        "Your proposed upload is smaller than the minimum allowed object size.",
+                        ProposedSize=part.size,
+                        MinSizeAllowed=MIN_PART_SIZE,
+                        PartNumber=want.part_number,
+                        ETag=want.etag,
+                    )
+                parts.append(part)
+            check_object_size([p.size for p in parts])
+            meta = ObjectMeta(
+                bucket=bucket,
+                key=key,
+                size=sum(p.size for p in parts),
+                etag=md5_of_parts([p.etag for p in parts]),
+                last_modified_ms=now_ms(),
+                seq=0,
+                content_type=upload.content_type,
+                headers=upload.headers,
+                user_meta=upload.user_meta,
+                checksum=_object_checksum(upload, parts),
+                chunks=tuple(c for p in parts for c in p.chunks),
+                part_sizes=tuple(p.size for p in parts),
+                upload_id=upload_id,
+            )
+            meta, old = await _pool.run(
+                self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored),
+                chosen_parts=[p.part_number for p in parts],
+            )
+            chosen_numbers = {p.part_number for p in parts}
+            unused = [c for p in stored.values() if p.part_number not in chosen_numbers for c in p.chunks]
+            await self._service.forget(unused)
+            if old is not None:
+                await self._service.forget(old.chunks, keep=meta.chunks)
+            await self._service.settle(await self._service.bucket(bucket), meta)
+            return meta
 
     async def _already_completed(
         self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]

@@ -150,20 +150,20 @@ class ObjectService:
         check_bucket_name(name)
         if await _pool.run(self.index.get_bucket, name) is not None:
             raise BucketAlreadyOwnedByYou(BucketName=name)  # on every node, not only its writer
-        await self.tiers.check_write(name)
-        info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
-                          write_through=self.settings.write_through)
-        info = replace(info, **policy)  # type: ignore[arg-type]
-        if not await _pool.run(self.index.create_bucket, info):
-            raise BucketAlreadyOwnedByYou(BucketName=name)
-        self.policies.changed(name)
-        return info
+        async with self.tiers.writing_to(name):
+            info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
+                              write_through=self.settings.write_through)
+            info = replace(info, **policy)  # type: ignore[arg-type]
+            if not await _pool.run(self.index.create_bucket, info):
+                raise BucketAlreadyOwnedByYou(BucketName=name)
+            self.policies.changed(name)
+            return info
 
     async def delete_bucket(self, name: str) -> None:
         self.mounts.managed_only(name, "DeleteBucket (unmount instead)")
-        await self.tiers.check_write(name)
-        await _pool.run(self.index.delete_bucket, name)
-        self.policies.changed(name)
+        async with self.tiers.writing_to(name):
+            await _pool.run(self.index.delete_bucket, name)
+            self.policies.changed(name)
 
     async def bucket(self, name: str) -> BucketInfo:
         """A managed bucket, or a mount (read-only, see ``tiering.mounts``)."""
@@ -173,10 +173,10 @@ class ObjectService:
         return info
 
     async def set_policy(self, info: BucketInfo) -> BucketInfo:
-        await self.tiers.check_write(info.name)
-        await _pool.run(self.index.update_bucket, info)
-        self.policies.changed(info.name)
-        return info
+        async with self.tiers.writing_to(info.name):
+            await _pool.run(self.index.update_bucket, info)
+            self.policies.changed(info.name)
+            return info
 
     async def list_buckets(self) -> list[BucketInfo]:
         managed = await _pool.run(self.index.list_buckets)
@@ -295,15 +295,15 @@ class ObjectService:
             if if_none_match or if_match is not None:
                 raise NotSupported("Conditional writes to a mounted bucket are not supported")
             return await self._put_mounted(bucket, key, body, new, integrity)
-        await self.tiers.check_write(bucket)
-        if if_none_match and self.index.get_object(bucket, key) is not None:
-            # Checked again atomically at commit; failing early saves the upload.
-            check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
-        staged = await self.stage(body, integrity, Piece(bucket, key, 0))
-        meta = staged.as_object(bucket, key, new)
-        meta = await self.commit(meta, staged.segment, if_none_match=if_none_match, if_match=if_match)
-        await self.settle(info, meta)
-        return meta
+        async with self.tiers.writing_to(bucket):
+            if if_none_match and self.index.get_object(bucket, key) is not None:
+                # Checked again atomically at commit; failing early saves the upload.
+                check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
+            staged = await self.stage(body, integrity, Piece(bucket, key, 0))
+            meta = staged.as_object(bucket, key, new)
+            meta = await self.commit(meta, staged.segment, if_none_match=if_none_match, if_match=if_match)
+            await self.settle(info, meta)
+            return meta
 
     async def _put_mounted(
         self, bucket: str, key: str, body: AsyncIterator[bytes], new: NewObject, integrity: Integrity
@@ -534,11 +534,11 @@ class ObjectService:
         if self.mounts.get(bucket) is not None:
             await self.mounts.delete(bucket, key)
             return
-        await self.tiers.check_write(bucket)
-        old = await _pool.run(self.index.delete_object, bucket, key)
-        if old is not None:
-            await self.forget(old.chunks)
-            await self._settle_delete(info)
+        async with self.tiers.writing_to(bucket):
+            old = await _pool.run(self.index.delete_object, bucket, key)
+            if old is not None:
+                await self.forget(old.chunks)
+                await self._settle_delete(info)
 
     async def delete_many(self, bucket: str, keys: list[str]) -> None:
         """DeleteObjects: one index commit for all keys, then the files."""
@@ -549,12 +549,12 @@ class ObjectService:
             for key in keys:
                 await self.mounts.delete(bucket, key)
             return
-        await self.tiers.check_write(bucket)
-        removed = await _pool.run(self.index.delete_objects, bucket, keys)
-        for old in removed:
-            await self.forget(old.chunks)
-        if removed:
-            await self._settle_delete(info)
+        async with self.tiers.writing_to(bucket):
+            removed = await _pool.run(self.index.delete_objects, bucket, keys)
+            for old in removed:
+                await self.forget(old.chunks)
+            if removed:
+                await self._settle_delete(info)
 
     async def _settle_delete(self, info: BucketInfo) -> None:
         """On a write-through bucket a delete is acknowledged once its
@@ -581,31 +581,31 @@ class ObjectService:
             body = self.read(source, ByteRange(0, source.size))
             integrity = Integrity(checksum_algorithm=algorithm, expected_size=source.size)
             return await self._put_mounted(bucket, key, body, new, integrity)
-        await self.tiers.check_write(bucket)
-        staged = await self.stage(
-            self.read(source, ByteRange(0, source.size)),
-            Integrity(checksum_algorithm=algorithm, expected_size=source.size),
-            Piece(bucket, key, 0),
-        )
-        meta = await self.commit(staged.as_object(bucket, key, new), staged.segment)
-        await self.settle(info, meta)
-        return meta
+        async with self.tiers.writing_to(bucket):
+            staged = await self.stage(
+                self.read(source, ByteRange(0, source.size)),
+                Integrity(checksum_algorithm=algorithm, expected_size=source.size),
+                Piece(bucket, key, 0),
+            )
+            meta = await self.commit(staged.as_object(bucket, key, new), staged.segment)
+            await self.settle(info, meta)
+            return meta
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
         if self.mounts.get(source.bucket) is not None:
             return await self.copy(source, source.bucket, source.key, new)
-        await self.tiers.check_write(source.bucket)
-        meta = replace(
-            source,
-            content_type=new.content_type,
-            headers=new.headers,
-            user_meta=new.user_meta,
-            last_modified_ms=now_ms(),
-        )
-        meta, _ = await _pool.run(self.index.put_object, meta, if_match=source.etag, keep_chunks=True)
-        await self.settle(await self.bucket(meta.bucket), meta)
-        return meta
+        async with self.tiers.writing_to(source.bucket):
+            meta = replace(
+                source,
+                content_type=new.content_type,
+                headers=new.headers,
+                user_meta=new.user_meta,
+                last_modified_ms=now_ms(),
+            )
+            meta, _ = await _pool.run(self.index.put_object, meta, if_match=source.etag, keep_chunks=True)
+            await self.settle(await self.bucket(meta.bucket), meta)
+            return meta
 
     async def list(
         self, bucket: str, prefix: str = "", delimiter: str = "", marker: str = "", max_keys: int = 1000

@@ -27,8 +27,9 @@ class TierSettings:
     # timeout of botocore and most S3 clients, so they see the 503.
     write_through_timeout: float = 50.0
     # Scale-out (tiering/cluster.py): with a node id, this node is one of
-    # several over the same capacity store, the writer only while it holds
-    # the store's write lease; without one, the only node.
+    # several over the same capacity store, the writer of the buckets whose
+    # write lease it holds; without one, the only node.
     node_id: str | None = None
     lease_ttl: float = 30.0  # seconds a write lease lasts unless renewed
-    follow_interval: float = 2.0  # seconds between a replica's rounds of following
+    lease_idle: float = 0.0  # seconds without a write after which a lease is given up (0: never)
+    follow_interval: float = 2.0  # seconds between rounds of following the other writers

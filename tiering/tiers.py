@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 
 from tiering import _pool
@@ -96,13 +97,19 @@ class Tiers:
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def check_write(self, bucket: str) -> None:
-        """Raise (NotWriter, ServiceUnavailable) unless this node takes
-        writes to managed ``bucket``: always on a single node; on one of
-        several, while it holds the bucket's write lease, which it takes
-        here if no other node holds it."""
-        if self.cluster is not None:
-            await self.cluster.check_write(bucket)
+    @contextlib.asynccontextmanager
+    async def writing_to(self, bucket: str) -> AsyncIterator[None]:
+        """Around a write to managed ``bucket``, from before it is checked
+        to after it is committed. Raises (NotWriter, ServiceUnavailable)
+        unless this node takes the bucket's writes: always on a single
+        node; on one of several, while it holds the bucket's write lease,
+        which it takes here if no other node holds it, and which it does
+        not give up while the write runs."""
+        if self.cluster is None:
+            yield
+            return
+        async with self.cluster.writing_to(bucket):
+            yield
 
     def cluster_status(self) -> ClusterStatus | None:
         return self.cluster.status() if self.cluster is not None else None

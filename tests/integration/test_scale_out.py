@@ -400,3 +400,32 @@ def test_sigkill_of_a_writer_another_node_takes_over_and_nothing_acknowledged_is
     back = make_client(writer.endpoint)
     assert eventually(lambda: back.get_object(Bucket="durable", Key="after")["Body"].read()) == b"after the takeover"
     assert took < LEASE_TTL * 1.25 + BOUND
+
+
+def test_an_idle_bucket_moves_to_the_node_written_through_next(moto_endpoint: str, tmp_path: Path) -> None:
+    """With --lease-idle, a writer gives up a bucket nothing was written to
+    for that long (once flushed), and the next write through another node
+    takes it at once instead of being refused."""
+    capacity = capacity_bucket(moto_endpoint)
+    gws = []
+    try:
+        for name in ("i1", "i2"):
+            gw = node(tmp_path, name, capacity)
+            gw.extra_args += ["--lease-idle", "1"]
+            gws.append(gw.start())
+        first, second = (make_client(gw.endpoint) for gw in gws)
+        first.create_bucket(Bucket="moving")
+        first.put_object(Bucket="moving", Key="one", Body=b"through i1")
+        eventually(lambda: second.head_bucket(Bucket="moving"))
+        eventually(lambda: _writes(gws[0], []))  # flushed, idle, given up
+        second.put_object(Bucket="moving", Key="two", Body=b"through i2")  # no 405, no wait
+        assert cluster(gws[1])["writing"] == ["moving"]
+        assert eventually(lambda: first.get_object(Bucket="moving", Key="two")["Body"].read()) == b"through i2"
+        assert second.get_object(Bucket="moving", Key="one")["Body"].read() == b"through i1"
+    finally:
+        for gw in gws:
+            gw.stop()
+
+
+def _writes(gw: Gateway, buckets: list[str]) -> None:
+    assert cluster(gw)["writing"] == buckets

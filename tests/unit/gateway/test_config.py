@@ -187,9 +187,12 @@ def test_workers(tmp_path: Path) -> None:
 def test_scale_out_settings(tmp_path: Path) -> None:
     config = _load(tmp_path)
     assert (config.node_id, config.lease_ttl, config.follow_interval, config.peers) == (None, 30.0, 2.0, {})
+    assert config.lease_idle == 0
     config = _load(tmp_path, env={"TIERSTORE_NODE_ID": "node-a.1", "TIERSTORE_LEASE_TTL": "6",
+                                  "TIERSTORE_LEASE_IDLE": "600",
                                   "TIERSTORE_PEERS": "node-a.1=http://10.0.0.1:9100, b=https://b:443"})
     assert config.node_id == "node-a.1" and config.lease_ttl == 6.0
+    assert config.lease_idle == 600 and tier_settings(config).lease_idle == 600
     assert config.peers == {"node-a.1": "http://10.0.0.1:9100", "b": "https://b:443"}
     table = _toml(tmp_path, 'node_id = "a"\n[peers]\na = "http://a:9100"\nb = "http://b:9100"\n')
     assert _load(tmp_path, config_file=table).peers == {"a": "http://a:9100", "b": "http://b:9100"}
@@ -201,6 +204,8 @@ def test_scale_out_settings(tmp_path: Path) -> None:
     ({"TIERSTORE_NODE_ID": "-leading"}, "node_id"),
     ({"TIERSTORE_LEASE_TTL": "1"}, "at least 2 seconds"),
     ({"TIERSTORE_FOLLOW_INTERVAL": "0"}, "follow_interval"),
+    ({"TIERSTORE_LEASE_IDLE": "0.5"}, "lease_idle"),
+    ({"TIERSTORE_LEASE_IDLE": "-1"}, "lease_idle"),
     ({"TIERSTORE_PEERS": "a"}, "node=URL pairs"),
     ({"TIERSTORE_PEERS": "a=ftp://x"}, "http"),
     ({"TIERSTORE_PEERS": "a b=http://x"}, "letters, digits"),

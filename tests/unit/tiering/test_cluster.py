@@ -460,3 +460,54 @@ def test_a_lagging_follower_closes_a_term_whose_segments_compaction_deleted(tmp_
             assert await get(c, "data", "k0") == b"zero"
 
     asyncio.run(go())
+
+
+def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_path: Path) -> None:
+    """With lease_idle, a writer gives a bucket's lease up once nothing was
+    written to it for that long, but not while a write is under way, its
+    writes are unflushed or a multipart upload is open."""
+
+    async def go() -> None:
+        a, b = node(tmp_path, "a", lease_idle=1.0), node(tmp_path, "b", lease_idle=1.0)
+        await a.start()
+        await b.start()
+        idle = 1.0 + TTL / 6 + 0.3  # the idle time and one renewal tick
+        try:
+            await a.create_bucket("data")
+            await put(a, "data", "queued", b"flushed first")
+            await a.tiers.flush()
+            gate = asyncio.Event()
+
+            async def slow() -> AsyncIterator[bytes]:
+                yield b"first half, "
+                await gate.wait()
+                yield b"second half"
+
+            writing = asyncio.create_task(
+                a.put("data", "slow", slow(), NewObject(), Integrity(expected_size=23)))
+            await asyncio.sleep(idle)
+            assert a.tiers.cluster.status().writing == ["data"]  # a write under way
+            gate.set()
+            await writing
+            await asyncio.sleep(idle)
+            assert a.tiers.cluster.status().writing == ["data"]  # its data not flushed
+            upload = await a.multipart.create("data", "parts", NewObject())
+            await a.tiers.flush()
+            await asyncio.sleep(idle)
+            assert a.tiers.cluster.status().writing == ["data"]  # the open upload
+            await a.multipart.abort("data", "parts", upload.upload_id)
+            await asyncio.sleep(idle)
+            assert a.tiers.cluster.status().writing == []  # given up
+
+            await b.tiers.cluster.follow()
+            await put(b, "data", "by-b", b"no wait for the TTL")
+            assert b.tiers.cluster.status().writing == ["data"]
+            assert await get(b, "data", "slow") == b"first half, second half"
+            assert await get(b, "data", "queued") == b"flushed first"
+            with pytest.raises(NotWriter):
+                await put(a, "data", "back", b"b holds it now")
+        finally:
+            await a.close()
+            await b.close()
+
+    asyncio.run(go())
