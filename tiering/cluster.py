@@ -194,7 +194,7 @@ class ClusterStatus:
     node: str
     role: str  # "writer" (of at least one bucket) or "replica"
     writing: list[str]  # the buckets whose write lease this node holds
-    writers: dict[str, str]  # bucket -> the node that last took its lease (it may have let go since)
+    writers: dict[str, str]  # bucket -> the node of the newest term this node applied or wrote it in
     terms: int  # write terms claimed in the store so far
     lag_seconds: float | None  # since this node last had applied all the store held (None: never yet)
     lag_segments: int  # segments listed but not yet applied
@@ -288,6 +288,7 @@ class Cluster:
         self._leases: dict[str, Lease] = {}  # every bucket lease this node has read
         self._read_at: dict[str, float] = {}  # monotonic: when each was last read
         self._held: dict[str, _Held] = {}
+        self._writers: dict[str, int] = {}  # bucket -> the newest term this node saw write it
         self._taking: dict[str, asyncio.Lock] = {}
         self._applying = asyncio.Lock()  # one of: a follow round, a takeover's catch-up
         self._current_at: float | None = None  # monotonic: when the last complete round listed
@@ -378,6 +379,7 @@ class Cluster:
         async with self._applying:
             await self._catch_up(bucket, term)
         self._held[bucket] = _Held(lease, term, started, written=started)
+        self._wrote(term)
         log.info("node %s writes bucket %s (term %d)", self.node, bucket, term)
         await self._start_writing()
 
@@ -385,7 +387,7 @@ class Cluster:
 
     def status(self) -> ClusterStatus:
         writing = sorted(b for b in self._held if self.may_write(b))
-        writers = {t.bucket: t.node for _, t in sorted(self._terms.known.items())}  # the newest wins
+        writers = {bucket: self._terms.known[term].node for bucket, term in sorted(self._writers.items())}
         return ClusterStatus(
             node=self.node,
             role="writer" if writing else "replica",
@@ -406,6 +408,8 @@ class Cluster:
         writes of (if nobody else holds them), and keep following (and
         renewing the leases it takes) in the background."""
         await self.follow()
+        for term in await _pool.run(self._index.follow_points):
+            self._wrote(term)
         for bucket in await self._queued_buckets():
             try:
                 await self.check_write(bucket)
@@ -489,6 +493,12 @@ class Cluster:
         finally:
             held.releasing = False
 
+    def _wrote(self, term: int) -> None:
+        """A segment of ``term`` counted: its node writes (or wrote) its bucket."""
+        bucket = self._terms.bucket(term)
+        if bucket is not None and term > self._writers.get(bucket, 0):
+            self._writers[bucket] = term
+
     def _lease(self, bucket: str) -> Lease:
         if bucket not in self._leases:
             self._leases[bucket] = Lease(self._capacity, bucket, self.node, self._ttl, skew=self._skew)
@@ -534,6 +544,7 @@ class Cluster:
                         break
                     if verdict == APPLY:
                         await self._apply(name, size, ahead.footer(index))
+                        self._wrote(term)
                         applied += 1
                     else:
                         await _pool.run(self._index.advance_follow_point, name)

@@ -259,6 +259,7 @@ def test_racing_nodes_one_writer_per_bucket(tmp_path: Path) -> None:
             await won[0].tiers.flush()
             assert await other.tiers.cluster.follow() >= 1
             assert await get(other, "shared", "k") == b"by the winner"
+            assert other.tiers.cluster.status().writers == {"shared": won[0].tiers.cluster.node}  # not "ghost"
         finally:
             for svc in nodes:
                 await svc.close()
