@@ -31,9 +31,12 @@ state they share, and they coordinate through it alone (``tiering/lease.py``):
   registry and lease after the listing is what makes this safe: a seal
   exists only after its successor's lease was taken, so a segment listed
   before the lease still showed its term was written before the seal.
-- A writer acknowledges a write-through write only if the bucket's lease
-  was still valid when the segment landed (``Flusher``), so an acknowledged
-  write is always in a segment the next writer applies before it writes.
+- A writer commits a segment (and acknowledges the write-through writes in
+  it) only if the bucket's lease was still valid, in the term that named
+  the segment, when it landed (``Flusher``): an acknowledged write is always
+  in a segment the next writer applies before it writes. A segment that
+  fails this is sealed out or will be; its writes stay queued and are
+  flushed again in the node's next term.
 - A writer that cannot renew a lease (it was taken, or it ran out on its
   own clock) stops flushing and compacting that bucket and refuses its
   writes at once.
@@ -304,9 +307,15 @@ class Cluster:
         held = self._held.get(bucket)
         return held is not None and held.lease.held
 
-    def check(self, bucket: str) -> None:
+    def check(self, bucket: str, segment: str | None = None) -> None:
         if self.may_write(bucket):
-            return
+            held = self._held[bucket]
+            if segment is None or term_of(segment) == held.term:
+                return
+            raise ServiceUnavailable(
+                f"segment {segment} of bucket {bucket} landed after its term ended (now {held.term}); "
+                "its writes are flushed again"
+            )
         lease = self._leases.get(bucket)
         record = lease.record if lease is not None else None
         if record is not None and record.holder != self.node and record.expires_ms > now_ms():

@@ -230,7 +230,7 @@ class Compactor:
             data = b"".join(out)
             info = segment_info(encoder, len(data))
             await self._capacity.put(segment_path(name), data)
-            self._writing.check(bucket)  # landed while the lease held: it counts, so olds may go
+            self._writing.check(bucket, name)  # landed while its term held the lease: it counts, olds may go
         versions = {where: meta.seq for where, meta in metas.items()}
         renames = await _pool.run(
             self._index.commit_compaction, [old.name for old in olds], info, moved, versions,

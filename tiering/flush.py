@@ -322,10 +322,12 @@ class Flusher:
         name = await self._writing.name(bucket)
         data, done, info = await _pool.run(self._pack, name, items, [r for _, r in records])
         await self._capacity.put(segment_path(name), data)
+        # Landed while the term it is named in held the lease: only then does
+        # it count (else the items stay queued for the next holder's term).
+        self._writing.check(bucket, name)
         adopted = await _pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
         await _pool.run(self._adopt, adopted, done)
         self._written(done, job)
-        self._writing.check(bucket)  # landed while the lease held: only then is it acknowledged
         self._settle([*stale, *(item.fseq for item, _ in done)])
 
     def _written(self, done: list[tuple[FlushItem, tuple[Chunk, ...]]], job: Job | None) -> None:
@@ -373,11 +375,11 @@ class Flusher:
         except BaseException:
             await stream.abort()
             raise
+        self._writing.check(bucket, name)  # as in _flush_packed
         done = [(item, chunks)]
         adopted = await _pool.run(self._index.commit_flush, info, done, [], [])
         await _pool.run(self._adopt, adopted, done)
         self._written(done, job)
-        self._writing.check(bucket)
         self._settle([item.fseq])
 
     def _adopt(

@@ -22,8 +22,10 @@ class Writing(Protocol):
         """True while this node may write segments for ``bucket``."""
         ...
 
-    def check(self, bucket: str) -> None:
-        """Raise NotWriter or ServiceUnavailable unless ``may_write``."""
+    def check(self, bucket: str, segment: str | None = None) -> None:
+        """Raise NotWriter or ServiceUnavailable unless ``may_write``, and,
+        given ``segment``, unless the lease is still in the term that named
+        it (a lease lost and taken again has a new term)."""
         ...
 
     async def name(self, bucket: str) -> str:
@@ -50,7 +52,7 @@ class SoleWriter:
     def may_write(self, bucket: str) -> bool:
         return True
 
-    def check(self, bucket: str) -> None:
+    def check(self, bucket: str, segment: str | None = None) -> None:
         return None
 
     async def name(self, bucket: str) -> str:

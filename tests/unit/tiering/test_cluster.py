@@ -17,7 +17,7 @@ from tiering import _pool
 from tiering.capacity import LocalDirStore
 from tiering._keys import TERM_SHIFT, term_of
 from tiering.cluster import SEALS
-from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter
+from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter, ServiceUnavailable
 from tiering.fetch import SEGMENTS
 from tiering.inputs import Integrity, NewObject
 from tiering.index import Index
@@ -510,5 +510,42 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
         finally:
             await a.close()
             await b.close()
+
+    asyncio.run(go())
+
+
+def test_a_segment_of_an_ended_term_never_counts_though_the_node_took_the_bucket_again(tmp_path: Path) -> None:
+    """The writer's lease lapses while it uploads a segment, and it takes
+    the bucket again (a new term, the old one sealed) before the upload
+    lands: the segment is sealed out, so its writes are not acknowledged
+    and are flushed again in the new term."""
+
+    async def go() -> None:
+        async with running(tmp_path, "a", "b") as (a, b):
+            await a.create_bucket("data", write_through=True)
+            old_term = term(a, "data")
+            real_put = a.tiers.capacity.put
+            late: list[str] = []
+
+            async def slow_put(path: str, data: bytes | memoryview) -> None:
+                if not late:
+                    late.append(path[len(SEGMENTS):])
+                    await pause(a)
+                    await wait_out_lease()
+                    await a.tiers.cluster.check_write("data")  # a new term; the old one sealed
+                    a.tiers.cluster._task = asyncio.create_task(a.tiers.cluster._run())
+                await real_put(path, data)
+
+            a.tiers.capacity.put = slow_put  # type: ignore[method-assign]
+            with pytest.raises(ServiceUnavailable):
+                await put(a, "data", "k", b"written once, flushed twice")
+            assert term(a, "data") > old_term and term_of(late[0]) == old_term
+            assert await seal(a, old_term) < late[0]  # sealed out: no node counts it
+            await a.tiers.flush()
+            assert await a.tiers.cluster.follow() == 0
+            await b.tiers.cluster.follow()
+            assert await get(b, "data", "k") == b"written once, flushed twice"
+            meta = await b.head("data", "k")
+            assert all(term_of(c.extent.segment) == term(a, "data") for c in meta.chunks if c.extent)
 
     asyncio.run(go())
