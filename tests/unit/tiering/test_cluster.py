@@ -196,7 +196,7 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             assert await seal(b, old_term) == last_of_a
 
             # The old writer's upload lands after the seal: valid for nobody.
-            a.tiers.cluster.check = lambda bucket: None
+            a.tiers.cluster.check = lambda bucket, segment=None: None
             a.tiers.cluster.may_write = lambda bucket: True
             await a.tiers.flusher.flush_round(force=True)
             late = max(s.name for s in await _pool.run(a.index.segments))
