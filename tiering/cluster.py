@@ -76,6 +76,7 @@ SEALS = LEASE_PREFIX + "_seals/"  # + term in 8 hex digits: its last valid segme
 LEGACY = 0  # a single gateway's term: its segments may mix buckets
 PRUNE_EVERY = 30  # follow rounds between full listings that drop deleted segments
 FOOTER_READ_AHEAD = 8  # footers read at once while following
+TERM_READS = 16  # term records read at once (a new node reads every one)
 _SEQUENCE = (1 << TERM_SHIFT) - 1
 
 
@@ -109,13 +110,21 @@ class Terms:
         self.last = 0
 
     async def refresh(self) -> None:
+        """Read the terms claimed since the last refresh (a node's first
+        reads them all), ``TERM_READS`` at a time."""
         after = f"{TERMS}{self.last:08x}" if self.last else ""
-        async for path, _ in self._capacity.list(TERMS, after=after):
-            number = int(path[len(TERMS):], 16)
-            data, _ = await self._capacity.read_versioned(path)
+        paths = [path async for path, _ in self._capacity.list(TERMS, after=after)]
+        limit = asyncio.Semaphore(TERM_READS)
+
+        async def read(path: str) -> Term:
+            async with limit:
+                data, _ = await self._capacity.read_versioned(path)
             plain = json.loads(data)
-            self.known[number] = Term(number, str(plain["bucket"]), str(plain["node"]))
-            self.last = max(self.last, number)
+            return Term(int(path[len(TERMS):], 16), str(plain["bucket"]), str(plain["node"]))
+
+        for term in await asyncio.gather(*(read(path) for path in paths)):
+            self.known[term.number] = term
+            self.last = max(self.last, term.number)
 
     async def claim(self, bucket: str, node: str, above: int) -> int:
         """A new term for ``bucket``, higher than ``above`` and every term
