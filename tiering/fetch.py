@@ -143,6 +143,7 @@ class ExtentReader:
         self._runs = asyncio.Semaphore(concurrency)
         self._flight: SingleFlight[bytes] = SingleFlight()
         self._fills: dict[str, asyncio.Task[bool]] = {}  # cache name -> fill
+        self._filling: dict[str, bytes] = {}  # cache name -> the verified bytes a fill is writing
         self.hits = 0
         self.misses = 0
         self.from_peers = 0  # misses another gateway answered
@@ -158,7 +159,12 @@ class ExtentReader:
         """The extent's raw bytes from the capacity tier (shared by
         concurrent callers), verified; queued for the hot-tier cache
         (pinned there when ``pin``). ``peer`` is asked first: checked bytes
-        from another gateway, or None to read the store."""
+        from another gateway, or None to read the store. An extent whose
+        fill is still being written (a read right after the miss that
+        fetched it) is served from those bytes: a hit, no second GET."""
+        if not pin and (filling := self._filling.get(ext.cache_name)) is not None:
+            self.hits += 1
+            return filling
         while True:
             try:
                 data, leader = await self._flight.run(ext.place, lambda: self._fetch(ext, peer))
@@ -177,12 +183,14 @@ class ExtentReader:
         name = ext.cache_name
         task = asyncio.create_task(self._fill(ext, data, pin, turn))
         self._fills[name] = task
+        self._filling[name] = data
         task.add_done_callback(functools.partial(self._filled, name))
         return task
 
     def _filled(self, name: str, task: asyncio.Task[bool]) -> None:
         if self._fills.get(name) is task:
             del self._fills[name]
+            del self._filling[name]
 
     async def warm(self, ext: Extent, pin: bool = False) -> bool:
         """Make sure the extent is cached (pinned when ``pin``); False when

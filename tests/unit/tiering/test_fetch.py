@@ -63,6 +63,35 @@ def test_concurrent_misses_share_one_get(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
+def test_a_read_while_the_fill_is_written_is_served_from_its_bytes(tmp_path: Path) -> None:
+    """A second read of an extent right after the miss that fetched it, while
+    its cache fill is still being written: no second GET, counted a hit."""
+
+    async def go():
+        store, hot, reader = _reader(tmp_path)
+        ext = await _segment(store, PAYLOAD)
+        release = asyncio.Event()
+        fill = hot.fill
+
+        def slow_fill(*args, **kwargs):
+            asyncio.run_coroutine_threadsafe(release.wait(), loop).result()
+            return fill(*args, **kwargs)
+
+        loop = asyncio.get_running_loop()
+        hot.fill = slow_fill
+        assert await reader.fetch(ext) == PAYLOAD
+        assert await reader.open_cached(ext) is None  # not in the cache yet
+        assert await reader.fetch(ext) == PAYLOAD
+        assert (store.gets, reader.misses, reader.hits) == (1, 1, 1)
+        release.set()
+        await reader.drain()
+        assert hot.read_cached(ext.cache_name, ext.raw) == PAYLOAD
+        assert await reader.fetch(ext) == PAYLOAD and store.gets == 2  # filled: the next miss reads the store
+        await reader.drain()
+
+    asyncio.run(go())
+
+
 def test_corrupt_bytes_are_fetched_again_never_served(tmp_path: Path) -> None:
     async def go():
         store, _, reader = _reader(tmp_path, bad=2)
