@@ -315,6 +315,11 @@ class TierRecords:
 
     # -- following another node's segments (a replica) -----------------------
 
+    def follow_point(self, term: int) -> str:
+        """The last segment of ``term`` this index applied ("" for none)."""
+        raw = self._db.get(follow_key(term))
+        return raw.decode() if raw else ""
+
     def follow_points(self) -> dict[int, str]:
         """Per write term, the last segment of it this index applied
         (``FOLLOW_CLOSED`` once the term is closed)."""

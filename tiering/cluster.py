@@ -108,6 +108,7 @@ class Terms:
         self._capacity = capacity
         self.known: dict[int, Term] = {}
         self.last = 0
+        self._newest: dict[str, int] = {}  # bucket -> its newest term
 
     async def refresh(self) -> None:
         """Read the terms claimed since the last refresh (a node's first
@@ -123,8 +124,7 @@ class Terms:
             return Term(int(path[len(TERMS):], 16), str(plain["bucket"]), str(plain["node"]))
 
         for term in await asyncio.gather(*(read(path) for path in paths)):
-            self.known[term.number] = term
-            self.last = max(self.last, term.number)
+            self._add(term)
 
     async def claim(self, bucket: str, node: str, above: int) -> int:
         """A new term for ``bucket``, higher than ``above`` and every term
@@ -137,9 +137,13 @@ class Terms:
                 await self._capacity.put_conditional(f"{TERMS}{number:08x}", body, None)
             except CapacityConflict:
                 continue  # claimed by another node (or our own retried write): the next one
-            self.known[number] = Term(number, bucket, node)
-            self.last = max(self.last, number)
+            self._add(Term(number, bucket, node))
             return number
+
+    def _add(self, term: Term) -> None:
+        self.known[term.number] = term
+        self.last = max(self.last, term.number)
+        self._newest[term.bucket] = max(self._newest.get(term.bucket, 0), term.number)
 
     def bucket(self, term: int) -> str | None:
         """The bucket of ``term`` (None for term 0 or a term not seen yet)."""
@@ -148,6 +152,10 @@ class Terms:
 
     def of(self, bucket: str) -> list[int]:
         return sorted(t.number for t in self.known.values() if t.bucket == bucket)
+
+    def is_newest(self, term: int, bucket: str) -> bool:
+        """True if no later term of ``bucket`` has been claimed (as last read)."""
+        return self._newest.get(bucket, 0) <= term
 
 
 class Seals:
@@ -249,14 +257,16 @@ class _ReadAhead:
         self._index = index
         self._listed = listed
         self._reads: dict[int, asyncio.Task[Footer]] = {}
+        self._looked = 0  # listed segments before this one were looked at
 
     def footer(self, position: int) -> Awaitable[Footer] | None:
         """The footer of the ``position``-th listed segment (None: the index
         knows it, nothing to read); starts the reads of the next few."""
-        for ahead in range(position, min(position + FOOTER_READ_AHEAD, len(self._listed))):
+        for ahead in range(max(position, self._looked), min(position + FOOTER_READ_AHEAD, len(self._listed))):
             name = self._listed[ahead][0]
-            if ahead not in self._reads and self._index.get_segment(name) is None:
+            if self._index.get_segment(name) is None:
                 self._reads[ahead] = asyncio.ensure_future(read_footer(self._capacity, name))
+            self._looked = ahead + 1
         return self._reads.pop(position, None)
 
     def cancel(self) -> None:
@@ -403,8 +413,12 @@ class Cluster:
 
     # -- status ----------------------------------------------------------------
 
+    def writes(self) -> list[str]:
+        """The buckets whose write lease this node holds now."""
+        return sorted(b for b in self._held if self.may_write(b))
+
     def status(self) -> ClusterStatus:
-        writing = sorted(b for b in self._held if self.may_write(b))
+        writing = self.writes()
         writers = {bucket: self._terms.known[term].node for bucket, term in sorted(self._writers.items())}
         return ClusterStatus(
             node=self.node,
@@ -452,7 +466,7 @@ class Cluster:
                 pass
             self._task = None
         if release:
-            for bucket in [b for b in self._held if self.may_write(b)]:
+            for bucket in self.writes():
                 try:
                     await self._held[bucket].lease.release()
                 except (CapacityError, OSError) as exc:
@@ -597,7 +611,7 @@ class Cluster:
         if term == LEGACY:
             if not self._terms.known:
                 return APPLY  # no node has taken a lease: term 0 cannot have ended
-        elif bucket is not None and all(t <= term for t in self._terms.of(bucket)):
+        elif bucket is not None and self._terms.is_newest(term, bucket):
             return APPLY  # nobody has claimed the bucket since (read after the listing)
         seal = await self._seals.get(term)
         if seal is not None:
@@ -613,12 +627,12 @@ class Cluster:
     async def _close_if_done(self, term: int, bucket: str | None, complete: bool = False) -> bool:
         """Close ``term`` if it is sealed and applied up to its seal, or
         ``complete``: listed whole after its seal existed, and applied."""
-        if term != LEGACY and bucket is not None and all(t <= term for t in self._terms.of(bucket)):
+        if term != LEGACY and bucket is not None and self._terms.is_newest(term, bucket):
             return False  # the bucket's newest term: it may still grow
         seal = await self._seals.get(term)
         if seal is None:
             return False
-        point = (await _pool.run(self._index.follow_points)).get(term, "")
+        point = await _pool.run(self._index.follow_point, term)
         if point == FOLLOW_CLOSED:
             return True
         if seal and point < seal and not complete:

@@ -172,7 +172,7 @@ class Tiers:
     async def _drain(self, grace: float) -> bool:
         """A writer among several flushes what it holds before it lets the
         lease go; True if nothing is left (it may release the lease)."""
-        if self.cluster is None or self.cluster.status().role != "writer":
+        if self.cluster is None or not self.cluster.writes():
             return False
         try:
             async with asyncio.timeout(grace / 2):
