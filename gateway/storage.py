@@ -7,9 +7,9 @@ from collections.abc import Callable, Mapping
 
 from gateway.config import Config, tier_settings
 from tiering.capacity import CapacityStore, open_capacity
+from tiering.cluster.peers import Keys, PeerClient, PeerGroup
 from tiering.index import Index
 from tiering.objects import ObjectService
-from tiering.peers import Keys, PeerClient, PeerGroup
 from tiering.recover import RecoveryReport, recover
 
 

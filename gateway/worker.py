@@ -44,10 +44,10 @@ from gateway.forward import Forwarder
 from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
-from tiering import _pool
+from tiering import pool
+from tiering.cluster.peers import PEER_HEADER
 from tiering.hot import HotTier
 from tiering.meta import ObjectMeta
-from tiering.peers import PEER_HEADER
 from tiering.readahead import ReadTally, stream
 
 # Seconds between two reports of the requests served here to the writer.
@@ -122,7 +122,7 @@ class RemoteObjects:
         meta, files = await self._lookups.locate(bucket, key, read=small > 0)
         if meta.size > small:
             return meta, None
-        return meta, await _pool.run(_read_files, files)
+        return meta, await pool.run(_read_files, files)
 
     async def read(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
@@ -135,7 +135,7 @@ class RemoteObjects:
         pieces = list(split_over([size for _, size in files], wanted))
         if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
             raise Elsewhere()
-        fds = await _pool.run(_open_files, files, [index for index, _ in pieces])
+        fds = await pool.run(_open_files, files, [index for index, _ in pieces])
         handed: set[int] = set()
 
         async def open_piece(index: int) -> int:
@@ -226,7 +226,7 @@ class WorkerApp(S3App):
     def _pass_on(self, route: routes.Route | None, req: S3Request) -> None:
         # The writer verifies (and answers the errors of) what it is given;
         # another gateway's request too: it must neither move the epochs nor
-        # be served half from here (tiering/peers.py).
+        # be served half from here (tiering/cluster/peers.py).
         if route is None or route.op not in SERVED_HERE or PEER_HEADER in req.headers:
             raise Elsewhere()
 

@@ -131,7 +131,7 @@ async def _read_head(reader: asyncio.StreamReader) -> _Message | None:
     return _Message(head.decode("latin-1").strip("\r\n").split("\r\n"), head)
 
 
-async def _read_body(reader: asyncio.StreamReader, msg: _Message, to_eof: bool) -> bool:
+async def read_body(reader: asyncio.StreamReader, msg: _Message, to_eof: bool) -> bool:
     """Read the body the head frames (with ``to_eof``, when the head gives
     no length, the rest of the stream: then True)."""
     raw, body = bytearray(msg.raw), bytearray()
@@ -261,7 +261,7 @@ class FaultProxy:
             while (request := await _read_head(reader)) is not None:
                 if request.header("expect").lower() == "100-continue":
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                await _read_body(reader, request, to_eof=False)
+                await read_body(reader, request, to_eof=False)
                 answer, keep = await self._answer(request, writer)
                 if answer:
                     writer.write(answer)
@@ -325,7 +325,7 @@ class FaultProxy:
                 raise ConnectionResetError("the target closed the connection")
             self.forwarded += 1
             if method != "HEAD" and response.lines[0].split(" ")[1] not in ("204", "304"):
-                if await _read_body(reader, response, to_eof=True):  # framed by the end of
+                if await read_body(reader, response, to_eof=True):  # framed by the end of
                     response.raw = response.encode(response.body)  # the stream: give a length
             return response
         finally:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from tiering._keys import (
+from tiering.keys import (
     FOLLOW_CLOSED,
     FOLLOW_KEY,
     SEG_KEY,

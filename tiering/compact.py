@@ -23,8 +23,9 @@ import logging
 from dataclasses import dataclass, replace
 
 from packer import format as seg
-from tiering import _pool
+from tiering import pool
 from tiering.capacity import CapacityStore
+from tiering.cluster.writing import SoleWriter, Writing
 from tiering.errors import CapacityNotFound, NotWriter, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
@@ -33,7 +34,6 @@ from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta, SegmentInfo, now_ms
 from tiering.segments import extent_of, manifest, segment_info
 from tiering.settings import TierSettings
-from tiering.writing import SoleWriter, Writing
 
 log = logging.getLogger("tierstore.compact")
 
@@ -100,7 +100,7 @@ class Compactor:
         """One pass; ``job`` follows the segments (and their bytes) handled."""
         threshold = self._settings.compact_threshold if threshold is None else threshold
         report = CompactionReport()
-        segments = await _pool.run(self._index.segments)
+        segments = await pool.run(self._index.segments)
         work = candidates([s for s in segments if self._writing.compactable(s.name)], threshold)
         if job is not None:
             job.expect(len(work), sum(s.size for s in work))
@@ -122,11 +122,11 @@ class Compactor:
                 await self._compact_locked(name, report)
 
     async def _compact_locked(self, name: str, report: CompactionReport) -> None:
-        current = await _pool.run(self._index.get_segment, name)
+        current = await pool.run(self._index.get_segment, name)
         if current is None:
             return
         if current.live <= 0 and current.pins <= 0:
-            if await _pool.run(self._index.forget_segment, current.name):
+            if await pool.run(self._index.forget_segment, current.name):
                 await self._capacity.delete(segment_path(current.name))
                 report.deleted += 1
                 report.bytes_reclaimed += current.size
@@ -143,7 +143,7 @@ class Compactor:
         running beside this one may have merged or deleted some meanwhile."""
         async with self._layout:
             groups: dict[str | None, list[SegmentInfo]] = {}
-            for info in await _pool.run(self._index.segments):
+            for info in await pool.run(self._index.segments):
                 if info.data == 0 and info.pins > 0 and self._writing.compactable(info.name):
                     groups.setdefault(self._writing.bucket_of(info.name), []).append(info)
             for olds in groups.values():
@@ -157,7 +157,7 @@ class Compactor:
     async def _tombstone_needed(self, tomb: seg.Tombstone) -> bool:
         """Needed unless a newer version of the key is itself safely in the
         capacity tier (its manifest written)."""
-        meta = await _pool.run(self._index.get_object, tomb.bucket, tomb.key)
+        meta = await pool.run(self._index.get_object, tomb.bucket, tomb.key)
         return meta is None or meta.seq < tomb.seq or meta.manifest is None
 
     async def _rewrite(self, olds: list[SegmentInfo]) -> int | None:
@@ -179,11 +179,11 @@ class Compactor:
         for footer in footers:
             for entry in footer.entries:
                 place = (footer.segment, entry.offset, entry.stored)
-                if entry.upload is not None and await _pool.run(
+                if entry.upload is not None and await pool.run(
                     self._index.owners_of_upload_entries, entry.upload, footer.segment
                 ):
                     return None  # an open upload still uses it: try again later
-                meta = await _pool.run(self._index.get_object, entry.bucket, entry.key)
+                meta = await pool.run(self._index.get_object, entry.bucket, entry.key)
                 if meta is None or not any(c.extent is not None and c.extent.place == place for c in meta.chunks):
                     continue
                 live_entries.append((footer.segment, entry))
@@ -193,7 +193,7 @@ class Compactor:
                     buckets.append(record)
                 elif record.get("t") == "obj":
                     bucket, key = record["m"]["bucket"], record["m"]["key"]
-                    meta = await _pool.run(self._index.get_object, bucket, key)
+                    meta = await pool.run(self._index.get_object, bucket, key)
                     if meta is not None and meta.manifest in names:
                         metas[(bucket, key)] = meta
             tombstones += [tomb for tomb in footer.tombstones if await self._tombstone_needed(tomb)]
@@ -208,7 +208,7 @@ class Compactor:
                 stored = await self._capacity.get_range(
                     segment_path(segment), entry.offset, entry.offset + entry.stored
                 )
-                ref, data = await _pool.run(
+                ref, data = await pool.run(
                     encoder.add_stored, entry.bucket, entry.key, entry.seq, entry.part,
                     stored, entry.raw, entry.codec, entry.crc,
                 )
@@ -226,13 +226,13 @@ class Compactor:
                 encoder.add_tombstone(tomb.bucket, tomb.key, tomb.seq)
             for record in buckets:
                 encoder.add_record(record)
-            out.append(await _pool.run(encoder.finish))
+            out.append(await pool.run(encoder.finish))
             data = b"".join(out)
             info = segment_info(encoder, len(data))
             await self._capacity.put(segment_path(name), data)
             self._writing.check(bucket, name)  # landed while its term held the lease: it counts, olds may go
         versions = {where: meta.seq for where, meta in metas.items()}
-        renames = await _pool.run(
+        renames = await pool.run(
             self._index.commit_compaction, [old.name for old in olds], info, moved, versions,
             len(tombstones) + len(buckets),
         )
@@ -242,7 +242,7 @@ class Compactor:
             return None
         for old in olds:
             await self._capacity.delete(segment_path(old.name))
-        await _pool.run(self._rename, renames)
+        await pool.run(self._rename, renames)
         return sum(old.size for old in olds) - (info.size if info else 0)
 
     def _rename(self, renames: list[tuple[str, str]]) -> None:

@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from tiering import _pool
+from tiering import pool
 from tiering.epoch_order import Entry, Epoch, future_of
 from tiering.errors import InvalidArgument, NoSuchKey, ServiceUnavailable
 from tiering.meta import ObjectMeta
@@ -105,14 +105,14 @@ class Epochs:
             raise InvalidArgument("An epoch needs at least one key")
         if len(keys) > MAX_KEYS:
             raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
-        epoch = await _pool.run(
+        epoch = await pool.run(
             lambda: Epoch(
                 id=f"e{secrets.token_hex(6)}", bucket=bucket, entries=[Entry(k) for k in keys], readers=readers,
                 lookahead_bytes=lookahead_bytes, lookahead_objects=lookahead_objects, idle_timeout=idle_timeout,
             )
         )
         await self._resolve(epoch, range(len(keys)))
-        await _pool.run(epoch.index_layout)  # O(keys): off the event loop, as the rest of the set-up
+        await pool.run(epoch.index_layout)  # O(keys): off the event loop, as the rest of the set-up
         return self.adopt(epoch)
 
     def adopt(self, epoch: Epoch) -> Epoch:
@@ -134,7 +134,7 @@ class Epochs:
         """Every key under ``prefix``, in key order (a mount asks its source)."""
         service = self._service
         if service.mounts.get(bucket) is None:
-            return await _pool.run(_managed_keys, service, bucket, prefix)
+            return await pool.run(_managed_keys, service, bucket, prefix)
         keys: list[str] = []
         marker = ""
         while True:
@@ -185,9 +185,9 @@ class Epochs:
         for i in range(0, len(todo), _RESOLVE_BATCH):
             batch = [epoch.entries[p] for p in todo[i:i + _RESOLVE_BATCH]]
             if mounted:
-                await _pool.run(_resolve_mounted, service, epoch.bucket, batch)
+                await pool.run(_resolve_mounted, service, epoch.bucket, batch)
             else:
-                await _pool.run(_resolve_managed, service, epoch.bucket, batch)
+                await pool.run(_resolve_managed, service, epoch.bucket, batch)
 
     # -- reads -------------------------------------------------------------------
 
@@ -250,7 +250,7 @@ class Epochs:
     async def _replan_in_pool(self) -> None:
         self._stale = False
         snapshot = [[(e.entries, frozenset(e.consumed)) for e in chain] for chain in self._chains()]
-        self._set_future(await _pool.run(future_of, snapshot))
+        self._set_future(await pool.run(future_of, snapshot))
 
     def _chain(self, bucket: str) -> list[Epoch]:
         """The live epochs of ``bucket``: the active one, then the queued in order."""
@@ -324,7 +324,7 @@ class Epochs:
                 # as far as the room allows, while the readers have not
                 # caught up (else the bulk phase stopped at the window's
                 # neighbours, wherever the first round's timing left it).
-                ahead = await _pool.run(self._ahead, epoch, room)
+                ahead = await pool.run(self._ahead, epoch, room)
                 if ahead:
                     self._spawn_batch(epoch, ahead, gap=BULK_GAP, span=BULK_SPAN)
                 else:
@@ -474,7 +474,7 @@ class Epochs:
         epoch.prefetched_objects += 1
         epoch.prefetched_bytes += outcome.size
         if not entry.resolved or not entry.names:
-            await _pool.run(_resolve_mounted, self._service, epoch.bucket, [entry])
+            await pool.run(_resolve_mounted, self._service, epoch.bucket, [entry])
             position = epoch.position_of(entry.key)
             if position is not None:
                 when = float(self._offset(epoch) + position)

@@ -129,7 +129,7 @@ class CapacityConflict(CapacityError):
 
 class NotWriter(TierstoreError):
     """This node serves the managed buckets read-only: another node holds
-    the write lease (scale-out, ``tiering/cluster.py``)."""
+    the write lease (scale-out, ``tiering/cluster/cluster.py``)."""
 
 
 class ServiceUnavailable(TierstoreError):
@@ -138,4 +138,4 @@ class ServiceUnavailable(TierstoreError):
 
 class NotHot(ServiceUnavailable):
     """A peer asked for bytes from the hot tier only, and they are not all
-    there (cooperative warm, ``tiering/peers.py``): 503, it asks again later."""
+    there (cooperative warm, ``tiering/cluster/peers.py``): 503, it asks again later."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from packer import format as seg
 from packer.errors import FormatError
-from tiering import _pool
+from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.errors import CapacityError
 from tiering.flight import SingleFlight
@@ -150,7 +150,7 @@ class ExtentReader:
 
     async def open_cached(self, ext: Extent) -> int | None:
         """A descriptor on the cached copy, or None on a miss."""
-        fd = await _pool.run(self._hot.open_cached, ext.cache_name, ext.raw)
+        fd = await pool.run(self._hot.open_cached, ext.cache_name, ext.raw)
         if fd is not None:
             self.hits += 1
         return fd
@@ -236,7 +236,7 @@ class ExtentReader:
             if report is not None:
                 report.bytes += len(stored)
             try:
-                return await _pool.run(seg.decode_entry, ref, stored)
+                return await pool.run(seg.decode_entry, ref, stored)
             except FormatError as exc:
                 log.warning("extent %s@%d failed verification (attempt %d): %s", ext.segment, ext.offset, attempt, exc)
                 if attempt == _ATTEMPTS:
@@ -252,9 +252,9 @@ class ExtentReader:
         """True when the extent is cached (or being cached by another thread)."""
         try:
             if turn is None:
-                return await _pool.run(self._hot.fill, ext.cache_name, data, pin)
+                return await pool.run(self._hot.fill, ext.cache_name, data, pin)
             async with turn:
-                return await _pool.run(self._hot.fill, ext.cache_name, data, pin)
+                return await pool.run(self._hot.fill, ext.cache_name, data, pin)
         except OSError as exc:  # a full or failing disk costs the cache, not the read
             log.warning("could not cache extent %s@%d: %s", ext.segment, ext.offset, exc)
             return False
@@ -462,7 +462,7 @@ class ExtentReader:
         view = memoryview(stored)[ext.offset - start : ext.offset - start + ext.stored]
         async with turn:
             try:
-                return await _pool.run(seg.decode_entry, _entry_ref(ext), view)
+                return await pool.run(seg.decode_entry, _entry_ref(ext), view)
             except FormatError as exc:
                 log.warning(
                     "extent %s@%d of a run failed verification: %s", ext.segment, ext.offset, exc

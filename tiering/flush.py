@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from packer import format as seg
-from tiering import _pool
+from tiering import pool
 from tiering._index_tiers import FlushItem
 from tiering.capacity import CapacityStore
+from tiering.cluster.writing import SoleWriter, Writing
 from tiering.errors import CapacityError, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
@@ -32,9 +33,16 @@ from tiering.index import Index
 from tiering.jobs import Job
 from tiering.meta import Chunk, SegmentInfo, now_ms
 from tiering.policy import Policies
-from tiering.segments import Piece, SegmentStream, add_record, encode_pieces, manifest, record_bucket, segment_info
+from tiering.segments import (
+    Piece,
+    SegmentStream,
+    add_record,
+    encode_pieces,
+    manifest,
+    record_bucket,
+    segment_info,
+)
 from tiering.settings import TierSettings
-from tiering.writing import SoleWriter, Writing
 
 log = logging.getLogger("tierstore.flush")
 
@@ -98,7 +106,7 @@ class Flusher:
     ) -> None:
         self._index = index
         # Which buckets this node may upload segments for, one bucket per
-        # segment or mixed, and their names (``tiering/writing.py``).
+        # segment or mixed, and their names (``tiering/cluster/writing.py``).
         self._writing = writing if writing is not None else SoleWriter(index)
         self._hot = hot
         self._capacity = capacity
@@ -186,7 +194,7 @@ class Flusher:
     async def _settle_records(self) -> None:
         if not self._record_waiters:
             return
-        pending = await _pool.run(self._index.pending_records, 1)
+        pending = await pool.run(self._index.pending_records, 1)
         oldest = pending[0][0] if pending else None
         for seq, future in self._record_waiters:
             if (oldest is None or seq < oldest) and not future.done():
@@ -238,7 +246,7 @@ class Flusher:
         """Flush everything queued now, footer records included (operator
         request, tests); ``job`` follows the objects and bytes written."""
         if job is not None:
-            job.expect(await _pool.run(self._index.flush_queue_length), self._hot.staged)
+            job.expect(await pool.run(self._index.flush_queue_length), self._hot.staged)
         # Shielded: cancelling the job stops it between rounds, never inside
         # an upload-and-commit.
         while await asyncio.shield(self.flush_round(force=True, job=job)):
@@ -250,8 +258,8 @@ class Flusher:
         ``whole`` False, a last packed segment short of ``segment_size`` is
         left for a later round."""
         async with self._layout:
-            items = await _pool.run(self._index.flush_queue, QUEUE_BATCH)
-            records = await _pool.run(self._index.pending_records, QUEUE_BATCH)
+            items = await pool.run(self._index.flush_queue, QUEUE_BATCH)
+            records = await pool.run(self._index.pending_records, QUEUE_BATCH)
             stale = [i.fseq for i in items if i.meta is None and i.part is None]
             # Among several gateways, the records wait no longer than data
             # does: replicas learn of deletes and buckets from them.
@@ -316,17 +324,17 @@ class Flusher:
         job: Job | None = None,
     ) -> None:
         if not items and not records:
-            await _pool.run(self._index.commit_flush_stale, stale)
+            await pool.run(self._index.commit_flush_stale, stale)
             self._settle(stale)
             return
         name = await self._writing.name(bucket)
-        data, done, info = await _pool.run(self._pack, name, items, [r for _, r in records])
+        data, done, info = await pool.run(self._pack, name, items, [r for _, r in records])
         await self._capacity.put(segment_path(name), data)
         # Landed while the term it is named in held the lease: only then does
         # it count (else the items stay queued for the next holder's term).
         self._writing.check(bucket, name)
-        adopted = await _pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
-        await _pool.run(self._adopt, adopted, done)
+        adopted = await pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
+        await pool.run(self._adopt, adopted, done)
         self._written(done, job)
         self._settle([*stale, *(item.fseq for item, _ in done)])
 
@@ -377,8 +385,8 @@ class Flusher:
             raise
         self._writing.check(bucket, name)  # as in _flush_packed
         done = [(item, chunks)]
-        adopted = await _pool.run(self._index.commit_flush, info, done, [], [])
-        await _pool.run(self._adopt, adopted, done)
+        adopted = await pool.run(self._index.commit_flush, info, done, [], [])
+        await pool.run(self._adopt, adopted, done)
         self._written(done, job)
         self._settle([item.fseq])
 

@@ -30,10 +30,10 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tiering._files import sync_dir, write_all
 from tiering.digests import Digests
 from tiering.errors import SlowDown
 from tiering.eviction import EvictionAdvisor, Sieve
+from tiering.files import sync_dir, write_all
 from tiering.meta import Chunk
 
 _FANOUT = 256  # subdirectories, so no directory holds millions of entries

@@ -19,7 +19,7 @@ Keys under ``O`` sort by the object key's UTF-8 bytes, which is the order S3
 lists in, so a listing page is one seek plus a short scan, and each common
 prefix costs one more seek to jump past its members.
 
-All methods are blocking; callers on the event loop use ``tiering._pool``.
+All methods are blocking; callers on the event loop use ``tiering.pool``.
 Mutations that read before they write hold one lock, so every swap is atomic;
 reads take no lock. Every write batch is synced to the WAL before returning:
 an acknowledged write survives a crash of the process or the machine.
@@ -38,7 +38,8 @@ import msgpack
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from tiering._index_tiers import Ledger, TierRecords
-from tiering._keys import (
+from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
+from tiering.keys import (
     SEG_KEY,
     SEP,
     SEQ_KEY,
@@ -46,15 +47,14 @@ from tiering._keys import (
     bucket_event,
     gkey,
     hkey,
+    label,
     mkey,
     nkey,
-    label,
     okey,
     pkey,
     seqkey,
     ukey,
 )
-from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
 from tiering.meta import (
     BucketInfo,
     Chunk,

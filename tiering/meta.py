@@ -8,9 +8,9 @@ backward compatible with data written by older versions.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
-from collections.abc import Callable
 from typing import Any, ClassVar, Self
 
 import msgpack

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from packer.ranges import ByteRange
-from tiering import _pool, checksums
+from tiering import checksums, pool
 from tiering.errors import (
     EntityTooLarge,
     EntityTooSmall,
@@ -35,7 +35,7 @@ from tiering.names import check_key
 from tiering.segments import Piece
 
 if TYPE_CHECKING:
-    from tiering.mount_uploads import MountUploads
+    from tiering.mounts.uploads import MountUploads
     from tiering.objects import ObjectService, Staged
 
 MIN_PART_SIZE = 5 * 1024**2  # every part but the last, as S3 requires
@@ -99,7 +99,7 @@ class Multipart:
                 checksum_algorithm=checksum_algorithm,
                 checksum_type=checksum_type,
             )
-            await _pool.run(self._index.create_upload, upload)
+            await pool.run(self._index.create_upload, upload)
             return upload
 
     def _mounted(self, bucket: str) -> MountUploads | None:
@@ -107,7 +107,7 @@ class Multipart:
         return self._service.mount_uploads if self._service.mounts.get(bucket) is not None else None
 
     async def get(self, bucket: str, key: str, upload_id: str) -> Upload:
-        upload = await _pool.run(self._index.get_upload, bucket, key, upload_id)
+        upload = await pool.run(self._index.get_upload, bucket, key, upload_id)
         if upload is None:
             await self._service.bucket(bucket)
             raise NoSuchUpload(UploadId=upload_id)
@@ -164,7 +164,7 @@ class Multipart:
         if segment is not None:
             segment = replace(segment, live=sum(c.extent.stored for c in part.chunks if c.extent))
         try:
-            previous = await _pool.run(self._index.put_part, upload, part, segment)
+            previous = await pool.run(self._index.put_part, upload, part, segment)
         except BaseException:
             await self._service.discard(part.chunks, segment)
             raise
@@ -188,7 +188,7 @@ class Multipart:
                     raise
                 return done
             check_order(chosen, upload_id)
-            stored = {p.part_number: p for p in await _pool.run(self._index.list_parts, upload_id)}
+            stored = {p.part_number: p for p in await pool.run(self._index.list_parts, upload_id)}
             parts: list[Part] = []
             for i, want in enumerate(chosen):
                 part = stored.get(want.part_number)
@@ -231,7 +231,7 @@ class Multipart:
                 part_sizes=tuple(p.size for p in parts),
                 upload_id=upload_id,
             )
-            meta, old = await _pool.run(
+            meta, old = await pool.run(
                 self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored),
                 chosen_parts=[p.part_number for p in parts],
             )
@@ -248,7 +248,7 @@ class Multipart:
     ) -> ObjectMeta | None:
         """A retried Complete (the client lost the first answer) gets the same
         result again, as S3 does, while the object is still that upload's."""
-        meta = await _pool.run(self._index.get_object, bucket, key)
+        meta = await pool.run(self._index.get_object, bucket, key)
         if meta is None or meta.upload_id != upload_id:
             return None
         if md5_of_parts([c.etag for c in chosen]) != meta.etag:
@@ -259,7 +259,7 @@ class Multipart:
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.abort(bucket, key, upload_id)
         upload = await self.get(bucket, key, upload_id)
-        parts = await _pool.run(self._index.delete_upload, upload)
+        parts = await pool.run(self._index.delete_upload, upload)
         if parts is None:
             raise NoSuchUpload(UploadId=upload_id)
         await self._service.forget([c for p in parts for c in p.chunks])
@@ -268,7 +268,7 @@ class Multipart:
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.list_parts(bucket, key, upload_id, after, limit)
         upload = await self.get(bucket, key, upload_id)
-        parts = await _pool.run(self._index.list_parts, upload_id, after, limit + 1)
+        parts = await pool.run(self._index.list_parts, upload_id, after, limit + 1)
         return upload, parts[:limit], len(parts) > limit
 
     async def list_uploads(
@@ -277,7 +277,7 @@ class Multipart:
         await self._service.bucket(bucket)
         if (mounted := self._mounted(bucket)) is not None:
             return await mounted.list_uploads(bucket, prefix, key_marker, upload_id_marker, limit)
-        return await _pool.run(self._index.list_uploads, bucket, prefix, key_marker, upload_id_marker, limit)
+        return await pool.run(self._index.list_uploads, bucket, prefix, key_marker, upload_id_marker, limit)
 
 
 def check_order(chosen: list[ChosenPart], upload_id: str) -> None:

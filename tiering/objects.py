@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from packer.ranges import ByteRange, split_over
-from tiering import _pool
+from tiering import pool
 from tiering.capacity import CapacityStore
+from tiering.cluster.peers import FETCH, PeerClient, PeerRefused
 from tiering.conditions import Conditions, check
 from tiering.digests import Digests, check_size, gather, verify
 from tiering.epochs import Epochs
@@ -40,11 +41,10 @@ from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Jobs
 from tiering.meta import BucketInfo, Checksum, Chunk, Extent, ObjectMeta, SegmentInfo, now_ms
-from tiering.mount_uploads import MountUploads
-from tiering.mounts import Mounts
+from tiering.mounts.buckets import Mounts
+from tiering.mounts.uploads import MountUploads
 from tiering.multipart import Multipart
 from tiering.names import check_bucket_name, check_key
-from tiering.peers import FETCH, PeerClient, PeerRefused
 from tiering.policy import Policies
 from tiering.readahead import ReadTally, Source, stream
 from tiering.segments import Piece, SegmentStream
@@ -113,7 +113,7 @@ class ObjectService:
         self.epochs = Epochs(self)
         self.jobs = Jobs()
         # The other gateways over the same store, asked for an extent before
-        # the store (``tiering/peers.py``); set before ``start`` when configured.
+        # the store (``tiering/cluster/peers.py``); set before ``start`` when configured.
         self.peers: PeerClient | None = None
 
     async def start(self) -> None:
@@ -124,7 +124,7 @@ class ObjectService:
         every index record (tens of seconds for millions of objects).
         Committed writes not yet flushed are still in the flush queue: the
         flusher takes them up again."""
-        await _pool.run(self.hot.resume, self.index.referenced_files)
+        await pool.run(self.hot.resume, self.index.referenced_files)
         await self.tiers.residency.restore()
         await self.tiers.start()
         await self.mounts.start()
@@ -139,8 +139,8 @@ class ObjectService:
         await self.epochs.stop()
         await self.mounts.close()
         await self.tiers.stop()
-        await _pool.run(self.index.close)
-        await _pool.run(self.hot.mark_clean)
+        await pool.run(self.index.close)
+        await pool.run(self.hot.mark_clean)
 
     # -- buckets -----------------------------------------------------------
 
@@ -148,13 +148,13 @@ class ObjectService:
         """Create a bucket; ``policy`` sets BucketInfo policy fields (the
         node's write-through setting is the default)."""
         check_bucket_name(name)
-        if await _pool.run(self.index.get_bucket, name) is not None:
+        if await pool.run(self.index.get_bucket, name) is not None:
             raise BucketAlreadyOwnedByYou(BucketName=name)  # on every node, not only its writer
         async with self.tiers.writing_to(name):
             info = BucketInfo(name=name, created_ms=now_ms(), region=self.region,
                               write_through=self.settings.write_through)
             info = replace(info, **policy)  # type: ignore[arg-type]
-            if not await _pool.run(self.index.create_bucket, info):
+            if not await pool.run(self.index.create_bucket, info):
                 raise BucketAlreadyOwnedByYou(BucketName=name)
             self.policies.changed(name)
             return info
@@ -162,7 +162,7 @@ class ObjectService:
     async def delete_bucket(self, name: str) -> None:
         self.mounts.managed_only(name, "DeleteBucket (unmount instead)")
         async with self.tiers.writing_to(name):
-            await _pool.run(self.index.delete_bucket, name)
+            await pool.run(self.index.delete_bucket, name)
             self.policies.changed(name)
 
     async def bucket(self, name: str) -> BucketInfo:
@@ -174,12 +174,12 @@ class ObjectService:
 
     async def set_policy(self, info: BucketInfo) -> BucketInfo:
         async with self.tiers.writing_to(info.name):
-            await _pool.run(self.index.update_bucket, info)
+            await pool.run(self.index.update_bucket, info)
             self.policies.changed(info.name)
             return info
 
     async def list_buckets(self) -> list[BucketInfo]:
-        managed = await _pool.run(self.index.list_buckets)
+        managed = await pool.run(self.index.list_buckets)
         mounted = [self.mounts.bucket(m.name) for m in self.mounts.all()]
         return sorted([*managed, *mounted], key=lambda b: b.name)  # type: ignore[arg-type]
 
@@ -188,7 +188,7 @@ class ObjectService:
     async def head(self, bucket: str, key: str) -> ObjectMeta:
         if self.mounts.get(bucket) is not None:
             return await self.mounts.head(bucket, key)
-        meta = await _pool.run(self.index.get_object, bucket, key)
+        meta = await pool.run(self.index.get_object, bucket, key)
         if meta is None:
             await self.bucket(bucket)
             raise NoSuchKey(Key=key)
@@ -206,7 +206,7 @@ class ObjectService:
             if data is not None and tally is not None:
                 tally.fetched = True
             return meta, data
-        meta, data = await _pool.run(self._fetch, bucket, key, small)
+        meta, data = await pool.run(self._fetch, bucket, key, small)
         if meta is None:
             await self.bucket(bucket)
             raise NoSuchKey(Key=key)
@@ -246,7 +246,7 @@ class ObjectService:
         for (bucket, key, read), is_mount in zip(wanted, mounted, strict=True):
             if read and not is_mount:
                 self.epochs.observe(bucket, key)
-        return await _pool.run(self._locate_many, wanted, mounted)
+        return await pool.run(self._locate_many, wanted, mounted)
 
     def _locate_many(self, wanted: list[tuple[str, str, bool]], mounted: list[bool]) -> list[Located]:
         out: list[Located] = []
@@ -314,7 +314,7 @@ class ObjectService:
         digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
 
         async def send(block: bytes) -> None:
-            await _pool.run(digests.update, block)
+            await pool.run(digests.update, block)
             await upload.write(block)
 
         try:
@@ -342,7 +342,7 @@ class ObjectService:
         if segment is not None:
             segment = replace(segment, live=sum(c.extent.stored for c in meta.chunks if c.extent))
         try:
-            meta, old = await _pool.run(self.index.put_object, meta, segment=segment, **conditions)
+            meta, old = await pool.run(self.index.put_object, meta, segment=segment, **conditions)
         except BaseException:
             await self.discard(meta.chunks, segment)
             raise
@@ -352,7 +352,7 @@ class ObjectService:
 
     async def discard(self, chunks: Iterable[Chunk], segment: SegmentInfo | None = None) -> None:
         """Remove bytes written for a write that did not commit."""
-        await _pool.run(self.hot.remove, chunks)
+        await pool.run(self.hot.remove, chunks)
         if segment is not None:
             await self.tiers.capacity.delete(segment_path(segment.name))
 
@@ -361,10 +361,10 @@ class ObjectService:
         ``keep`` does not use (after the index no longer refers to them)."""
         chunks = list(chunks)
         kept = {c.file_id for c in keep if c.file_id} | {c.extent.cache_name for c in keep if c.extent}
-        await _pool.run(self.hot.remove, [c for c in chunks if c.file_id and c.file_id not in kept])
+        await pool.run(self.hot.remove, [c for c in chunks if c.file_id and c.file_id not in kept])
         cached = [c.extent.cache_name for c in chunks if c.extent and c.extent.cache_name not in kept]
         if cached:
-            await _pool.run(self.hot.drop_cached, cached)
+            await pool.run(self.hot.drop_cached, cached)
 
     async def stage(self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece) -> Staged:
         """Take ``body`` in: into durable hot-tier files, or, when it cannot
@@ -379,12 +379,12 @@ class ObjectService:
         digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
         writer = self.hot.writer(settings.part_size, digests, reserved)
         try:
-            await gather(body, lambda block: _pool.run(writer.write, block))
+            await gather(body, lambda block: pool.run(writer.write, block))
             check_size(digests, integrity)
-            chunks = await _pool.run(writer.finish)
+            chunks = await pool.run(writer.finish)
             checksum = verify(digests, integrity)
         except BaseException:
-            await _pool.run(writer.abort)
+            await pool.run(writer.abort)
             raise
         return Staged(chunks, digests.md5.hexdigest(), checksum)
 
@@ -395,7 +395,7 @@ class ObjectService:
         never filled past the budget."""
         if self.hot.reserve(size):
             if self.hot.over_high:
-                await _pool.run(self.hot.evict)
+                await pool.run(self.hot.evict)
             return True
         if size > small:
             return False
@@ -406,7 +406,7 @@ class ObjectService:
             await asyncio.sleep(0.05)
             if self.hot.reserve(size):
                 if self.hot.over_high:
-                    await _pool.run(self.hot.evict)
+                    await pool.run(self.hot.evict)
                 return True
         raise SlowDown("The hot tier is full of data not yet in the capacity tier; retry later")
 
@@ -415,13 +415,13 @@ class ObjectService:
     ) -> Staged:
         """Write the body into a new segment as it arrives, one part-sized
         extent at a time; memory holds a few parts, the hot tier nothing."""
-        name = await _pool.run(self.index.new_segment_name)
+        name = await pool.run(self.index.new_segment_name)
         stream = SegmentStream(self.tiers.capacity, name, settings)
         digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
         chunks: list[Chunk] = []
 
         async def put_part(block: bytes) -> None:
-            await _pool.run(digests.update, block)
+            await pool.run(digests.update, block)
             chunks.append(await stream.add(label, len(chunks), block))
 
         try:
@@ -462,7 +462,7 @@ class ObjectService:
             if chunk.file_id is None:
                 return await self._source(chunk, pin, origin, starts[index] if starts else 0)
             try:
-                return await _pool.run(self.hot.open, chunk.file_id)
+                return await pool.run(self.hot.open, chunk.file_id)
             except FileNotFoundError:
                 # Flushed since the lookup (the file became a cached extent):
                 # read the same version's extent instead.
@@ -519,7 +519,7 @@ class ObjectService:
             return None
 
     async def _reload_chunk(self, meta: ObjectMeta, index: int) -> Chunk:
-        current = await _pool.run(self.index.get_object, meta.bucket, meta.key)
+        current = await pool.run(self.index.get_object, meta.bucket, meta.key)
         if current is None or current.seq != meta.seq or current.chunks[index].extent is None:
             raise NoSuchKey("The object was replaced while it was being read", Key=meta.key)
         return current.chunks[index]
@@ -535,7 +535,7 @@ class ObjectService:
             await self.mounts.delete(bucket, key)
             return
         async with self.tiers.writing_to(bucket):
-            old = await _pool.run(self.index.delete_object, bucket, key)
+            old = await pool.run(self.index.delete_object, bucket, key)
             if old is not None:
                 await self.forget(old.chunks)
                 await self._settle_delete(info)
@@ -550,7 +550,7 @@ class ObjectService:
                 await self.mounts.delete(bucket, key)
             return
         async with self.tiers.writing_to(bucket):
-            removed = await _pool.run(self.index.delete_objects, bucket, keys)
+            removed = await pool.run(self.index.delete_objects, bucket, keys)
             for old in removed:
                 await self.forget(old.chunks)
             if removed:
@@ -603,7 +603,7 @@ class ObjectService:
                 user_meta=new.user_meta,
                 last_modified_ms=now_ms(),
             )
-            meta, _ = await _pool.run(self.index.put_object, meta, if_match=source.etag, keep_chunks=True)
+            meta, _ = await pool.run(self.index.put_object, meta, if_match=source.etag, keep_chunks=True)
             await self.settle(await self.bucket(meta.bucket), meta)
             return meta
 
@@ -613,7 +613,7 @@ class ObjectService:
         await self.bucket(bucket)
         if self.mounts.get(bucket) is not None:
             return await self.mounts.list_objects(bucket, prefix, delimiter, marker, max_keys)
-        return await _pool.run(self.index.list_objects, bucket, prefix, delimiter, marker, max_keys)
+        return await pool.run(self.index.list_objects, bucket, prefix, delimiter, marker, max_keys)
 
 
 def resolve_part(meta: ObjectMeta, part_number: int) -> ByteRange:

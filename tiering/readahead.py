@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from packer.ranges import ByteRange
-from tiering import _pool
+from tiering import pool
 from tiering.hot import HotTier, close_unused
 
 READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming from a local file
@@ -67,7 +67,7 @@ async def stream(
                 offset = wanted.start
                 while offset < wanted.end:
                     length = min(READ_BLOCK, wanted.end - offset)
-                    yield await _pool.run(HotTier.pread, source, offset, length)
+                    yield await pool.run(HotTier.pread, source, offset, length)
                     tally.hot += length
                     offset += length
             finally:

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from packer import format as seg
-from tiering._keys import bucket_from_event
 from tiering.capacity import CapacityStore
-from tiering.cluster import valid_segments
+from tiering.cluster.cluster import valid_segments
 from tiering.compact import read_footer
 from tiering.fetch import list_segments
 from tiering.index import Index
+from tiering.keys import bucket_from_event
 from tiering.meta import BucketInfo, ObjectMeta, SegmentInfo
 
 _CONCURRENCY = 16

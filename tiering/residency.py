@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
-from tiering import _pool
+from tiering import pool
 from tiering.fetch import ExtentReader
 from tiering.hot import HotTier
 from tiering.index import Index
@@ -59,7 +59,7 @@ class Residency:
     async def _pages(self, bucket: str, prefix: str) -> AsyncIterator[list[ObjectMeta]]:
         after: str | None = None
         while True:
-            page = await _pool.run(self._index.objects_page, bucket, prefix, after, _PAGE)
+            page = await pool.run(self._index.objects_page, bucket, prefix, after, _PAGE)
             if not page:
                 return
             yield page
@@ -77,7 +77,7 @@ class Residency:
                 size += meta.size
             return objects, size
 
-        job.expect(*await _pool.run(count))
+        job.expect(*await pool.run(count))
 
     async def evict(self, bucket: str | None = None, prefix: str = "", job: Job | None = None) -> EvictReport:
         """Drop cached extents (of bucket/prefix, or all); pinned ones stay."""
@@ -86,13 +86,13 @@ class Residency:
             report.skipped_pinned_bytes = self._hot.pinned
             if job is not None:
                 job.expect(None, self._hot.cached - self._hot.pinned)
-            report.evicted_bytes = await _pool.run(self._hot.evict, 0)
+            report.evicted_bytes = await pool.run(self._hot.evict, 0)
             if job is not None:
                 job.advance(0, report.evicted_bytes)
             return report
         await self._expect(job, bucket, prefix)
         async for page in self._pages(bucket, prefix):
-            dropped, kept = await _pool.run(self._hot.drop_cached, cache_names(page), True)
+            dropped, kept = await pool.run(self._hot.drop_cached, cache_names(page), True)
             report.evicted_bytes += dropped
             report.skipped_pinned_bytes += kept
             if job is not None:
@@ -103,7 +103,7 @@ class Residency:
         """Record the pin, then bring every object it covers into the hot
         tier and pin it there. Raises PinTooLarge when the hot tier cannot
         hold them beside the staged data (the pin stays: unpin to drop it)."""
-        await _pool.run(self._policies.add_pin, bucket, prefix)
+        await pool.run(self._policies.add_pin, bucket, prefix)
         await self._expect(job, bucket, prefix)
         report = PinReport()
         gate = asyncio.Semaphore(self._concurrency)
@@ -132,19 +132,19 @@ class Residency:
     async def hold(self, bucket: str, prefix: str = "") -> None:
         """Record the pin and pin what is cached of it already, without
         fetching the rest (reads and flushes pin it as it comes)."""
-        await _pool.run(self._policies.add_pin, bucket, prefix)
+        await pool.run(self._policies.add_pin, bucket, prefix)
         await self._pin_cached(bucket, prefix)
 
     async def restore(self) -> None:
         """At start: the hot tier does not remember pins across restarts,
         the index does; pin again what each pin covers and the cache holds."""
-        await _pool.run(self._policies.load)
+        await pool.run(self._policies.load)
         for bucket, prefix in self._policies.pins():
             await self._pin_cached(bucket, prefix)
 
     async def _pin_cached(self, bucket: str, prefix: str) -> None:
         async for page in self._pages(bucket, prefix):
-            await _pool.run(self._hot.pin, cache_names(page))
+            await pool.run(self._hot.pin, cache_names(page))
 
     def states(self, meta: ObjectMeta) -> list[str]:
         """Where each chunk of ``meta`` is: staged, cached or capacity."""
@@ -158,10 +158,10 @@ class Residency:
     async def unpin(self, bucket: str, prefix: str = "") -> int:
         """Remove a pin; what it covered becomes evictable unless another
         pin covers it. Bytes unpinned; raises KeyError if no such pin."""
-        if not await _pool.run(self._policies.remove_pin, bucket, prefix):
+        if not await pool.run(self._policies.remove_pin, bucket, prefix):
             raise KeyError((bucket, prefix))
         unpinned = 0
         async for page in self._pages(bucket, prefix):
             loose = [m for m in page if not self._policies.pinned(m.bucket, m.key)]
-            unpinned += await _pool.run(self._hot.unpin, cache_names(loose))
+            unpinned += await pool.run(self._hot.unpin, cache_names(loose))
         return unpinned

@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from packer import format as seg
-from tiering import _pool
+from tiering import pool
 from tiering.capacity import CapacityStore, CapacityUpload
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
@@ -121,7 +121,7 @@ class SegmentStream:
 
     async def add(self, label: Piece, index: int, data: bytes) -> Chunk:
         await self._start()
-        ref, stored = await _pool.run(
+        ref, stored = await pool.run(
             self.encoder.add, label.bucket, label.key, label.seq, index, data,
             compress=self._settings.compression, level=self._settings.compression_level, upload=label.upload,
         )
@@ -134,7 +134,7 @@ class SegmentStream:
             if chunk.file_id is None:
                 result.append(chunk)
                 continue
-            data = await _pool.run(hot.read, chunk.file_id, 0, chunk.size)
+            data = await pool.run(hot.read, chunk.file_id, 0, chunk.size)
             result.append(await self.add(label, index, data))
         return tuple(result)
 
@@ -142,7 +142,7 @@ class SegmentStream:
         await self._start()
         for record in records:
             add_record(self.encoder, record)
-        await self._upload.write(await _pool.run(self.encoder.finish))
+        await self._upload.write(await pool.run(self.encoder.finish))
         size = await self._upload.complete()
         return segment_info(self.encoder, size)
 

@@ -26,7 +26,7 @@ class TierSettings:
     # How long a write-through PUT waits for the flush: below the 60 s read
     # timeout of botocore and most S3 clients, so they see the 503.
     write_through_timeout: float = 50.0
-    # Scale-out (tiering/cluster.py): with a node id, this node is one of
+    # Scale-out (tiering/cluster/cluster.py): with a node id, this node is one of
     # several over the same capacity store, the writer of the buckets whose
     # write lease it holds; without one, the only node.
     node_id: str | None = None

@@ -15,9 +15,10 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 
-from tiering import _pool
+from tiering import pool
 from tiering.capacity import CapacityStore
-from tiering.cluster import Cluster, ClusterStatus, cluster_store
+from tiering.cluster.cluster import Cluster, ClusterStatus, cluster_store
+from tiering.cluster.writing import SoleWriter, Writing
 from tiering.compact import CompactionReport, Compactor
 from tiering.errors import CapacityNotFound, TierstoreError
 from tiering.fetch import ExtentReader, list_segments, segment_path
@@ -28,7 +29,6 @@ from tiering.jobs import Job
 from tiering.policy import Policies
 from tiering.residency import Residency
 from tiering.settings import TierSettings
-from tiering.writing import SoleWriter, Writing
 
 log = logging.getLogger("tierstore.tiers")
 
@@ -65,7 +65,7 @@ class TierStatus:
     capacity_requests: dict[str, int]
     capacity_bytes_read: int
     capacity_bytes_written: int
-    cluster: ClusterStatus | None = None  # one of several gateways (tiering/cluster.py)
+    cluster: ClusterStatus | None = None  # one of several gateways (tiering/cluster/cluster.py)
 
 
 class Tiers:
@@ -134,7 +134,7 @@ class Tiers:
     async def _start_writing(self) -> None:
         """Clean up after a crash, then flush and compact: at start on a
         single node, or when this node first takes a bucket of several
-        nodes' (whose segments are no orphans: see ``tiering/cluster.py``)."""
+        nodes' (whose segments are no orphans: see ``tiering/cluster/cluster.py``)."""
         if self.cluster is None:
             if aborted := await self.capacity.abort_incomplete():
                 log.info("removed %d incomplete write(s) a crash left in the capacity store", aborted)
@@ -180,15 +180,15 @@ class Tiers:
         except (TimeoutError, TierstoreError, OSError) as exc:
             log.warning("could not flush before stopping (%s): keeping the write lease until it expires", exc)
             return False
-        queued = await _pool.run(self.index.flush_queue_length)
-        return queued == 0 and await _pool.run(self.index.pending_records_count) == 0
+        queued = await pool.run(self.index.flush_queue_length)
+        return queued == 0 and await pool.run(self.index.pending_records_count) == 0
 
     async def _collect_orphans(self) -> None:
         """Delete segments a crash left uploaded but never committed (or
         committed away by compaction but not yet deleted). Only names this
         index has handed out are candidates: a store holding segments of
         another namespace is refused, never cleaned."""
-        known = {info.name for info in await _pool.run(self.index.segments)}
+        known = {info.name for info in await pool.run(self.index.segments)}
         issued = self.index.segments_issued
         foreign = 0
         async for name, _ in list_segments(self.capacity):
@@ -230,9 +230,9 @@ class Tiers:
         return await self.compactor.compact(threshold, job)
 
     async def status(self) -> TierStatus:
-        segments = await _pool.run(self.index.segments)
-        queued = await _pool.run(self.index.flush_queue_length)
-        records = await _pool.run(self.index.pending_records_count)
+        segments = await pool.run(self.index.segments)
+        queued = await pool.run(self.index.flush_queue_length)
+        records = await pool.run(self.index.pending_records_count)
         hot = self.hot
         stats = self.capacity.stats
         data = sum(s.data for s in segments)

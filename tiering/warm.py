@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from packer.ranges import ByteRange
-from tiering import _pool
+from tiering import pool
+from tiering.cluster.peers import HOT, PeerClient, PeerRefused
 from tiering.errors import InvalidArgument, NoSuchKey
 from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta
-from tiering.peers import HOT, PeerClient, PeerRefused
 
 if TYPE_CHECKING:
     from tiering.hot import HotTier
@@ -58,7 +58,7 @@ class WarmReport:
     left_out_bytes: int = 0
     room_bytes: int = 0  # what the hot tier could give the set when the job started
     errors: int = 0  # extents the store failed to return (after retries), not cached
-    # Cooperative warm (tiering/peers.py): extents other gateways sent, the
+    # Cooperative warm (tiering/cluster/peers.py): extents other gateways sent, the
     # GETs that asked them, and extents fetched from the store after all.
     peer_extents: int = 0
     peer_bytes: int = 0
@@ -122,7 +122,7 @@ class Warmer:
         if job is not None and keys is not None:
             job.expect(len(keys), None)
         elif job is not None and not mounted:
-            job.expect(*await _pool.run(_count, service, bucket, prefix or ""))
+            job.expect(*await pool.run(_count, service, bucket, prefix or ""))
         batches = self._batches(bucket, prefix, keys, mounted, report)
         if mounted:
             await self._warm_mounted(bucket, batches, report, concurrency, limit, job)  # type: ignore[arg-type]
@@ -173,7 +173,7 @@ class Warmer:
                 if mounted:
                     yield [(key, None) for key in chunk]
                     continue
-                found = await _pool.run(_lookup, service, bucket, chunk)
+                found = await pool.run(_lookup, service, bucket, chunk)
                 for key, meta in zip(chunk, found, strict=True):
                     if meta is None:
                         _missing(report, key)
@@ -189,7 +189,7 @@ class Warmer:
                     return
                 marker = page.last
             else:
-                metas = await _pool.run(service.index.objects_page, bucket, prefix or "", marker, BATCH)
+                metas = await pool.run(service.index.objects_page, bucket, prefix or "", marker, BATCH)
                 if not metas:
                     return
                 yield metas

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import Strict, iso
-from tiering import _pool
+from tiering import pool
 from tiering.epoch_order import Epoch
 from tiering.errors import InvalidArgument, NoSuchBucket
 from tiering.order import MAX_KEYS, expand_all, shuffled
@@ -104,9 +104,9 @@ def router(ctx: AdminContext) -> APIRouter:
             if new.prefix is not None:
                 keys = await service.epochs.keys_under(new.bucket, new.prefix)
                 if new.seed is not None:
-                    keys = await _pool.run(shuffled, keys, new.seed)
+                    keys = await pool.run(shuffled, keys, new.seed)
             else:
-                keys = await _pool.run(expand_all, new.keys or [], new.bucket, False)
+                keys = await pool.run(expand_all, new.keys or [], new.bucket, False)
             epoch = await service.epochs.register(
                 new.bucket, keys, new.readers, new.lookahead_bytes, new.lookahead_objects, new.idle_timeout,
             )

@@ -26,11 +26,11 @@ from gateway.admin.models import (
     job_view,
 )
 from gateway.storage import peer_client
-from tiering import _pool
+from tiering import pool
+from tiering.cluster.peers import PeerClient
 from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
 from tiering.order import expand_all
-from tiering.peers import PeerClient
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0
@@ -130,7 +130,7 @@ def router(ctx: AdminContext) -> APIRouter:
             if request.manifest is not None:
                 keys = await service.warmer.manifest(request.bucket, request.manifest)
             if keys is not None:
-                keys = await _pool.run(expand_all, keys, request.bucket)
+                keys = await pool.run(expand_all, keys, request.bucket)
         except NoSuchKey:
             raise AdminError("InvalidRequest", f"no manifest {request.manifest!r} in {request.bucket!r}") from None
         except InvalidArgument as exc:

@@ -1,5 +1,5 @@
 """Admin routes for mounted buckets: existing S3 data served through the
-hot tier (see ``tiering/mounts.py``)."""
+hot tier (see ``tiering/mounts/buckets.py``)."""
 
 from __future__ import annotations
 

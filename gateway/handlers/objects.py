@@ -10,13 +10,13 @@ from gateway.errors import S3Error, to_s3_error
 from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
 from tiering import checksums
+from tiering.cluster.peers import HOT, PEER_HEADER
 from tiering.conditions import check
 from tiering.errors import NotHot, NotModified, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
 from tiering.objects import resolve_part
-from tiering.peers import HOT, PEER_HEADER
 from tiering.readahead import ReadTally
 
 XML = "application/xml"
@@ -85,7 +85,7 @@ async def get_object(ctx: Context, req: S3Request) -> Response:
     # The tally says which tier served the body (metrics, access log); it
     # counts as the body is produced, so a streamed GET is complete once sent.
     tally = req.tally = ReadTally()
-    peer = req.headers.get(PEER_HEADER)  # another gateway asking (tiering/peers.py)
+    peer = req.headers.get(PEER_HEADER)  # another gateway asking (tiering/cluster/peers.py)
     if peer is None:
         ctx.service.epochs.observe(req.bucket, req.key)  # moves an epoch reader's position, before the read
     meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)

@@ -17,8 +17,8 @@ from typing import Any
 import boto3
 import pytest
 
-from tiering._s3 import MIN_PART_SIZE, S3Store
 from tiering.capacity import TMP_PREFIX, CapacityStore, LocalDirStore
+from tiering.capacity.s3 import MIN_PART_SIZE, S3Store
 
 KEY = SECRET = "testing"
 

@@ -21,9 +21,9 @@ from botocore.exceptions import (
 )
 
 from tests.servers import free_port
-from tiering._s3 import MIN_PART_SIZE, S3Store, _session
-from tiering._s3_get import _Body
 from tiering.capacity import CapacityStore, LocalDirStore, open_capacity
+from tiering.capacity.s3 import MIN_PART_SIZE, S3Store, _session
+from tiering.capacity.s3_get import _Body
 from tiering.errors import CapacityError, CapacityNotFound, TierstoreError
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,5 @@
 """Conditional writes on every capacity backend, and the write lease built
-on them (tiering/lease.py): one holder, takeover after expiry, release."""
+on them (tiering/cluster/lease.py): one holder, takeover after expiry, release."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from tests.faults import FaultProxy, Rates, put
-from tiering._s3 import S3Store
 from tiering.capacity import CapacityStore
+from tiering.capacity.s3 import S3Store
+from tiering.cluster.lease import Lease, LeaseRecord
 from tiering.errors import CapacityConflict, CapacityNotFound
-from tiering.lease import Lease, LeaseRecord
 
 pytestmark = pytest.mark.anyio
 

@@ -17,8 +17,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from tests.faults import FaultProxy, Rates, get_object
-from tiering._s3 import S3Store
-from tiering._s3_get import Keys, LeanGetter, _error_fields
+from tiering.capacity.s3 import S3Store
+from tiering.capacity.s3_get import Keys, LeanGetter, _error_fields
 from tiering.errors import CapacityError, CapacityNotFound
 
 pytestmark = pytest.mark.anyio

@@ -23,7 +23,7 @@ from tests.conftest import make_client
 from tests.integration.s3raw import Sender, check_error
 from tests.integration.test_cli_admin import cli
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
-from tiering.peers import HOT, PEER_HEADER
+from tiering.cluster.peers import HOT, PEER_HEADER
 
 LEASE_TTL = 3.0  # the skew allowance is a quarter of it
 FOLLOW = 0.3

@@ -22,12 +22,12 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
+from gateway.worker import REPORT_EVERY
 from tests.conftest import make_client, running_gateway
 from tests.integration.oracle import RawReader
 from tests.integration.s3raw import Sender, check_error
-from gateway.worker import REPORT_EVERY
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children
-from tiering.peers import FETCH, HOT, PEER_HEADER
+from tiering.cluster.peers import FETCH, HOT, PEER_HEADER
 
 WORKERS = 3
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -267,7 +267,7 @@ def test_bodies_refused_or_stalled_through_a_worker(tmp_path: Path) -> None:
 
 
 def test_another_gateways_request_is_answered_by_the_writer(gw: Gateway) -> None:
-    """A peer's GET (x-tierstore-peer, tiering/peers.py) passes through a
+    """A peer's GET (x-tierstore-peer, tiering/cluster/peers.py) passes through a
     worker to the writer, which alone answers it: 503 while the object is
     not hot (with "hot"), the bytes once it is; a large object too."""
     s3 = make_client(gw.endpoint)

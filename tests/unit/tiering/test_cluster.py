@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.unit.tiering.test_objects import body
-from tiering import _pool
+from tiering import pool
 from tiering.capacity import LocalDirStore
-from tiering._keys import TERM_SHIFT, term_of
-from tiering.cluster import SEALS
+from tiering.cluster.cluster import SEALS
 from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter, ServiceUnavailable
 from tiering.fetch import SEGMENTS
-from tiering.inputs import Integrity, NewObject
 from tiering.index import Index
+from tiering.inputs import Integrity, NewObject
+from tiering.keys import TERM_SHIFT, term_of
 from tiering.objects import ObjectService
 from tiering.recover import recover
 from tiering.settings import TierSettings
@@ -136,8 +136,8 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
             await b.tiers.cluster.follow()
             await b.tiers.cluster._prune()
             assert await get(b, "data", "one") == b"one again"
-            on_a = {s.name for s in await _pool.run(a.index.segments)}
-            on_b = {s.name for s in await _pool.run(b.index.segments)}
+            on_a = {s.name for s in await pool.run(a.index.segments)}
+            on_b = {s.name for s in await pool.run(b.index.segments)}
             assert on_a == on_b
             # b compacts nothing of a's bucket, a nothing of b's.
             assert all(not b.tiers.writing.compactable(n) for n in on_a if term_of(n) == term(a, "data"))
@@ -192,14 +192,14 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             assert new_term > old_term
             for i in range(5):
                 assert await get(b, "data", f"k{i}") == bytes([i]) * 5000
-            last_of_a = max(s.name for s in await _pool.run(a.index.segments))
+            last_of_a = max(s.name for s in await pool.run(a.index.segments))
             assert await seal(b, old_term) == last_of_a
 
             # The old writer's upload lands after the seal: valid for nobody.
             a.tiers.cluster.check = lambda bucket, segment=None: None
             a.tiers.cluster.may_write = lambda bucket: True
             await a.tiers.flusher.flush_round(force=True)
-            late = max(s.name for s in await _pool.run(a.index.segments))
+            late = max(s.name for s in await pool.run(a.index.segments))
             assert term_of(late) == old_term and late > last_of_a
 
             await b.tiers.flush()

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.unit.tiering.test_objects import body, new_service
-from tiering import _pool, fsck
+from tiering import fsck, pool
 from tiering.inputs import Integrity, NewObject
 from tiering.objects import ObjectService
 
 
 async def _record_only(svc: ObjectService) -> list[str]:
-    return [s.name for s in await _pool.run(svc.index.segments) if s.data == 0 and s.pins > 0]
+    return [s.name for s in await pool.run(svc.index.segments) if s.data == 0 and s.pins > 0]
 
 
 async def _put(svc: ObjectService, key: str, data: bytes) -> None:

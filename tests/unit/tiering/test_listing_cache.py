@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from tiering.index import ListEntry, ListPage
-from tiering.listing_cache import ListingCache
+from tiering.mounts.listing_cache import ListingCache
 
 
 def _page(*keys: str) -> ListPage:

@@ -9,7 +9,7 @@ import pytest
 
 from tiering.errors import EntityTooLarge
 from tiering.inputs import Integrity
-from tiering.mount_uploads import MountUploads, _Memory
+from tiering.mounts.uploads import MountUploads, _Memory
 
 
 def test_a_part_waits_for_room_and_gets_it_when_another_leaves() -> None:

@@ -1,4 +1,4 @@
-"""The whole-object check of mounted reads (tiering.mounts._whole)."""
+"""The whole-object check of mounted reads (tiering.mounts.buckets._whole)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 from tiering.errors import CapacityError
-from tiering.mounts import _whole
+from tiering.mounts.buckets import _whole
 
 DATA = b"training sample " * 1000
 ETAG = hashlib.md5(DATA).hexdigest()

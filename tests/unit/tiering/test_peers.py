@@ -8,8 +8,8 @@ import zlib
 from collections import Counter
 
 from packer import codec
+from tiering.cluster.peers import owner, stored_matches
 from tiering.meta import Extent
-from tiering.peers import owner, stored_matches
 
 
 def test_owner_is_stable_balanced_and_moves_little_when_a_node_joins() -> None:

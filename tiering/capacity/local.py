@@ -1,18 +1,5 @@
-"""The capacity tier: immutable named objects (segments) in an object store.
-
-``CapacityStore`` is the whole contract the rest of ``tiering`` relies on;
-``open_capacity`` picks an implementation from a URL:
-
-- ``file:///abs/dir``: ``LocalDirStore``, files under a directory (the
-  embedded default, and the reference backend for the contract tests);
-- ``s3://bucket[/prefix]``: ``tiering._s3.S3Store`` over aiobotocore (AWS S3,
-  MinIO, Ceph RGW), imported only when asked for.
-
-Every backend reports failures the same way: a missing name raises
-``CapacityNotFound`` from every read method, anything else that cannot be
-served raises ``CapacityError``, and a name that could escape the store's
-root or prefix raises ``ValueError`` before any I/O.
-"""
+"""The local-directory capacity store: the embedded default, and the
+reference backend for the contract tests."""
 
 from __future__ import annotations
 
@@ -23,221 +10,19 @@ import secrets
 import stat
 import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-from urllib.parse import unquote, urlsplit
 
-from tiering import _pool
-from tiering._files import sync_dir, write_all
+from tiering import pool
+from tiering.capacity.store import (
+    TMP_PREFIX,
+    CapacityStats,
+    CapacityUpload,
+    check_name,
+    check_prefix,
+    check_range,
+)
 from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
-
-# Temporary files of LocalDirStore start with this; no name component may, so
-# a temp file is never mistaken for an object (and list can skip them).
-TMP_PREFIX = ".tmp-"
-
-
-@dataclass(slots=True)
-class CapacityStats:
-    """Request counters, for benchmarks and the admin API.
-
-    One count per logical request; the extra attempts of a retried request
-    are counted in ``retries`` only.
-    """
-
-    puts: int = 0  # single PUTs, multipart creates, part uploads and completes
-    gets: int = 0
-    heads: int = 0
-    deletes: int = 0  # deletes and multipart aborts
-    lists: int = 0  # pages (S3) or directory walks (local)
-    bytes_written: int = 0
-    bytes_read: int = 0
-    retries: int = 0
-
-
-class CapacityUpload(Protocol):
-    """One object being written in pieces (a segment streamed as it is built).
-
-    Calls are sequential: await each ``write`` before the next. Nothing is
-    visible under the name until ``complete`` returns.
-    """
-
-    async def write(self, data: bytes | memoryview) -> None:
-        """Append ``data``. Memory stays bounded: S3 waits for a free upload
-        slot when ``concurrency`` parts are already in flight."""
-        ...
-
-    async def complete(self) -> int:
-        """Make the object visible atomically; return its size."""
-        ...
-
-    async def abort(self) -> None:
-        """Drop what was written. Idempotent; a no-op after ``complete``."""
-        ...
-
-
-class CapacityStore(Protocol):
-    """Immutable named objects in the capacity tier (segments).
-
-    Names are relative paths such as ``segments/00000000000000a1``; see
-    ``check_name``. A missing name raises ``CapacityNotFound`` from
-    ``get_range``, ``get_tail`` and ``size``; ``delete`` of a missing name
-    succeeds.
-    """
-
-    stats: CapacityStats
-
-    async def start(self) -> None:
-        """Open clients and check the store is usable (S3: the bucket exists)."""
-        ...
-
-    async def close(self) -> None: ...
-
-    async def put(self, name: str, data: bytes | memoryview) -> None:
-        """Write a whole object atomically: readers see all of it or nothing."""
-        ...
-
-    def upload(self, name: str) -> CapacityUpload:
-        """Start writing an object in pieces."""
-        ...
-
-    async def read_versioned(self, name: str) -> tuple[bytes, str]:
-        """A small object whole, and its version tag (S3: the ETag)."""
-        ...
-
-    async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
-        """Write ``name`` only if it does not exist (``expect`` None) or its
-        version tag is still ``expect``; return the new tag. Otherwise
-        raise ``CapacityConflict``: compare-and-swap, for coordination
-        through the store (S3 conditional writes)."""
-        ...
-
-    async def get_range(self, name: str, start: int, end: int) -> bytes:
-        """Exactly the bytes ``[start, end)``. An empty range returns ``b""``
-        without a request (so without checking that the name exists); a range
-        past the end of the object raises ``CapacityError``."""
-        ...
-
-    async def get_tail(self, name: str, length: int) -> tuple[bytes, int]:
-        """The last ``length`` bytes (the whole object if it is smaller) and
-        the object's total size: a segment footer in one request."""
-        ...
-
-    async def size(self, name: str) -> int: ...
-
-    async def delete(self, name: str) -> None:
-        """Remove the object; a missing name is not an error."""
-        ...
-
-    async def abort_incomplete(self) -> int:
-        """Remove writes a crashed process started and never completed
-        (temp files, multipart uploads) under this store's root or prefix;
-        return how many. Called at start-up, when this node has none in
-        flight: the store must have one writer."""
-        ...
-
-    def describe(self) -> str:
-        """Where the store is, for logs and messages (never credentials)."""
-        ...
-
-    def list(self, prefix: str = "", after: str = "") -> AsyncIterator[tuple[str, int]]:
-        """``(name, size)`` of every object whose name starts with ``prefix``
-        (and, if given, sorts after the name ``after``), in ascending name
-        order (code point order, which is S3's UTF-8 byte order), fetched
-        lazily."""
-        ...
-
-
-def check_name(name: str) -> str:
-    """Return ``name`` if it is a safe relative object name, else raise ValueError.
-
-    A name is one or more ``/``-separated components; none may be empty,
-    ``.`` or ``..``, start with the temp-file prefix, or contain NUL or a
-    backslash. Such a name can neither leave a directory root nor be spelled
-    two ways (``a//b``, ``a/./b``), so local and S3 stores agree on it.
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"capacity object name must be a string, got {name!r}")
-    if not name:
-        raise ValueError("capacity object name must not be empty")
-    if "\x00" in name or "\\" in name:
-        raise ValueError(f"capacity object name {name!r} contains NUL or a backslash")
-    for part in name.split("/"):
-        if part in ("", ".", ".."):
-            raise ValueError(
-                f"capacity object name {name!r} has an empty, '.' or '..' path component"
-            )
-        if part.startswith(TMP_PREFIX):
-            raise ValueError(
-                f"capacity object name {name!r} uses the reserved prefix {TMP_PREFIX!r}"
-            )
-    return name
-
-
-def check_prefix(prefix: str) -> str:
-    """Return ``prefix`` if it may filter a listing, else raise ValueError.
-
-    A prefix is matched as a string, so it cannot escape the store; it is
-    only refused when no valid name could start with it."""
-    if not isinstance(prefix, str):
-        raise TypeError(f"capacity list prefix must be a string, got {prefix!r}")
-    if "\x00" in prefix or "\\" in prefix or prefix.startswith("/"):
-        raise ValueError(f"capacity list prefix {prefix!r} cannot match any object name")
-    return prefix
-
-
-def check_range(start: int, end: int) -> None:
-    if start < 0 or end < start:
-        raise ValueError(f"bad byte range [{start}, {end})")
-
-
-def open_capacity(
-    url: str,
-    *,
-    endpoint: str | None = None,
-    region: str | None = None,
-    access_key: str | None = None,
-    secret_key: str | None = None,
-    concurrency: int = 8,
-    part_size: int = 8 * 1024 * 1024,
-) -> CapacityStore:
-    """The store named by ``url`` (not started yet).
-
-    ``file:///abs/dir`` ignores the S3 settings; ``s3://bucket[/prefix]``
-    uses them (``endpoint`` for MinIO/Ceph, credentials from the standard
-    botocore chain when the keys are None)."""
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        # RFC 8089: file://host/path, percent-encoded; only the local host.
-        path = unquote(parts.path)
-        if (
-            parts.netloc not in ("", "localhost")
-            or not os.path.isabs(path)
-            or parts.query
-            or parts.fragment
-        ):
-            raise ValueError(f"capacity URL {url!r}: expected file:///absolute/dir")
-        return LocalDirStore(path)
-    if parts.scheme == "s3":
-        if not parts.netloc or "@" in parts.netloc or parts.query or parts.fragment:
-            raise ValueError(f"capacity URL {url!r}: expected s3://bucket or s3://bucket/prefix")
-        from tiering._s3 import S3Store
-
-        return S3Store(
-            parts.netloc,
-            parts.path,
-            endpoint=endpoint,
-            region=region,
-            access_key=access_key,
-            secret_key=secret_key,
-            concurrency=concurrency,
-            part_size=part_size,
-        )
-    raise ValueError(f"capacity URL {url!r}: expected file:///dir or s3://bucket[/prefix]")
-
-
-# --------------------------------------------------------------------------
-# Local directory
+from tiering.files import sync_dir, write_all
 
 
 class LocalDirStore:
@@ -266,7 +51,7 @@ class LocalDirStore:
 
     async def start(self) -> None:
         try:
-            await _pool.run(_make_dirs, self.root)
+            await pool.run(_make_dirs, self.root)
         except OSError as exc:
             raise CapacityError(
                 f"capacity store {self.describe()}: cannot create it: {exc}"
@@ -276,7 +61,7 @@ class LocalDirStore:
         return None
 
     async def abort_incomplete(self) -> int:
-        removed = await _pool.run(_remove_temps, self.root)
+        removed = await pool.run(_remove_temps, self.root)
         self.stats.deletes += removed
         return removed
 
@@ -284,7 +69,7 @@ class LocalDirStore:
         path = self.path_of(name)
         self.stats.puts += 1
         with self._errors("put", name):
-            await _pool.run(self._put_sync, path, data)
+            await pool.run(self._put_sync, path, data)
         self.stats.bytes_written += len(data)
 
     def upload(self, name: str) -> CapacityUpload:
@@ -297,7 +82,7 @@ class LocalDirStore:
             return b""
         self.stats.gets += 1
         with self._errors("get", name):
-            data = await _pool.run(_read_range, path, start, end)
+            data = await pool.run(_read_range, path, start, end)
         self.stats.bytes_read += len(data)
         return data
 
@@ -307,7 +92,7 @@ class LocalDirStore:
             raise ValueError(f"tail length must be >= 0, got {length}")
         self.stats.gets += 1
         with self._errors("get", name):
-            data, total = await _pool.run(_read_tail, path, length)
+            data, total = await pool.run(_read_tail, path, length)
         self.stats.bytes_read += len(data)
         return data, total
 
@@ -315,19 +100,19 @@ class LocalDirStore:
         path = self.path_of(name)
         self.stats.heads += 1
         with self._errors("head", name):
-            return await _pool.run(_file_size, path)
+            return await pool.run(_file_size, path)
 
     async def delete(self, name: str) -> None:
         path = self.path_of(name)
         self.stats.deletes += 1
         with self._errors("delete", name):
-            await _pool.run(_remove_file, path)
+            await pool.run(_remove_file, path)
 
     async def read_versioned(self, name: str) -> tuple[bytes, str]:
         path = self.path_of(name)
         self.stats.gets += 1
         with self._errors("get", name):
-            data = await _pool.run(path.read_bytes)
+            data = await pool.run(path.read_bytes)
         self.stats.bytes_read += len(data)
         return data, _tag(data)
 
@@ -335,7 +120,7 @@ class LocalDirStore:
         path = self.path_of(name)
         self.stats.puts += 1
         with self._errors("put", name):
-            await _pool.run(self._swap_sync, path, data, expect)
+            await pool.run(self._swap_sync, path, data, expect)
         self.stats.bytes_written += len(data)
         return _tag(data)
 
@@ -380,7 +165,7 @@ class LocalDirStore:
         check_prefix(prefix)
         self.stats.lists += 1
         with self._errors("list", prefix):
-            entries = await _pool.run(_list_sync, self.root, prefix)
+            entries = await pool.run(_list_sync, self.root, prefix)
         for entry in entries:
             if entry[0] > after:
                 yield entry
@@ -439,7 +224,7 @@ class _LocalUpload:
         if not data:
             return
         with self._store._errors("upload", self._name):
-            await _pool.run(self._write_sync, data)
+            await pool.run(self._write_sync, data)
         self._size += len(data)
         self._store.stats.bytes_written += len(data)
 
@@ -447,7 +232,7 @@ class _LocalUpload:
         self._check_open()
         self._store.stats.puts += 1
         with self._store._errors("upload", self._name):
-            await _pool.run(self._complete_sync)
+            await pool.run(self._complete_sync)
         self._state = "complete"
         return self._size
 
@@ -455,7 +240,7 @@ class _LocalUpload:
         if self._state != "open":
             return
         self._state = "aborted"
-        await _pool.run(self._abort_sync)
+        await pool.run(self._abort_sync)
 
     def _check_open(self) -> None:
         if self._state != "open":
@@ -493,7 +278,7 @@ class _LocalUpload:
                 self._tmp = None
 
 
-# Blocking helpers: run only through tiering._pool.
+# Blocking helpers: run only through tiering.pool.
 
 
 def _make_dirs(path: Path) -> None:

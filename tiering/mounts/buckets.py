@@ -20,7 +20,7 @@ what is validated and cached is served (``serve_stale``); anything else is a
 503 naming the source.
 
 Listings are passed through to the source (pages reused for ``listing_ttl``
-seconds when the mount asks for it, see ``tiering.listing_cache``). On a
+seconds when the mount asks for it, see ``tiering.mounts.listing_cache``). On a
 read-write mount, PUT, copy and DELETE go through to the source natively
 (one PUT, or a streamed multipart upload for large bodies, with the
 object's metadata), and the
@@ -38,9 +38,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from packer.ranges import ByteRange, split_over
-from tiering import _pool
-from tiering._s3_upload import S3Upload
+from tiering import pool
 from tiering.capacity import CapacityStats
+from tiering.capacity.s3_upload import S3Upload
 from tiering.errors import (
     AccessDenied,
     BucketAlreadyOwnedByYou,
@@ -54,12 +54,12 @@ from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
 from tiering.inputs import NewObject
-from tiering.listing_cache import ListingCache
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
+from tiering.mounts.listing_cache import ListingCache
+from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.names import check_bucket_name
 from tiering.readahead import ReadTally, stream
 from tiering.settings import TierSettings
-from tiering.source import SourceBucket, SourceObject
 
 log = logging.getLogger("tierstore.mounts")
 
@@ -98,7 +98,7 @@ class Mounts:
     async def start(self) -> None:
         """Open every mount's client. A source that is down does not stop
         the gateway: its mount serves what is cached and retries later."""
-        for mount in await _pool.run(self._index.list_mounts):
+        for mount in await pool.run(self._index.list_mounts):
             self._mounts[mount.name] = mount
             self._sources[mount.name] = self._source(mount)
             try:
@@ -135,7 +135,7 @@ class Mounts:
             raise BucketAlreadyOwnedByYou(BucketName=mount.name)
         source = self._source(mount)
         await source.start()
-        if not await _pool.run(self._index.add_mount, mount):
+        if not await pool.run(self._index.add_mount, mount):
             await source.close()
             raise BucketAlreadyOwnedByYou(BucketName=mount.name)
         self._mounts[mount.name] = mount
@@ -149,8 +149,8 @@ class Mounts:
         del self._mounts[name]
         self.listings.forget(name)
         await self._sources.pop(name).close()
-        known = await _pool.run(self._index.remove_mount, name)
-        await _pool.run(self._hot.drop_cached, [n for obj in known for n in self.piece_names(name, obj)])
+        known = await pool.run(self._index.remove_mount, name)
+        await pool.run(self._hot.drop_cached, [n for obj in known for n in self.piece_names(name, obj)])
 
     def bucket(self, name: str) -> BucketInfo | None:
         mount = self._mounts.get(name)
@@ -181,7 +181,7 @@ class Mounts:
     async def head(self, name: str, key: str) -> ObjectMeta:
         """The object as last validated, asking the source (HEAD) when the
         validation has expired (or never happened)."""
-        known = await _pool.run(self._index.get_mounted, name, key)
+        known = await pool.run(self._index.get_mounted, name, key)
         if known is not None and _fresh(self._mounts[name], known):
             return _as_meta(name, known)
 
@@ -215,7 +215,7 @@ class Mounts:
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
-        await _pool.run(self._index.put_mounted, name, fresh)
+        await pool.run(self._index.put_mounted, name, fresh)
         return fresh, data
 
     # -- writes (read-write mounts) ------------------------------------------------
@@ -229,12 +229,12 @@ class Mounts:
     async def committed(self, name: str, key: str) -> ObjectMeta:
         """After a write: describe ``key`` as the source now has it."""
         self.listings.forget(name)
-        known = await _pool.run(self._index.get_mounted, name, key)
+        known = await pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
         found = await (await self.client(name)).head(key)
         fresh = _described(found)
-        await _pool.run(self._index.put_mounted, name, fresh)
+        await pool.run(self._index.put_mounted, name, fresh)
         return _as_meta(name, fresh)
 
     async def delete(self, name: str, key: str) -> None:
@@ -246,7 +246,7 @@ class Mounts:
         except CapacityError as exc:
             raise unreachable(mount, exc) from None
         self.listings.forget(name)
-        known = await _pool.run(self._index.get_mounted, name, key)
+        known = await pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
 
@@ -258,7 +258,7 @@ class Mounts:
         HEAD and a GET. The body is cached as the object's first piece."""
         if small <= 0:
             return await self.head(name, key), None
-        known = await _pool.run(self._index.get_mounted, name, key)
+        known = await pool.run(self._index.get_mounted, name, key)
         if known is not None and _fresh(self._mounts[name], known):
             return _as_meta(name, known), None
         probe = min(small, self._settings.part_size)
@@ -281,7 +281,7 @@ class Mounts:
         if data is None or (found.size > probe and len(data) < self._settings.part_size):
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
         try:
-            await _pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
+            await pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
         except OSError as exc:
             log.warning("could not cache %s/%s: %s", name, key, exc)
         return _as_meta(name, found), data if found.size <= probe else None
@@ -307,8 +307,8 @@ class Mounts:
         return MountWarm(meta.size, all(self._hot.is_cached(piece) for piece in names))
 
     async def _forget(self, name: str, known: MountedObject) -> None:
-        await _pool.run(self._index.delete_mounted, name, known.key)
-        await _pool.run(self._hot.drop_cached, self.piece_names(name, known))
+        await pool.run(self._index.delete_mounted, name, known.key)
+        await pool.run(self._hot.drop_cached, self.piece_names(name, known))
 
     async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally) -> AsyncIterator[bytes]:
         """Yield ``wanted`` of a mounted object: cached pieces from the hot
@@ -327,14 +327,14 @@ class Mounts:
     async def _piece(self, meta: ObjectMeta, index: int, size: int) -> int | bytes:
         """A descriptor on the cached piece, or its bytes after a fetch."""
         name = piece_name(meta.bucket, meta.key, meta.etag, index)
-        fd = await _pool.run(self._hot.open_cached, name, size)
+        fd = await pool.run(self._hot.open_cached, name, size)
         if fd is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size))
         if not leader:
             return data
         try:
-            await _pool.run(self._hot.fill, name, data)
+            await pool.run(self._hot.fill, name, data)
         except OSError as exc:  # a full disk costs the cache, not the read
             log.warning("could not cache %s/%s piece %d: %s", meta.bucket, meta.key, index, exc)
         return data
@@ -405,7 +405,7 @@ async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) 
     for attempt in range(_WHOLE_ATTEMPTS):
         if attempt:
             data = await again()
-        digest = await _pool.run(_md5, data)
+        digest = await pool.run(_md5, data)
         if digest == etag or digest in seen:
             return data
         seen.add(digest)

@@ -1,7 +1,7 @@
 """Many gateway nodes over one capacity store: one writer per bucket.
 
 Each node keeps its own index and hot tier; the capacity store is the only
-state they share, and they coordinate through it alone (``tiering/lease.py``):
+state they share, and they coordinate through it alone (``tiering/cluster/lease.py``):
 
 - A bucket's writer is the node that holds its write lease
   (``leases/<bucket>``). It takes the lease when a client first writes the
@@ -53,18 +53,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from packer.format import Footer
-from tiering import _pool
-from tiering._keys import FOLLOW_CLOSED, TERM_SHIFT, term_of
+from tiering import pool
 from tiering.capacity import CapacityStore
+from tiering.cluster.lease import PREFIX as LEASE_PREFIX
+from tiering.cluster.lease import Lease
 from tiering.compact import read_footer
-from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound, NotWriter, ServiceUnavailable
+from tiering.errors import (
+    CapacityConflict,
+    CapacityError,
+    CapacityNotFound,
+    NotWriter,
+    ServiceUnavailable,
+)
 from tiering.fetch import list_segments, segment_path
 from tiering.flush import QUEUE_BATCH as _QUEUE_BATCH
 from tiering.flush import by_bucket
 from tiering.hot import HotTier
 from tiering.index import Index
-from tiering.lease import PREFIX as LEASE_PREFIX
-from tiering.lease import Lease
+from tiering.keys import FOLLOW_CLOSED, TERM_SHIFT, term_of
 from tiering.meta import now_ms
 from tiering.policy import Policies
 from tiering.settings import TierSettings
@@ -320,7 +326,7 @@ class Cluster:
         self._last_error: str | None = None
         self._task: asyncio.Task[None] | None = None
 
-    # -- what the flusher and compactor ask (tiering/writing.py) -------------
+    # -- what the flusher and compactor ask (tiering/cluster/writing.py) -------------
 
     def may_write(self, bucket: str) -> bool:
         held = self._held.get(bucket)
@@ -440,7 +446,7 @@ class Cluster:
         writes of (if nobody else holds them), and keep following (and
         renewing the leases it takes) in the background."""
         await self.follow()
-        for term in await _pool.run(self._index.follow_points):
+        for term in await pool.run(self._index.follow_points):
             self._wrote(term)
         for bucket in await self._queued_buckets():
             try:
@@ -450,8 +456,8 @@ class Cluster:
         self._task = asyncio.create_task(self._run(), name="tierstore cluster")
 
     async def _queued_buckets(self) -> set[str]:
-        items = await _pool.run(self._index.flush_queue, _QUEUE_BATCH)
-        records = await _pool.run(self._index.pending_records, _QUEUE_BATCH)
+        items = await pool.run(self._index.flush_queue, _QUEUE_BATCH)
+        records = await pool.run(self._index.pending_records, _QUEUE_BATCH)
         return set(by_bucket(items, records))
 
     async def stop(self, release: bool = True) -> None:
@@ -514,7 +520,7 @@ class Cluster:
         an open multipart upload, whose parts only this node knows)."""
         held.releasing = True  # from here, writes to it are refused until it is released
         try:
-            if held.active or await _pool.run(self._index.has_uploads, bucket):
+            if held.active or await pool.run(self._index.has_uploads, bucket):
                 return False
             if held.active or bucket in await self._queued_buckets():
                 return False
@@ -549,7 +555,7 @@ class Cluster:
         state = _Round()
         sealed = self._seals.known()  # before the listing
         await self._terms.refresh()
-        points = await _pool.run(self._index.follow_points)
+        points = await pool.run(self._index.follow_points)
         own = {held.term for held in self._held.values()}  # written here: nothing to apply
         terms = [t for t in [LEGACY, *sorted(self._terms.known)] if points.get(t) != FOLLOW_CLOSED and t not in own]
         listed = {
@@ -579,7 +585,7 @@ class Cluster:
                         self._wrote(term)
                         applied += 1
                     else:
-                        await _pool.run(self._index.advance_follow_point, name)
+                        await pool.run(self._index.advance_follow_point, name)
                 else:
                     if term in sealed:
                         state.complete.add(term)
@@ -596,7 +602,7 @@ class Cluster:
 
     async def _ready(self, term: int, bucket: str | None, state: _Round) -> bool:
         """True once term 0 and every earlier term of ``bucket`` are closed."""
-        points = await _pool.run(self._index.follow_points)
+        points = await pool.run(self._index.follow_points)
         earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term] if bucket else [LEGACY]
         for before in earlier:
             if points.get(before) == FOLLOW_CLOSED:
@@ -632,25 +638,25 @@ class Cluster:
         seal = await self._seals.get(term)
         if seal is None:
             return False
-        point = await _pool.run(self._index.follow_point, term)
+        point = await pool.run(self._index.follow_point, term)
         if point == FOLLOW_CLOSED:
             return True
         if seal and point < seal and not complete:
             return False
-        await _pool.run(self._index.close_term, term)
+        await pool.run(self._index.close_term, term)
         return True
 
     async def _apply(self, name: str, size: int, footer: Awaitable[Footer] | None = None) -> None:
         if self._index.get_segment(name) is not None:  # written or recovered here: nothing to read
-            await _pool.run(self._index.advance_follow_point, name)
+            await pool.run(self._index.advance_follow_point, name)
             return
         footer = await (footer if footer is not None else read_footer(self._capacity, name))
-        gone, buckets = await _pool.run(self._index.apply_segment, size, footer, self._region)
+        gone, buckets = await pool.run(self._index.apply_segment, size, footer, self._region)
         for bucket in buckets:
             self._policies.changed(bucket)
         cached = [c.extent.cache_name for c in gone if c.extent is not None]
         if cached:
-            await _pool.run(self._hot.drop_cached, cached)
+            await pool.run(self._hot.drop_cached, cached)
 
     # -- taking a bucket over ----------------------------------------------------
 
@@ -660,7 +666,7 @@ class Cluster:
         each, and delete the uploads that landed after a seal."""
         await self._terms.refresh()
         earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term]
-        points = await _pool.run(self._index.follow_points)
+        points = await pool.run(self._index.follow_points)
         for ended in earlier:
             seal = await self._seals.get(ended)
             last = points.get(ended, "")
@@ -685,7 +691,7 @@ class Cluster:
     async def _prune(self) -> None:
         """Forget segments a writer's compaction deleted from the store."""
         present = {name async for name, _ in list_segments(self._capacity)}
-        known = await _pool.run(self._index.segments)
+        known = await pool.run(self._index.segments)
         missing = [s.name for s in known if s.name not in present]
         if missing:
-            await _pool.run(self._index.forget_segments, missing)
+            await pool.run(self._index.forget_segments, missing)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tiering._s3 import S3Store, _BadBody, _parse_content_range, _read_body
-from tiering._s3_upload import S3Upload
+from tiering.capacity.s3 import BadBody, S3Store, parse_content_range, read_body
+from tiering.capacity.s3_upload import S3Upload
 from tiering.meta import STORED_HEADERS
 
 # HEAD answer fields -> the stored header they carry.
@@ -98,11 +98,11 @@ class SourceBucket(S3Store):
             answer = await self._c().get_object(
                 Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{length - 1}"
             )
-            data = await _read_body(answer)
+            data = await read_body(answer)
             content_range = answer.get("ContentRange")
-            total = _parse_content_range(content_range)[2] if content_range else len(data)
+            total = parse_content_range(content_range)[2] if content_range else len(data)
             if total is None or len(data) != min(length, total):
-                raise _BadBody(len(data), min(length, total or 0))
+                raise BadBody(len(data), min(length, total or 0))
             answer["ContentLength"] = total
             return answer, data
 

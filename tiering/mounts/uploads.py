@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-from tiering import _pool
+from tiering import pool
 from tiering.digests import Digests, check_size, gather, verify
 from tiering.errors import (
     AccessDenied,
@@ -42,9 +42,9 @@ from tiering.errors import (
 )
 from tiering.inputs import Integrity, NewObject
 from tiering.meta import Checksum, Mount, ObjectMeta, Part, Upload, now_ms
-from tiering.mounts import Mounts, unreachable
+from tiering.mounts.buckets import Mounts, unreachable
+from tiering.mounts.source import _etag, _ms
 from tiering.multipart import ChosenPart, check_order, md5_of_parts
-from tiering.source import _etag, _ms
 
 PART_MEMORY = 1024**3  # bytes of mounted-upload parts held in memory at once
 
@@ -143,7 +143,7 @@ class MountUploads:
         async def keep(block: bytes) -> None:
             if len(data) + len(block) > self._memory.limit:
                 raise EntityTooLarge(ProposedSize=len(data) + len(block), MaxSizeAllowed=self._memory.limit)
-            await _pool.run(digests.update, block)
+            await pool.run(digests.update, block)
             data.extend(block)
 
         await gather(body, keep)

@@ -37,8 +37,8 @@ import aiohttp
 from botocore.exceptions import ClientError
 
 from packer import codec
-from tiering import _pool
-from tiering._s3_get import Keys, LeanGetter
+from tiering import pool
+from tiering.capacity.s3_get import Keys, LeanGetter
 from tiering.meta import Extent
 
 __all__ = ["FETCH", "HOT", "PEER_HEADER", "Keys", "PeerClient", "PeerGroup", "PeerRefused", "owner",
@@ -149,6 +149,6 @@ class PeerClient:
         ``start``), checked; None as ``get``; PeerRefused as ``get``, and for
         bytes that do not match the extent's checksum."""
         data = await self.get(node, bucket, key, etag, start, start + ext.raw, mode)
-        if data is not None and not await _pool.run(stored_matches, ext, data, level):
+        if data is not None and not await pool.run(stored_matches, ext, data, level):
             raise PeerRefused(f"node {node}: extent {ext.segment}@{ext.offset} does not match its checksum")
         return data

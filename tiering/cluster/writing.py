@@ -4,14 +4,14 @@ The flusher and the compactor ask this, never the cluster directly: a
 gateway alone writes every bucket into mixed segments named from its
 index's counter (``SoleWriter``); one of several writes only the buckets
 whose write lease it holds, one bucket per segment, named in that lease's
-term (``tiering.cluster.Cluster``).
+term (``tiering.cluster.cluster.Cluster``).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from tiering import _pool
+from tiering import pool
 from tiering.index import Index
 
 
@@ -56,7 +56,7 @@ class SoleWriter:
         return None
 
     async def name(self, bucket: str) -> str:
-        return await _pool.run(self._index.new_segment_name)
+        return await pool.run(self._index.new_segment_name)
 
     def compactable(self, segment: str) -> bool:
         return True

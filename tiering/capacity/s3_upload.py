@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 from tiering.errors import CapacityError, CapacityNotFound
 
 if TYPE_CHECKING:
-    from tiering._s3 import S3Store
+    from tiering.capacity.s3 import S3Store
 
-log = logging.getLogger("tiering._s3")
+log = logging.getLogger("tiering.capacity.s3")
 
 MIN_PART_SIZE = 5 * 1024**2  # S3: every part but the last (EntityTooSmall)
 MAX_PART_SIZE = 5 * 1024**3

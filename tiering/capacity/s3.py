@@ -33,9 +33,9 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from tiering._s3_get import Keys, LeanGetter
-from tiering._s3_upload import MAX_PART_SIZE, MIN_PART_SIZE, S3Upload, one_line
-from tiering.capacity import (
+from tiering.capacity.s3_get import Keys, LeanGetter
+from tiering.capacity.s3_upload import MAX_PART_SIZE, MIN_PART_SIZE, S3Upload, one_line
+from tiering.capacity.store import (
     CapacityStats,
     CapacityUpload,
     check_name,
@@ -132,7 +132,7 @@ def _session() -> AioSession:
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
 
 
-class _BadBody(Exception):
+class BadBody(Exception):
     """A GET body of the wrong length (cut short, or not the range asked for):
     retried like a connection reset."""
 
@@ -150,15 +150,15 @@ def _retryable(code: str, status: int) -> bool:
     return code in _RETRY_CODES or status == 429 or status >= 500
 
 
-def _parse_content_range(value: str) -> tuple[int, int, int | None]:
+def parse_content_range(value: str) -> tuple[int, int, int | None]:
     match = _CONTENT_RANGE.match(value.strip())
     if match is None:
-        raise _BadBody(0, 0)
+        raise BadBody(0, 0)
     total = None if match[3] == "*" else int(match[3])
     return int(match[1]), int(match[2]), total
 
 
-async def _read_body(response: dict[str, Any]) -> bytes:
+async def read_body(response: dict[str, Any]) -> bytes:
     async with response["Body"] as body:
         data: bytes = await body.read()
     return data
@@ -357,7 +357,7 @@ class S3Store:
                         said=str((exc.response.get("Error") or {}).get("Message") or ""),
                     ) from exc
                 failure: BaseException = exc
-            except (*_TRANSIENT_EXCEPTIONS, _BadBody) as exc:
+            except (*_TRANSIENT_EXCEPTIONS, BadBody) as exc:
                 reason = (
                     "the body did not match its checksum (corrupt in transit)"
                     if isinstance(exc, FlexibleChecksumError) else one_line(exc)
@@ -403,7 +403,7 @@ class S3Store:
 
         async def fetch() -> tuple[bytes, str]:
             response = await self._c().get_object(Bucket=self.bucket, Key=key)
-            return await _read_body(response), str(response["ETag"])
+            return await read_body(response), str(response["ETag"])
 
         data, etag = await self._call("get_object", name, fetch)
         self.stats.bytes_read += len(data)
@@ -444,21 +444,21 @@ class S3Store:
             response = await self._getter.get_object(
                 Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}", **condition
             )
-            data = await _read_body(response)
+            data = await read_body(response)
             content_range = response.get("ContentRange")
             if content_range:
-                first, _, total = _parse_content_range(content_range)
+                first, _, total = parse_content_range(content_range)
                 if total is not None and total < end:
                     raise self._past_end(name, total, start, end)
                 if first != start:
-                    raise _BadBody(len(data), want)
+                    raise BadBody(len(data), want)
             elif response["ResponseMetadata"].get("HTTPStatusCode") == 200:
                 # The server ignored Range (allowed by RFC 9110) and sent it all.
                 if len(data) < end:
                     raise self._past_end(name, len(data), start, end)
                 data = data[start:end]
             if len(data) != want:
-                raise _BadBody(len(data), want)
+                raise BadBody(len(data), want)
             return data
 
         try:
@@ -495,18 +495,18 @@ class S3Store:
             response = await self._c().get_object(
                 Bucket=self.bucket, Key=key, Range=f"bytes=-{length}"
             )
-            data = await _read_body(response)
+            data = await read_body(response)
             content_range = response.get("ContentRange")
             if content_range:
-                _, last, total = _parse_content_range(content_range)
+                _, last, total = parse_content_range(content_range)
                 if total is None or last != total - 1:
-                    raise _BadBody(len(data), length)
+                    raise BadBody(len(data), length)
             else:  # Range ignored: the whole object (its length already checked)
                 total = len(data)
                 data = data[-length:]
             want = min(length, total)
             if len(data) != want:
-                raise _BadBody(len(data), want)
+                raise BadBody(len(data), want)
             return data, total
 
         try:
