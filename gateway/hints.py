@@ -29,8 +29,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.admin_client import AdminClient, ApiError, Unreachable
-from gateway.cli_target import resolve_target
+from gateway.cli.client import AdminClient, ApiError, Unreachable
+from gateway.cli.target import resolve_target
 from tiering.order import expand_all, shuffled
 
 log = logging.getLogger("tierstore.hints")

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from gateway.admin_client import Unreachable
-from gateway.cli import app as cli_app
+from gateway.cli.app import app as cli_app
+from gateway.cli.client import Unreachable
 from gateway.hints import HintedSampler, Hints, shard_epoch
 from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway, free_port

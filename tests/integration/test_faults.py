@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Iterator
 
 import boto3
-from botocore.config import Config as BotoConfig
 import pytest
+from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, ResponseStreamingError
 
 from tests.conftest import make_client, running_gateway

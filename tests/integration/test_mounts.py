@@ -22,7 +22,7 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 from typer.testing import CliRunner
 
-from gateway.cli import app as cli_app
+from gateway.cli.app import app as cli_app
 from tests.conftest import make_client, running_gateway
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
 

@@ -20,9 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.admin import build_admin_app
+from gateway.admin import build_admin_app, page
 from gateway.config import Config
-from gateway.admin import page
 from gateway.metrics import Metrics
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from gateway.cli import app as cli_app
+from gateway.cli.app import app as cli_app
 from tests.conftest import assert_consistent
 from tests.integration.s3raw import REGION, sign
 from tests.integration.security_common import (

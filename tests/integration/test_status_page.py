@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from gateway import cli_browser
-from gateway.cli import app as cli_app
+from gateway.cli import browser as cli_browser
+from gateway.cli.app import app as cli_app
 from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from gateway.cli import app as cli_app
+from gateway.cli.app import app as cli_app
 from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway
 from tiering.warm import BATCH

@@ -25,11 +25,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from gateway import cli, cli_admin, server
+from gateway import server
 from gateway.admin import build_admin_app
-from gateway.admin_client import AdminClient
-from gateway.cli_admin import S3Location, parse_object_url, parse_s3_url
-from gateway.cli_target import resolve_s3, resolve_target
+from gateway.cli import admin as cli_admin
+from gateway.cli import app as cli
+from gateway.cli.admin import S3Location, parse_object_url, parse_s3_url
+from gateway.cli.client import AdminClient
+from gateway.cli.target import resolve_s3, resolve_target
 from gateway.config import VERSION, Config, credentials_path, load_config
 from tests.servers import free_port
 

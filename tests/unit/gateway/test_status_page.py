@@ -1,7 +1,7 @@
 """The status page's shell (``gateway/admin/page.py``): served without the
 token and holding no data, locked down by its headers, polling routes that
 exist, shipped in the wheel; and the CLI's way of opening it signed in
-(``gateway/cli_browser.py``). What the page shows is tested in a browser,
+(``gateway/cli/browser.py``). What the page shows is tested in a browser,
 in tests/integration/test_status_page.py."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import cli_browser
 from gateway.admin import build_admin_app, page
+from gateway.cli import browser as cli_browser
 from gateway.config import Config
 from tests.unit.gateway.test_admin_docs import _NotStarted
 from tests.unit.test_packaging import ROOT, TOKEN, admin_get

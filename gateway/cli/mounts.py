@@ -3,8 +3,8 @@
 A mounted bucket is a gateway bucket over an existing ``s3://bucket/prefix``:
 the objects stay at the source and are read through the hot tier, which
 caches them (docs/cli.md, "Mounted buckets"). These are admin API commands
-like those of ``gateway/cli_admin.py``: the same shared options, session and
-one-line errors; ``cli_admin.register`` adds them to the app.
+like those of ``gateway/cli/admin.py``: the same shared options, session and
+one-line errors; ``gateway/cli/app.py`` adds them to the app.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Annotated
 
 import typer
 
-from gateway import cli_render as render
-from gateway._cli import EXIT_USAGE, fail
-from gateway.cli_admin import PANEL, Session, admin, parse_s3_url
+from gateway.cli import render
+from gateway.cli.admin import PANEL, Session, admin, parse_s3_url
+from gateway.cli.common import EXIT_USAGE, fail
 
 IMMUTABLE = "immutable"
 SECRET_KEY_ENV = "TIERSTORE_MOUNT_SECRET_KEY"

@@ -2,7 +2,7 @@
 
 This module holds the app and the commands that run on the gateway's own
 machine and data dir (``serve``, ``recover``, ``check``, ``env``); the commands that
-talk to a running gateway are in ``gateway/cli_admin.py`` (docs/cli.md).
+talk to a running gateway are in ``gateway/cli/admin.py`` (docs/cli.md).
 
 Flags default to None so that "not given" is distinguishable from a value and
 the environment and the --config file can fill in (see ``gateway/config.py``).
@@ -23,9 +23,11 @@ from typing import Annotated
 
 import typer
 
-from gateway import cli_admin, cli_mounts, cli_prefetch
-from gateway._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
-from gateway.cli_target import resolve_s3, resolve_target
+from gateway.cli import admin as admin_commands
+from gateway.cli import mounts as mount_commands
+from gateway.cli import prefetch as prefetch_commands
+from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
+from gateway.cli.target import resolve_s3, resolve_target
 from gateway.config import VERSION, Config, load_config
 
 app = typer.Typer(
@@ -345,9 +347,9 @@ def _configure_logging(level: str) -> None:
     logging.basicConfig(level=numeric, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-cli_admin.register(app)
-cli_mounts.register(app)
-cli_prefetch.register(app)
+admin_commands.register(app)
+mount_commands.register(app)
+prefetch_commands.register(app)
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """The ``tierstore`` commands that drive a running gateway through its admin API.
 
 Each command is a thin wrapper: one or two calls of :class:`AdminClient`, then
-a renderer of ``gateway/cli_render.py`` (or the raw JSON with ``--json``);
-the mount commands are in ``gateway/cli_mounts.py``, built the same way.
+a renderer of ``gateway/cli/render.py`` (or the raw JSON with ``--json``);
+the mount commands are in ``gateway/cli/mounts.py``, built the same way.
 The options every one of them takes (``--json``, ``--admin-url``, ``--token``,
 ``--config``, ``--data-dir``) are declared once, in ``CONNECTION``, and
 resolved once, by :func:`_session`, which also turns every API failure into
@@ -22,11 +22,10 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from gateway import cli_browser as browser
-from gateway import cli_render as render
-from gateway._cli import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
-from gateway.admin_client import JSON, AdminClient, ApiError, Unreachable
-from gateway.cli_target import Target, resolve_target
+from gateway.cli import browser, render
+from gateway.cli.client import JSON, AdminClient, ApiError, Unreachable
+from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
+from gateway.cli.target import Target, resolve_target
 from gateway.config import parse_size
 
 PANEL = "Admin API (talk to a running gateway)"

@@ -1,7 +1,7 @@
 """The ``tierstore`` commands that make data hot before it is read:
 ``warm``, and ``epochs start|list|show|end`` for epoch hints.
 
-Admin API commands built like those of ``gateway/cli_admin.py`` (the same
+Admin API commands built like those of ``gateway/cli/admin.py`` (the same
 shared options, session, job progress bar and one-line errors).
 """
 
@@ -12,9 +12,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gateway import cli_render as render
-from gateway._cli import EXIT_USAGE, fail
-from gateway.cli_admin import PANEL, Location, Session, Wait, _ListByDefault, _location, _run, admin
+from gateway.cli import render
+from gateway.cli.admin import PANEL, Location, Session, Wait, _ListByDefault, _location, _run, admin
+from gateway.cli.common import EXIT_USAGE, fail
 from gateway.config import parse_size
 
 KeysFrom = Annotated[
