@@ -112,14 +112,20 @@ class EntryRef:
 
     bucket: str
     key: str
-    seq: int  # object version sequence (0 for a part of an open multipart upload)
-    part: int  # index of this piece within its object (or upload part number)
+    # An object's piece: seq is the version's sequence number (0 when the body was
+    # streamed into the segment before the version was committed and numbered) and
+    # part the piece's index within the version. A piece written for a multipart
+    # upload's part: seq is the upload part number (not an object sequence) and part
+    # the piece's index within that part. The label stays once the upload completes;
+    # a compaction copy keeps seq and part but not ``upload``.
+    seq: int
+    part: int
     offset: int  # byte offset of the stored bytes from the start of the segment
     stored: int  # stored length
     raw: int  # raw (decoded) length
     codec: str  # codec.NONE | codec.ZSTD
     crc: int  # zlib.crc32 of the stored bytes
-    upload: str | None = None  # multipart upload id when the piece belongs to an open upload
+    upload: str | None = None  # id of the multipart upload the piece was written for
     meta: dict[str, Any] | None = None  # opaque JSON-able object metadata
 
     @property

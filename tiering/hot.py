@@ -2,13 +2,16 @@
 
 Two kinds of files, in two trees:
 
-- ``<root>/<xx>/<file id>``: staged pieces, the only copy of acknowledged
-  data until the flusher has put them in the capacity tier. Written, fsynced
+- ``<root>/<xx>/<file id>`` (``xx``: the id's last two hex digits, random):
+  staged pieces, the only copy of acknowledged data until the flusher has
+  put them in the capacity tier. Written, fsynced
   (with their directory) and only then referenced from the index; a crash
   before the index commit leaves an unreferenced file that ``sweep`` removes.
   Never evicted.
-- ``<root>/cache/<xx>/<segment>-<offset>``: clean copies of capacity-tier
-  extents (raw bytes), named by the extent so no index record is needed.
+- ``<root>/cache/<xx>/<segment>-<offset>-<stored>``: clean copies of
+  capacity-tier extents (raw bytes), named by the extent (``Extent.cache_name``:
+  offset and stored length in hex) so no index record is needed; ``xx`` is
+  the low byte of the name's crc32, in hex.
   Evictable when the tier passes its high watermark, in SIEVE order
   (``tiering.eviction``: files read only once go before files read again),
   or by an ``EvictionAdvisor``'s hints when one is set. A flushed staged

@@ -1,19 +1,7 @@
 """The metadata index: the node's source of truth, in rocksdict.
 
-Key layout (raw bytes; bucket names never contain NUL, so NUL separates):
-
-    B<bucket>                          -> BucketInfo
-    O<bucket>\\0<key>                   -> ObjectMeta
-    U<bucket>\\0<key>\\0<upload id>      -> Upload
-    P<upload id>\\0<part number, 4 BE>  -> Part
-    F<seq, 8 BE>                       -> flush queue: an object version or
-                                          part whose bytes or manifest are
-                                          not yet in the capacity tier
-    Q<seq, 8 BE>                       -> a footer record waiting for the next
-                                          segment (tombstone, bucket event)
-    G<segment>                         -> SegmentInfo
-    Sseq, Sseg                         -> last sequence number, last segment
-    Sfol                               -> a replica's last applied segment
+The key layout (one prefix byte per kind of record; NUL separates names) is
+mapped in ``tiering/keys.py``, which builds every raw key.
 
 Keys under ``O`` sort by the object key's UTF-8 bytes, which is the order S3
 lists in, so a listing page is one seek plus a short scan, and each common

@@ -1,5 +1,22 @@
 """The index's key layout (see ``tiering/index.py``): one place that builds
-every raw key, and the small msgpack values that are not records."""
+every raw key, and the small msgpack values that are not records.
+
+Key prefixes (NUL separates names; numbers are big-endian):
+
+    B<bucket>                          -> BucketInfo
+    O<bucket>\\0<key>                   -> ObjectMeta
+    U<bucket>\\0<key>\\0<upload id>      -> Upload
+    P<upload id>\\0<part number, 4>     -> Part
+    F<seq, 8>                          -> flush queue: an object's or upload part's ``label``
+    Q<seq, 8>                          -> a footer record waiting for the next segment
+    G<segment>                         -> SegmentInfo
+    H<bucket>\\0<prefix>                -> a pin (empty value): keep that prefix hot, node-local
+    M<mount>                           -> Mount: a mounted bucket's source and settings
+    N<mount>\\0<key>                    -> MountedObject: what the mount last knew of a key
+    Sseq, Sseg                         -> the last sequence number, the last segment number
+    Sfol<term, 4>                      -> the last segment of that term this node applied
+                                          (``FOLLOW_CLOSED`` once all of it is)
+"""
 
 from __future__ import annotations
 
