@@ -6,6 +6,10 @@ not, leaves through one place that renders S3 XML with the request id;
 nothing reaches the client as a bare 500 page or a dropped connection.
 Once the response is out (or the client gone), the request is recorded in
 ``metrics`` and the access log, with the bytes actually received and sent.
+
+The app builds nothing: it serves from the context its :class:`Plane`
+(``gateway.node.Node``) holds at the time of each request, and answers 503
+while there is none.
 """
 
 from __future__ import annotations
@@ -14,20 +18,22 @@ import asyncio
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from gateway import routes, sigv4, xml
 from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
-from gateway.http import CLIENT_HEADER, ClientDisconnected, Response, S3Request, has_body, new_request_id
-from gateway.metrics import Metrics, tier_of
-from gateway.server import StartupError
-from gateway.storage import object_service
-from tiering.errors import CapacityError
-from tiering.objects import ObjectService
-from tiering.tiers import ForeignSegments
+from gateway.http import (
+    CLIENT_HEADER,
+    ClientDisconnected,
+    Response,
+    S3Request,
+    has_body,
+    new_request_id,
+)
+from gateway.metrics import tier_of
 
 log = logging.getLogger("tierstore.s3")
 
@@ -45,70 +51,45 @@ def _remote(scope: dict[str, Any], req: S3Request | None) -> str | None:
     return req.headers.get(CLIENT_HEADER) if req is not None else None
 
 
+class Plane(Protocol):
+    """Where the S3 app finds, per request, what its handlers serve from
+    (``gateway.node.Node``; a read worker's app is its own)."""
+
+    @property
+    def context(self) -> Context | None:
+        """None while the data plane starts or stops: requests get 503."""
+
+
+class Recorder(Protocol):
+    """Where finished requests are counted (``gateway.metrics.Metrics``; a
+    read worker's relay to the writer)."""
+
+    def observe(self, op: str, status: int, tier: str, seconds: float, received: int, sent: int,
+                served_hot: int, served_capacity: int, /) -> None: ...
+
+
 class S3App:
-    """ASGI 3 app serving the S3 API from an ObjectService it owns."""
+    """ASGI 3 app serving the S3 API from the context of its plane.
+
+    Only ``http`` scopes: the servers run with lifespan off, and the data
+    plane is started and stopped by the process's root (gateway/node.py).
+    """
 
     # Raised by ``_pass_on`` (or a handler) when the request is left to
     # another process (a read worker's, gateway/worker.py): out of _http
     # before anything was sent, and not recorded here.
     PASS_ON: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, plane: Plane, metrics: Recorder, access_log: AccessLog) -> None:
         self.config = config
-        self.service: ObjectService | None = None
-        self._context: Context | None = None
-        self.metrics = Metrics()
-        self.access_log = AccessLog(config.access_log)
+        self.metrics = metrics
+        self.access_log = access_log
+        self._plane = plane
         self._record_failed = False
-        # Set while the read workers start (gateway/server.py): until they
-        # listen, nothing answers on the S3 port.
-        self.awaiting_workers = False
-
-    @property
-    def started(self) -> bool:
-        """Serving S3: started, and the read workers listen if there are any."""
-        return self._context is not None and not self.awaiting_workers
-
-    async def startup(self) -> None:
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        service = object_service(self.config)
-        try:
-            await service.start()
-        except (ForeignSegments, CapacityError) as exc:
-            # Not serving is the safe answer; say why in one line.
-            await service.close()
-            raise StartupError(str(exc)) from exc
-        self.service = service
-        self._context = Context(self.config, service)
-
-    async def shutdown(self) -> None:
-        # Dropped first: while the service closes, the admin API answers 503
-        # rather than reach into an index being closed.
-        self._context = None
-        service, self.service = self.service, None
-        if service is not None:
-            await service.close()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
-        elif scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-
-    async def _lifespan(self, receive: Any, send: Any) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.startup()
-                except Exception as exc:  # reported to the server, which exits
-                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.shutdown()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         start = time.perf_counter()
@@ -142,10 +123,11 @@ class S3App:
 
         try:
             try:
-                if self._context is None:
+                ctx = self._plane.context
+                if ctx is None:
                     raise S3Error("ServiceUnavailable", "The gateway is starting or stopping; retry shortly.")
                 req = S3Request.from_scope(scope, tracked_receive, request_id)
-                response = await self._handle(self._context, req)
+                response = await self._handle(ctx, req)
                 if method != "HEAD":
                     await response.first_block()
             except ClientDisconnected:

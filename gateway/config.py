@@ -90,7 +90,7 @@ class Config:
     write_through: bool = False  # the policy new buckets get
     compact_threshold: float = 0.5
     # Seconds a client may take to send a whole request head, or stay silent
-    # in the middle of a request body (gateway/server.py explains the bounds).
+    # in the middle of a request body (gateway/listener.py explains the bounds).
     client_timeout: float = 30.0
     # Processes serving S3 on the port: this one, or above 1 that many read
     # workers in front of it, this one the only writer (gateway/worker.py).

@@ -15,9 +15,9 @@ from email.utils import format_datetime, parsedate_to_datetime
 from gateway.errors import S3Error
 from packer.ranges import ByteRange
 from tiering.conditions import Conditions
-from tiering.errors import InvalidRange
 from tiering.inputs import NewObject
 from tiering.meta import STORED_HEADERS, ObjectMeta
+from tiering.reads import RangeSpec
 
 _RANGE = re.compile(r"^\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*$")
 MAX_USER_METADATA = 2048  # bytes of x-amz-meta-* names and values, as S3
@@ -41,34 +41,25 @@ def decimal(text: str) -> int | None:
     return HUGE if len(digits) > 19 else min(int(digits or "0"), HUGE)
 
 
-def parse_range(header: str | None, size: int) -> ByteRange | None:
-    """The range a GET asks for, or None for the whole object.
-
-    A header that is not a single byte range is ignored (RFC 9110 lets a
-    server ignore Range), as S3 does; a syntactically valid range that
-    starts at or past the end is 416 InvalidRange."""
+def range_spec(header: str | None) -> RangeSpec | None:
+    """The single byte range a GET asks for, not yet held against the
+    object's size (tiering does that, once it knows the size); None for the
+    whole object. A header that is not a single byte range is ignored
+    (RFC 9110 lets a server ignore Range), as S3 does."""
     if header is None:
         return None
     match = _RANGE.match(header)
     if match is None or (not match.group(1) and not match.group(2)):
         return None
-    first, last = decimal(match.group(1)), decimal(match.group(2))
-    if first is None:  # suffix: the last N bytes
-        assert last is not None
-        if last == 0 or size == 0:
-            raise _unsatisfiable(header, size)
-        return ByteRange(max(0, size - last), size)
-    if last is not None and last < first:
-        return None  # invalid, so ignored
-    if first >= size:
-        raise _unsatisfiable(header, size)
-    return ByteRange(first, size if last is None else min(last + 1, size))
+    return RangeSpec(decimal(match.group(1)), decimal(match.group(2)), header)
 
 
-def _unsatisfiable(header: str, size: int) -> InvalidRange:
-    return InvalidRange(
-        "The requested range is not satisfiable", RangeRequested=header.strip(), ActualObjectSize=size
-    )
+def parse_range(header: str | None, size: int) -> ByteRange | None:
+    """The range of an object of ``size`` bytes a header asks for (None:
+    the whole object); a syntactically valid range that starts at or past
+    the end is 416 InvalidRange."""
+    spec = range_spec(header)
+    return spec.resolve(size) if spec is not None else None
 
 
 @functools.lru_cache(maxsize=4096)

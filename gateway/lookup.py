@@ -11,10 +11,11 @@ S3 error of a missing bucket or key. Being the writer's answer, it is never
 stale: a PUT the writer acknowledged is found by the next lookup.
 
 Wire format, both ways: a 4-byte big-endian length, then a msgpack array.
-Request ``[id, bucket, key, read]``; answer ``[id, "hot", record, files]``,
-``[id, "elsewhere"]``, ``[id, "NoSuchBucket"]`` or ``[id, "NoSuchKey"]``.
-Requests are pipelined on one connection; answers come back as they are
-ready.
+A request is a :class:`Lookup` ``[id, bucket, key, read]``; its answer a
+``tiering.reads.Location`` ``[id, record, files, missing]`` (record and
+files when all the bytes are hot, ``missing`` naming NoSuchBucket or
+NoSuchKey, or neither: the writer serves it). Requests are pipelined on
+one connection; answers come back as they are ready.
 
 The same connection carries, the other way round and unanswered,
 ``["ready"]`` once the worker listens, and the requests a worker served, ``["served", [[op, status, tier, seconds,
@@ -30,19 +31,29 @@ import itertools
 import logging
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 
-from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
-from tiering.meta import ObjectMeta
+from tiering.errors import TierstoreError
 from tiering.objects import ObjectService
+from tiering.reads import Location
 
 log = logging.getLogger("tierstore.workers")
 
 _LENGTH = struct.Struct(">I")
 _MAX_FRAME = 16 * 1024 * 1024  # a record of a 10,000-part object is well below
 _READ_SIZE = 256 * 1024
+
+
+class Lookup(NamedTuple):
+    """A worker's question: where are the bytes of bucket/key? (``read``: for
+    a GET, which counts as a read of the cache and moves epoch readers)."""
+
+    id: int
+    bucket: str
+    key: str
+    read: bool
 
 
 class Elsewhere(Exception):
@@ -116,13 +127,14 @@ class LookupServer:
         tasks = [t for c in self._connections for t in c.batches]
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def answer(self, requests: list[list[Any]]) -> list[bytes]:
+    async def answer(self, lookups: list[Lookup]) -> list[bytes]:
         try:
-            found = await self._service.locate_many([(r[1], r[2], r[3]) for r in requests])
+            found = await self._service.locate_many([(q.bucket, q.key, q.read) for q in lookups])
         except (TierstoreError, OSError) as exc:  # the writer answers these requests itself
-            log.warning("lookups failed (%s); passing %d requests on", exc, len(requests))
-            found = [("elsewhere",)] * len(requests)
-        return [_frame([request[0], *answer]) for request, answer in zip(requests, found, strict=True)]
+            log.warning("lookups failed (%s); passing %d requests on", exc, len(lookups))
+            found = [Location()] * len(lookups)
+        return [_frame([q.id, where.record, where.files, where.missing])
+                for q, where in zip(lookups, found, strict=True)]
 
 
 class _Connection(asyncio.Protocol):
@@ -154,7 +166,7 @@ class _Connection(asyncio.Protocol):
             log.warning("read worker sent %s; closing its lookup connection", exc)
             self.close()
             return
-        requests: list[list[Any]] = []
+        requests: list[Lookup] = []
         for message in messages:
             if message[0] == "served":
                 for row in message[1]:
@@ -162,13 +174,13 @@ class _Connection(asyncio.Protocol):
             elif message[0] == "ready":
                 self._server.worker_ready()
             else:
-                requests.append(message)
+                requests.append(Lookup(*message))
         if requests:
             task = asyncio.ensure_future(self._answer(requests))
             self.batches.add(task)
             task.add_done_callback(self.batches.discard)
 
-    async def _answer(self, requests: list[list[Any]]) -> None:
+    async def _answer(self, requests: list[Lookup]) -> None:
         frames = await self._server.answer(requests)
         if self._transport is not None and not self._transport.is_closing():
             self._transport.writelines(frames)
@@ -224,26 +236,19 @@ class LookupClient:
         if self._writer is not None and rows:
             self._writer.write(_frame(["served", rows]))
 
-    async def locate(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
-        """The record and hot files of ``bucket/key``; raises Elsewhere, or
-        NoSuchBucket / NoSuchKey as the writer found."""
-        if self._writer is None:  # the writer is gone: passing the request on says so (503)
+    async def locate(self, bucket: str, key: str, read: bool) -> Location:
+        """Where the writer finds the bytes of ``bucket/key`` (Elsewhere when
+        the writer is gone: passing the request on then says so, 503)."""
+        if self._writer is None:
             raise Elsewhere()
         request_id = next(self._ids)
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
         self._waiting[request_id] = future
         try:
-            self._writer.write(_frame([request_id, bucket, key, read]))
-            answer = await future
+            self._writer.write(_frame(list(Lookup(request_id, bucket, key, read))))
+            _, record, files, missing = await future
         except ConnectionError:
             raise Elsewhere() from None
         finally:
             self._waiting.pop(request_id, None)
-        kind = answer[1]
-        if kind == "hot":
-            return ObjectMeta.from_bytes(answer[2]), [(path, size) for path, size in answer[3]]
-        if kind == "NoSuchBucket":
-            raise NoSuchBucket(BucketName=bucket)
-        if kind == "NoSuchKey":
-            raise NoSuchKey(Key=key)
-        raise Elsewhere()
+        return Location(record, tuple((path, size) for path, size in files), missing)

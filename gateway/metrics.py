@@ -1,7 +1,7 @@
 """Metrics of the S3 data plane: Prometheus series and the ``/stats`` view.
 
-One :class:`Metrics` per ``S3App``, with a registry of its own (never the
-process-wide default: tests run several apps in one process). The app calls
+One :class:`Metrics` per node (``gateway.node.Node``), with a registry of its own
+(never the process-wide default: tests run several apps in one process). The app calls
 :meth:`Metrics.observe` once per request, after the response went out; the
 admin API calls :meth:`Metrics.render` for ``/metrics`` and
 :meth:`Metrics.stats` for ``/stats``.
@@ -32,7 +32,7 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from gateway.xml import iso8601
 
 if TYPE_CHECKING:
-    from tiering.readahead import ReadTally
+    from tiering.reads import ReadTally
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -1,95 +1,61 @@
 """Process start-up: one event loop serving the S3 port and the admin port.
 
-:func:`serve` runs two ``uvicorn.Server`` instances side by side. Order, and why:
+:func:`serve` is the gateway's composition root: it builds the node
+(``gateway.node.Node``: configuration, metrics, access log, object service)
+once, and hands it to the S3 app, the admin API and, with ``--workers``, the
+read workers' lookup server. It runs two servers (``gateway.listener``) side
+by side. Order, and why:
 
 1. Bind both listening sockets first, so a busy port fails before the data
    directory is opened, with a one-line :class:`StartupError`.
-2. Start the admin server, then ``S3App.startup()``: while the data plane opens
-   (crash recovery may take a while) ``GET /health`` answers 503, so a probe can
-   tell "starting" from "dead".
-3. Start the S3 server; once both listen, print the banner and call
-   ``on_ready(s3_port, admin_port)`` with the real ports (port 0 picks one).
+2. Start the admin server, then the node: while the data plane opens
+   (crash recovery may take a while) ``GET /health`` answers 503, so a probe
+   can tell "starting" from "dead".
+3. Start the S3 server (or the read workers); once both listen, print the
+   banner and call ``on_ready(s3_port, admin_port)`` with the real ports
+   (port 0 picks one).
 4. On SIGINT/SIGTERM, or when ``stop`` is set, unwind in reverse: stop the S3
-   server (drain in-flight requests), ``S3App.shutdown()``, stop the admin
-   server. A second SIGINT stops waiting for open connections.
-
-uvicorn's own lifespan handling is off for both servers and its signal capture
-is bypassed: with two servers in one process, each would install its own
-handlers and only the last one would hear the signal.
-
-Abusive clients are bounded here, below the application (see
-:class:`_BoundedHeads` and :class:`_BodyDeadline`): a request head must
-arrive whole within ``client_timeout`` seconds and ``MAX_REQUEST_HEAD``
-bytes, and a request body may not stall for longer than ``client_timeout``.
-uvicorn bounds neither time (and with httptools, its fast parser, not even
-the size of a head): a connection that sends nothing, or trickles a head one byte at a time (slowloris), or a body
-that stops short of its Content-Length, would hold its socket, its task
-and (for a PUT) its hot-tier reservation forever. The number of
-connections is left to the descriptor limit: uvicorn's ``limit_concurrency``
-counts connections that have not sent a head yet, so slow clients holding
-it would get legitimate requests refused with 503; the head deadline is
-what frees them.
+   server (drain in-flight requests), stop the node, stop the admin server.
+   A second SIGINT stops waiting for open connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import functools
-import importlib.util
-import os
-import signal
 import socket
-import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-import uvicorn
-
-from gateway.admin import build_admin_app
+from gateway import listener
+from gateway.admin import NodeStatus, build_admin_app
 from gateway.config import VERSION, Config, stored_secrets
-from gateway.errors import S3Error
-
-# Idle keep-alive connections are kept longer than the clients keep theirs, so
-# a pooled connection is closed by the client, not under a request it is
-# sending (the same 75 s nginx uses; uvicorn's 5 s default causes resets).
-KEEP_ALIVE_SECONDS = 75
-# On shutdown, in-flight requests (a large GET, say) get this long to finish.
-GRACEFUL_SHUTDOWN_SECONDS = 30
-# Bound on one request head (request line and headers): S3 heads are small
-# (user metadata is capped at 2 KiB; S3 itself refuses heads over 8 KiB with
-# RequestHeaderSectionTooLarge) but presigned URLs and many x-amz-* headers
-# add up; h11's 16 KiB default is too tight for some clients.
-MAX_REQUEST_HEAD = 64 * 1024
-BACKLOG = 2048
-_TIMED_OUT = ("RequestTimeout", "Your socket connection to the server was not read from or "
-              "written to within the timeout period. Idle connections will be closed.")
-_TOO_LARGE = ("RequestHeaderSectionTooLarge",
-              "Your request header section exceeds the maximum allowed size.")
+from gateway.listener import StartupError, authority
 
 
-class S3Service(Protocol):
-    """The S3 data plane as serve() drives it (``gateway.app.S3App``)."""
+class Root(NodeStatus, Protocol):
+    """The gateway's node as serve() drives it (``gateway.node.Node``): what
+    the admin API reads, and its life."""
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None: ...
-    async def startup(self) -> None: ...
-    async def shutdown(self) -> None: ...
-    @property
-    def started(self) -> bool: ...
-
-
-class StartupError(Exception):
-    """The gateway could not start serving (e.g. a port is in use)."""
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def workers_listening(self) -> None: ...
 
 
-def _default_s3_app(config: Config) -> S3Service:
+# The S3 data plane as serve() runs it: the node, and the ASGI app serving from it.
+DataPlane = Callable[[Config], tuple[Root, Any]]
+
+
+def gateway_plane(config: Config) -> tuple[Root, Any]:
+    """The node, and the S3 app it is handed to."""
     # Imported late so this module (and the admin API) can be tested with a
     # fake data plane, and so `tierstore --version` stays fast.
     from gateway.app import S3App
+    from gateway.node import Node
 
-    return S3App(config)
+    node = Node(config)
+    return node, S3App(config, node, node.metrics, node.access_log)
 
 
 async def serve(
@@ -97,58 +63,56 @@ async def serve(
     *,
     on_ready: Callable[[int, int], None] | None = None,
     stop: asyncio.Event | None = None,
-    s3_factory: Callable[[Config], S3Service] = _default_s3_app,
+    data_plane: DataPlane = gateway_plane,
 ) -> None:
     """Serve S3 and the admin API until a signal arrives or ``stop`` is set."""
     stop = stop if stop is not None else asyncio.Event()
     # With read workers, they listen on the S3 port and this process only
     # holds it (bound, not listening: the kernel gives it no connections).
-    s3_sock = _listen(config.host, config.port, "S3", reuse_port=config.workers > 1, listen=config.workers == 1)
+    s3_sock = listener.listen(config.host, config.port, "S3", reuse_port=config.workers > 1,
+                              listen=config.workers == 1)
     with contextlib.closing(s3_sock):
-        admin_sock = _listen(config.admin_host, config.admin_port, "admin API")
+        admin_sock = listener.listen(config.admin_host, config.admin_port, "admin API")
         with contextlib.closing(admin_sock):
-            s3 = s3_factory(config)
-            s3_app = _BodyDeadline(s3, config.client_timeout)
-            s3_server = _Server(_uvicorn_config(s3_app, config, s3_errors=True))
-            admin_app = build_admin_app(config, s3)
-            admin_server = _Server(_uvicorn_config(admin_app, config, s3_errors=False))
-            with _signals(stop, [s3_server, admin_server]):
+            node, s3_app = data_plane(config)
+            s3_server = listener.http_server(s3_app, config, s3=True)
+            admin_server = listener.http_server(build_admin_app(config, node), config, s3=False)
+            with listener.signals(stop, [s3_server, admin_server]):
                 await _serve(
-                    config, s3, (s3_server, s3_sock), (admin_server, admin_sock), stop, on_ready
+                    config, node, s3_app, (s3_server, s3_sock), (admin_server, admin_sock), stop, on_ready
                 )
 
 
 async def _serve(
     config: Config,
-    s3: S3Service,
-    s3_listener: tuple[_Server, socket.socket],
-    admin_listener: tuple[_Server, socket.socket],
+    node: Root,
+    s3_app: Any,
+    s3_listener: tuple[listener.Server, socket.socket],
+    admin_listener: tuple[listener.Server, socket.socket],
     stop: asyncio.Event,
     on_ready: Callable[[int, int], None] | None,
 ) -> None:
-    # The exit stack unwinds in reverse: S3 server, S3App.shutdown(), admin.
+    # The exit stack unwinds in reverse: S3 server, node, admin.
     async with contextlib.AsyncExitStack() as stack:
-        admin_task = await stack.enter_async_context(_running(*admin_listener, "admin API"))
-        if config.workers > 1:
-            s3.awaiting_workers = True  # type: ignore[attr-defined]  # /health: 503 until they listen
-        await s3.startup()
-        stack.push_async_callback(s3.shutdown)
+        admin_task = await stack.enter_async_context(listener.running(*admin_listener, "admin API"))
+        await node.start()
+        stack.push_async_callback(node.stop)
         if stop.is_set():  # a signal arrived during a long start-up
             return
         s3_port, admin_port = s3_listener[1].getsockname()[1], admin_listener[0].port
         if config.workers > 1:
-            s3_task = await _start_read_workers(config, s3, s3_port, stack)
+            s3_task = await _start_read_workers(config, node, s3_app, s3_port, stack)
         else:
-            s3_task = await stack.enter_async_context(_running(*s3_listener, "S3"))
+            s3_task = await stack.enter_async_context(listener.running(*s3_listener, "S3"))
         print(banner(config, s3_port, admin_port), flush=True)
         if on_ready is not None:
             on_ready(s3_port, admin_port)
         # A server that ends by itself (it crashed) takes the process down too.
-        await _first_of(stop.wait(), admin_task, s3_task)
+        await listener.first_of(stop.wait(), admin_task, s3_task)
 
 
 async def _start_read_workers(
-    config: Config, s3: S3Service, port: int, stack: contextlib.AsyncExitStack
+    config: Config, node: Root, s3_app: Any, port: int, stack: contextlib.AsyncExitStack
 ) -> asyncio.Task[None]:
     """The writer's Unix socket for the requests workers pass on (its own S3
     app), the lookup socket, and ``config.workers`` worker processes on the
@@ -157,440 +121,30 @@ async def _start_read_workers(
     from gateway.worker import WorkerSetup
     from gateway.workers import read_workers, socket_dir
 
-    service = getattr(s3, "service", None)
+    service = node.service
     if service is None:
-        raise StartupError("read workers need the gateway's own S3 app")
+        raise StartupError("read workers need the gateway's object service")
     sockets = stack.enter_context(socket_dir())
     writer_path = str(sockets / "writer.sock")
     writer_sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stack.callback(writer_sock.close)
     writer_sock.bind(writer_path)
-    writer_sock.listen(BACKLOG)
-    writer_server = _Server(_uvicorn_config(_BodyDeadline(s3, config.client_timeout), config, s3_errors=True))
-    task = await stack.enter_async_context(_running(writer_server, writer_sock, "writer socket"))
+    writer_sock.listen(listener.BACKLOG)
+    writer_server = listener.http_server(s3_app, config, s3=True)
+    task = await stack.enter_async_context(listener.running(writer_server, writer_sock, "writer socket"))
     setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path)
-    observe = s3.metrics.observe  # type: ignore[attr-defined]
-    await stack.enter_async_context(read_workers(setup, service, observe, config.workers))
-    s3.awaiting_workers = False  # type: ignore[attr-defined]
+    await stack.enter_async_context(read_workers(setup, service.objects, node.metrics.observe, config.workers))
+    node.workers_listening()  # /health: 503 until now
     return task
-
-
-def serve_worker(setup: Any, app: Any) -> None:
-    """A read worker's process (gateway/worker.py): its S3 app on the shared
-    port until SIGTERM, or until the writer's lookup socket closes."""
-    tune_malloc()
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(_serve_worker(setup.config, app))
-
-
-async def _serve_worker(config: Config, app: Any) -> None:
-    stop = asyncio.Event()
-    sock = _listen(config.host, config.port, "S3", reuse_port=True)
-    with contextlib.closing(sock):
-        server = _Server(_uvicorn_config(_BodyDeadline(app, config.client_timeout), config, s3_errors=True))
-        with _signals(stop, [server]):
-            await app.startup()
-            try:
-                async with _running(server, sock, "S3") as task:
-                    app.listening()
-                    await _first_of(stop.wait(), task, app.writer_gone())
-            finally:
-                await app.shutdown()
 
 
 def run(config: Config) -> None:
     """Run :func:`serve` on a fresh event loop (uvloop when installed)."""
-    tune_malloc()
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve(config))
-
-
-# glibc's mallopt parameters (malloc.h).
-_M_MMAP_THRESHOLD = -3
-_M_ARENA_MAX = -8
-MALLOC_ARENAS = 2
-MALLOC_MMAP_THRESHOLD = 1024 * 1024
-
-
-def tune_malloc() -> bool:
-    """Make glibc's malloc give large buffers back to the system when freed.
-
-    By default glibc keeps one arena per thread that allocated, and raises
-    its mmap threshold (up to 32 MiB) each time a large mmapped block is
-    freed. Segment builds and part uploads allocate buffers of several MiB
-    on many pool threads, so after a while those buffers come from arenas
-    and, freed, stay in the process: RSS climbs towards its peak and stays
-    there (the soak benchmark measured +30 MiB a minute over 5 minutes).
-    With two arenas and a fixed 1 MiB threshold, every buffer of 1 MiB or
-    more is its own mapping, returned when freed; small objects are not
-    affected. Left alone when MALLOC_ARENA_MAX or MALLOC_MMAP_THRESHOLD_ is
-    set (glibc has applied it), and a no-op without glibc. True if applied."""
-    if "MALLOC_ARENA_MAX" in os.environ or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False  # not glibc (musl, macOS)
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, MALLOC_ARENAS) and mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD))
-
-
-# --------------------------------------------------------------------------
-# uvicorn plumbing
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signals to serve() and says when it listens."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.listening = asyncio.Event()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield  # serve() handles signals for both servers
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.listening.set()
-
-    @property
-    def port(self) -> int:
-        """The port actually bound (differs from the configured one for port 0)."""
-        sockets = self.servers[0].sockets
-        return int(sockets[0].getsockname()[1])
-
-
-class _Limits(uvicorn.Config):
-    """uvicorn's configuration, plus the bounds :class:`_BoundedHeads` enforces."""
-
-    def __init__(self, app: Any, *, client_timeout: float, s3_errors: bool, **options: Any) -> None:
-        super().__init__(app, **options)
-        self.client_timeout = client_timeout
-        self.max_head = MAX_REQUEST_HEAD
-        self.s3_errors = s3_errors  # refusals as S3 XML errors (else uvicorn's plain text)
-
-
-def _uvicorn_config(app: Any, config: Config, *, s3_errors: bool) -> uvicorn.Config:
-    return _Limits(
-        app,
-        client_timeout=config.client_timeout,
-        s3_errors=s3_errors,
-        lifespan="off",  # serve() calls S3App.startup()/shutdown() itself
-        interface="asgi3",
-        loop="none",  # the loop is ours (run() or the caller's)
-        http=_protocol(),
-        ws="none",
-        log_level=config.log_level,
-        # Off for both: uvicorn's access logger is one process-wide logger, so
-        # it cannot be on for admin and off for S3; a structured access log
-        # of our own replaces it.
-        access_log=False,
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
-        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
-        h11_max_incomplete_event_size=MAX_REQUEST_HEAD,
-        backlog=BACKLOG,
-        # The app names itself; uvicorn's header would be a second Server line.
-        server_header=False,
-        # botocore corrects its clock skew from the Date of responses.
-        date_header=True,
-    )
-
-
-# --------------------------------------------------------------------------
-# Bounds on clients
-
-
-class _BoundedHeads:
-    """Bounds on the request heads of one connection, for either uvicorn parser.
-
-    A head must be complete within ``client_timeout`` seconds of the
-    connection opening, or of the first byte of the next request on a
-    kept-alive connection (between requests uvicorn's keep-alive timer
-    closes idle connections, but the first byte of a head cancels it). At
-    most ``max_head`` bytes may arrive while a head is incomplete, so memory
-    is bounded whatever the parser; with httptools, which would buffer a
-    head of any size, a complete head may not be larger either (h11 lets
-    one that arrives whole in a single read through).
-
-    A connection that sent nothing is closed silently; one in the middle of
-    a head gets S3's answer first (400 RequestTimeout or
-    RequestHeaderSectionTooLarge), as does any request the HTTP parser
-    refuses (400 InvalidRequest), so every refusal on the S3 port is S3 XML.
-    """
-
-    config: _Limits
-    cycle: Any
-    loop: asyncio.AbstractEventLoop
-    transport: asyncio.Transport
-    _refusal: tuple[str, str] | None = None
-
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        super().connection_made(transport)  # type: ignore[misc]
-        self._head_bytes = 0
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._start_head_timer()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
-        super().connection_lost(exc)  # type: ignore[misc]
-
-    def data_received(self, data: bytes) -> None:
-        cycle = self.cycle
-        super().data_received(data)  # type: ignore[misc]
-        if self.transport.is_closing():
-            self._stop_head_timer()
-        elif self.cycle is not cycle:  # a head is complete: its request runs
-            self._stop_head_timer()
-            self._head_bytes = 0
-        elif self.cycle is None or self.cycle.response_complete:  # part of a head
-            self._head_bytes += len(data)
-            if self._head_bytes > self.config.max_head:
-                self._refuse(_TOO_LARGE)
-            elif self._head_timer is None:
-                self._start_head_timer()
-
-    def send_400_response(self, msg: str) -> None:
-        """What uvicorn sends when its parser refuses a request."""
-        code, message = self._refusal or ("InvalidRequest", msg)
-        if not self.config.s3_errors:
-            super().send_400_response(message)  # type: ignore[misc]
-            return
-        from gateway import xml  # imported late, as the data plane is (see _default_s3_app)
-        from gateway.http import new_request_id
-
-        request_id = new_request_id()
-        body = xml.error(S3Error(code, message), "", request_id)
-        head = (f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/xml\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\nserver: tierstore\r\n"
-                f"x-amz-request-id: {request_id}\r\nx-amz-id-2: {request_id}\r\n\r\n")
-        self.transport.write(head.encode("ascii") + body)
-        self.transport.close()
-
-    def _refuse(self, refusal: tuple[str, str]) -> None:
-        self._refusal = refusal
-        self.send_400_response(refusal[1])
-
-    def _start_head_timer(self) -> None:
-        self._head_timer = self.loop.call_later(self.config.client_timeout, self._head_timed_out)
-
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing():
-            return
-        if self._head_bytes:
-            self._refuse(_TIMED_OUT)
-        else:
-            self.transport.close()
-
-
-@functools.cache
-def _protocol() -> type[asyncio.Protocol]:
-    """uvicorn's fastest HTTP/1.1 protocol (httptools when installed), bounded."""
-    if importlib.util.find_spec("httptools") is None:
-        from uvicorn.protocols.http.h11_impl import H11Protocol
-
-        class BoundedH11Protocol(_BoundedHeads, H11Protocol):
-            pass  # h11 itself refuses an incomplete head past h11_max_incomplete_event_size
-
-        return BoundedH11Protocol
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class BoundedHttpToolsProtocol(_BoundedHeads, HttpToolsProtocol):
-        url: bytes
-        headers: list[tuple[bytes, bytes]]
-
-        def on_headers_complete(self) -> None:
-            # A head that arrived in one read was never counted incomplete.
-            size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
-            if size > self.config.max_head:
-                self._refusal = _TOO_LARGE
-                raise ValueError("request head too large")  # the parser answers 400
-            super().on_headers_complete()
-
-    return BoundedHttpToolsProtocol
-
-
-class _BodyDeadline:
-    """The S3 app with a bound on silence in the middle of a request body.
-
-    Once ``seconds`` pass without a byte of a body that is not complete,
-    the app's read fails with 400 RequestTimeout (S3's code), which ends the
-    request like any error: what was staged is removed, the connection
-    closed. Reads after the body (a streamed GET watches for a disconnect)
-    wait as long as they need.
-    """
-
-    def __init__(self, app: Any, seconds: float) -> None:
-        self.app = app
-        self.seconds = seconds
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        await self.app(scope, _StallGuard(receive, self.seconds).receive, send)
-
-
-class _StallGuard:
-    """One request's ``receive``, failing once its body stalls for ``seconds``.
-
-    One timer per request, re-armed when it fires, not one per read: a
-    fast upload makes thousands of reads, and a timer per read (what
-    ``asyncio.timeout`` would do) costs more than the read itself.
-    """
-
-    def __init__(self, receive: Any, seconds: float) -> None:
-        self._receive = receive
-        self._seconds = seconds
-        self._loop = asyncio.get_running_loop()
-        self._body_done = False
-        self._waiter: asyncio.Task[Any] | None = None  # the task waiting for body bytes
-        self._since = 0.0
-        self._timer: asyncio.TimerHandle | None = None
-        self._expired = False
-
-    async def receive(self) -> Any:
-        if self._body_done:
-            return await self._receive()
-        self._waiter = asyncio.current_task()
-        self._since = self._loop.time()
-        if self._timer is None:
-            self._timer = self._loop.call_at(self._since + self._seconds, self._check)
-        try:
-            message = await self._receive()
-        except asyncio.CancelledError:
-            assert self._waiter is not None
-            if self._expired and self._waiter.uncancel() == 0:  # our cancel, nobody else's
-                raise S3Error(*_TIMED_OUT) from None
-            raise
-        finally:
-            self._waiter = None
-        if message["type"] != "http.request" or not message.get("more_body", False):
-            self._body_done = True
-            if self._timer is not None:
-                self._timer.cancel()
-        return message
-
-    def _check(self) -> None:
-        self._timer = None
-        if self._waiter is None:
-            return  # not waiting now: the next read arms the timer again
-        deadline = self._since + self._seconds
-        if self._loop.time() < deadline:
-            self._timer = self._loop.call_at(deadline, self._check)
-        else:
-            self._expired = True
-            self._waiter.cancel()  # it waits in receive(), which turns this into RequestTimeout
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
-def _listen(host: str, port: int, label: str, reuse_port: bool = False, listen: bool = True) -> socket.socket:
-    """Bind and listen; a failure becomes one readable line. With
-    ``reuse_port``, other processes may listen on the same port (SO_REUSEPORT:
-    read workers), and the kernel spreads connections over them; a socket
-    bound but not ``listen``ing holds the port and gets no connections."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    dualstack = family == socket.AF_INET6 and host == "::" and socket.has_dualstack_ipv6()
-    try:
-        if listen:
-            return socket.create_server(
-                (host, port), family=family, backlog=BACKLOG, dualstack_ipv6=dualstack, reuse_port=reuse_port
-            )
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if dualstack:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            sock.bind((host, port))
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise StartupError(
-            f"cannot listen for {label} on {authority(host, port)}: {reason}"
-        ) from exc
-
-
-@contextlib.asynccontextmanager
-async def _running(
-    server: _Server, sock: socket.socket, label: str
-) -> AsyncIterator[asyncio.Task[None]]:
-    """Run ``server`` on ``sock`` as a task while the block runs; stop it after."""
-    task = asyncio.create_task(server.serve(sockets=[sock]), name=f"tierstore {label} server")
-    try:
-        await _first_of(server.listening.wait(), task)
-        if not server.listening.is_set():
-            task.result()  # raises what stopped it, if anything
-            raise StartupError(f"the {label} server stopped during start-up")
-        yield task
-    finally:
-        server.should_exit = True
-        await task  # uvicorn drains connections, then returns (or raises)
-
-
-async def _first_of(*waitables: Awaitable[Any]) -> None:
-    """Wait until the first of ``waitables`` finishes; cancel the coroutines."""
-    tasks = [asyncio.ensure_future(w) for w in waitables]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task, waitable in zip(tasks, waitables, strict=True):
-            if task is not waitable:  # ours to cancel; passed-in tasks are not
-                task.cancel()
-
-
-@contextlib.contextmanager
-def _signals(stop: asyncio.Event, servers: Sequence[uvicorn.Server]) -> Iterator[None]:
-    """SIGINT/SIGTERM set ``stop``; a second SIGINT also drops open connections."""
-    loop = asyncio.get_running_loop()
-
-    def on_signal(sig: signal.Signals) -> None:
-        if stop.is_set() and sig == signal.SIGINT:
-            for server in servers:
-                server.force_exit = True
-        stop.set()
-
-    installed: list[tuple[signal.Signals, Any]] = []
-    # Signal handlers can only be installed from the main thread.
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            previous = signal.getsignal(sig)
-            try:
-                loop.add_signal_handler(sig, on_signal, sig)
-            except (NotImplementedError, RuntimeError):  # e.g. Windows event loops
-                continue
-            installed.append((sig, previous))
-    try:
-        yield
-    finally:
-        for sig, previous in installed:
-            loop.remove_signal_handler(sig)
-            if previous is not None:  # None: installed from C, cannot restore
-                signal.signal(sig, previous)
+    listener.run_loop(serve(config))
 
 
 # --------------------------------------------------------------------------
 # Banner
-
-
-def authority(host: str, port: int) -> str:
-    """``host:port``, with IPv6 literals in brackets (RFC 3986)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def banner(config: Config, s3_port: int, admin_port: int) -> str:

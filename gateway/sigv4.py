@@ -36,7 +36,15 @@ from gateway._signing import (
 )
 from gateway.errors import S3Error
 from gateway.headers import decimal, parse_http_datetime
-from tiering.sigv4 import ALGORITHM, SERVICE, TERMINATOR, credential_scope, signature, signing_key, string_to_sign
+from tiering.sigv4 import (
+    ALGORITHM,
+    SERVICE,
+    TERMINATOR,
+    credential_scope,
+    signature,
+    signing_key,
+    string_to_sign,
+)
 
 __all__ = ["AuthContext", "authenticate"]
 

@@ -1,5 +1,5 @@
 """Opening the node's storage from the configuration: the capacity store
-client, the object service, and the offline rebuild (`tierstore recover`)."""
+client, the tiering node, and the offline rebuild (`tierstore recover`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from gateway.config import Config, tier_settings
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup
 from tiering.index import Index
-from tiering.objects import ObjectService
+from tiering.node import Node
 from tiering.recover import RecoveryReport, recover
 
 
@@ -24,11 +24,13 @@ def capacity_store(config: Config) -> CapacityStore:
     )
 
 
-def object_service(config: Config) -> ObjectService:
-    service = ObjectService(config.data_dir, tier_settings(config), capacity_store(config), config.region)
+def open_node(config: Config) -> Node:
+    """The node's tiering (not started yet), with peers when this gateway
+    is one of several (read misses then ask a segment's owner first)."""
+    peers = None
     if config.node_id is not None and config.node_id in config.peers and len(config.peers) > 1:
-        service.peers = peer_client(config, config.peers)  # read misses ask a segment's owner first
-    return service
+        peers = peer_client(config, config.peers)
+    return Node(config.data_dir, tier_settings(config), capacity_store(config), config.region, peers)
 
 
 def peer_client(config: Config, endpoints: Mapping[str, str]) -> PeerClient:

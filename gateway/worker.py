@@ -35,7 +35,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import routes
+from gateway import listener, routes
+from gateway.accesslog import AccessLog
 from gateway.app import S3App
 from gateway.config import Config
 from gateway.context import Context
@@ -46,9 +47,11 @@ from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import pool
 from tiering.cluster.peers import PEER_HEADER
+from tiering.errors import NoSuchBucket, NoSuchKey
 from tiering.hot import HotTier
 from tiering.meta import ObjectMeta
-from tiering.readahead import ReadTally, stream
+from tiering.readahead import stream
+from tiering.reads import SMALL_READ, Read, ReadPlan, ReadTally, decide, plan
 
 # Seconds between two reports of the requests served here to the writer.
 REPORT_EVERY = 1.0
@@ -67,14 +70,6 @@ class WorkerSetup:
     config: Config
     lookup_socket: str
     writer_socket: str
-
-
-class _NoEpochs:
-    """The writer moves epoch readers when it answers a lookup."""
-
-    @staticmethod
-    def observe(bucket: str, key: str) -> None:
-        return None
 
 
 def _open_files(files: list[tuple[str, int]], wanted: list[int]) -> dict[int, int]:
@@ -105,36 +100,44 @@ def _read_files(files: list[tuple[str, int]]) -> bytes:
 
 
 class RemoteObjects:
-    """The part of ObjectService that GetObject and HeadObject use, answered
-    from the writer's lookups and the hot-tier files."""
-
-    epochs = _NoEpochs()
+    """The read call of ObjectService (all that GetObject and HeadObject
+    use), answered from the writer's lookups and the hot-tier files."""
 
     def __init__(self, lookups: LookupClient, window: int = 4) -> None:
         self._lookups = lookups
         self._window = window
 
-    async def fetch(
-        self, bucket: str, key: str, small: int, tally: ReadTally | None = None
-    ) -> tuple[ObjectMeta, bytes | None]:
-        # A body asked for (small > 0) is a GET: a read for the cache and
-        # the epochs. HEAD asks for none.
-        meta, files = await self._lookups.locate(bucket, key, read=small > 0)
-        if meta.size > small:
-            return meta, None
-        return meta, await pool.run(_read_files, files)
-
-    async def read(
-        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
-    ) -> AsyncIterator[bytes]:
-        # ask_peers: a miss is never read here (Elsewhere), the writer asks peers.
-        tally = tally if tally is not None else ReadTally()
-        current, files = await self._lookups.locate(meta.bucket, meta.key, read=False)
-        if current.seq != meta.seq:  # replaced since the first lookup: the writer answers
+    async def read(self, read: Read) -> ReadPlan:
+        # One lookup: a GET counts as a read of the cache and moves the
+        # writer's epoch readers, as a GET there does.
+        where = await self._lookups.locate(read.bucket, read.key, read=read.body)
+        if where.missing == "NoSuchBucket":
+            raise NoSuchBucket(BucketName=read.bucket)
+        if where.missing == "NoSuchKey":
+            raise NoSuchKey(Key=read.key)
+        if where.record is None:  # not all hot, or mounted: the writer answers
             raise Elsewhere()
+        meta, files = ObjectMeta.from_bytes(where.record), list(where.files)
+        decision = decide(meta, read)
+        tally = ReadTally()
+        if not (read.body and decision.sends_body):
+            return plan(meta, read, decision, tally=tally)
+        wanted = decision.wanted
+        if meta.size <= SMALL_READ:
+            data = await pool.run(_read_files, files)
+            tally.hot += wanted.length
+            return plan(meta, read, decision, data[wanted.start : wanted.end], tally)
         pieces = list(split_over([size for _, size in files], wanted))
         if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
             raise Elsewhere()
+        return plan(meta, read, decision, self._stream(files, pieces, tally), tally)
+
+    async def _stream(
+        self, files: list[tuple[str, int]], pieces: list[tuple[int, ByteRange]], tally: ReadTally
+    ) -> AsyncIterator[bytes]:
+        # Every file is opened before the first byte goes out (the app pulls
+        # the first block before the head): one evicted meanwhile passes the
+        # request on (Elsewhere), one evicted later cannot cut the body short.
         fds = await pool.run(_open_files, files, [index for index, _ in pieces])
         handed: set[int] = set()
 
@@ -169,8 +172,11 @@ class WorkerApp(S3App):
     PASS_ON = (Elsewhere,)
 
     def __init__(self, setup: WorkerSetup) -> None:
-        super().__init__(setup.config)
-        self.metrics = self._relayed = _Relayed()  # type: ignore[assignment]
+        self._relayed = _Relayed()
+        # A worker is its own plane: its context, set between startup and
+        # shutdown, serves from the writer's lookups.
+        self.context: Context | None = None
+        super().__init__(setup.config, self, self._relayed, AccessLog(setup.config.access_log))
         self._lookups = LookupClient(setup.lookup_socket)
         self._forwarder = Forwarder(setup.writer_socket)
         self._reporting: asyncio.Task[None] | None = None
@@ -178,11 +184,11 @@ class WorkerApp(S3App):
     async def startup(self) -> None:
         await self._lookups.start()
         await self._forwarder.start()
-        self._context = Context(self.config, RemoteObjects(self._lookups))  # type: ignore[arg-type]
+        self.context = Context(self.config, RemoteObjects(self._lookups))  # type: ignore[arg-type]
         self._reporting = asyncio.create_task(self._report(), name="served-request reports")
 
     async def shutdown(self) -> None:
-        self._context = None
+        self.context = None
         if self._reporting is not None:
             self._reporting.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -232,12 +238,27 @@ class WorkerApp(S3App):
 
 
 def main() -> int:
-    """A worker's life: its setup from stdin, then serve until SIGTERM."""
-    from gateway.server import serve_worker  # the server module imports this one's users
-
+    """A worker's life: its setup from stdin, then its S3 app on the shared
+    port until SIGTERM, or until the writer's lookup socket closes."""
     setup: WorkerSetup = pickle.loads(sys.stdin.buffer.read())
+    config, app = setup.config, WorkerApp(setup)
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        sock = listener.listen(config.host, config.port, "S3", reuse_port=True)
+        with contextlib.closing(sock):
+            server = listener.http_server(app, config, s3=True)
+            with listener.signals(stop, [server]):
+                await app.startup()
+                try:
+                    async with listener.running(server, sock, "S3") as task:
+                        app.listening()
+                        await listener.first_of(stop.wait(), task, app.writer_gone())
+                finally:
+                    await app.shutdown()
+
     with contextlib.suppress(KeyboardInterrupt):
-        serve_worker(setup, WorkerApp(setup))
+        listener.run_loop(serve())
     return 0
 
 

@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
+from gateway.listener import StartupError
 from gateway.lookup import LookupServer
-from gateway.server import StartupError
 from gateway.worker import WorkerSetup
 from tiering.objects import ObjectService
 

@@ -6,7 +6,7 @@ import base64
 import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from tiering import checksums
+from tiering import checksums, pool
 from tiering.checksums import Hasher, new_hasher
 from tiering.errors import BadDigest, IncompleteBody, PayloadHashMismatch
 from tiering.inputs import Integrity
@@ -26,6 +26,11 @@ class Digests:
         self.checksum: Hasher | None = new_hasher(checksum_algorithm) if checksum_algorithm else None
         self.sha256 = hashlib.sha256() if sha256 else None
         self.size = 0
+
+    @classmethod
+    def of(cls, integrity: Integrity) -> Digests:
+        """The digests a write with ``integrity`` must compute."""
+        return cls(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
 
     def update(self, data: bytes | memoryview) -> None:
         self.md5.update(data)
@@ -49,6 +54,34 @@ async def gather(
             del buffer[:block]
     if buffer:
         await consume(bytes(buffer))
+
+
+async def ingest(
+    body: AsyncIterator[bytes],
+    integrity: Integrity,
+    consume: Callable[[bytes], Awaitable[object]],
+    *,
+    block: int = WRITE_BLOCK,
+    digests: Digests | None = None,
+) -> tuple[Digests, Checksum | None]:
+    """The one loop every write runs: ``body`` gathered into blocks, each
+    hashed and given to ``consume``; then the length and the digests the
+    client declared are checked (IncompleteBody, BadDigest, ...). A
+    ``consume`` that hashes the block itself, in the same pool call as its
+    write (a hot-tier writer), passes its ``digests``; otherwise each block
+    is hashed in the pool first. Returns the digests and the checksum to
+    store (None when the client asked for none)."""
+    if digests is None:
+        digests = hashing = Digests.of(integrity)
+
+        async def step(data: bytes) -> None:
+            await pool.run(hashing.update, data)
+            await consume(data)
+    else:
+        step = consume  # type: ignore[assignment]
+    await gather(body, step, block)
+    check_size(digests, integrity)
+    return digests, verify(digests, integrity)
 
 
 def check_size(digests: Digests, integrity: Integrity) -> None:

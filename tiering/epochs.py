@@ -33,17 +33,18 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from tiering import pool
 from tiering.epoch_order import Entry, Epoch, future_of
-from tiering.errors import InvalidArgument, NoSuchKey, ServiceUnavailable
-from tiering.meta import ObjectMeta
+from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey, ServiceUnavailable
+from tiering.fetch import ExtentReader
+from tiering.hot import HotTier
+from tiering.index import Index
+from tiering.meta import BucketInfo, ObjectMeta
+from tiering.mounts.buckets import Mounts
 from tiering.order import MAX_KEYS
-
-if TYPE_CHECKING:
-    from tiering.objects import ObjectService
+from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.epochs")
 
@@ -62,15 +63,27 @@ class Epochs:
     """Registered epochs of one node, their prefetcher, and the eviction
     advice they give the hot tier (``wanted`` / ``furthest``)."""
 
-    def __init__(self, service: ObjectService) -> None:
-        self._service = service
+    def __init__(
+        self,
+        index: Index,
+        hot: HotTier,
+        mounts: Mounts,
+        reader: ExtentReader,
+        settings: TierSettings,
+        find_bucket: Callable[[str], BucketInfo | None],
+    ) -> None:
+        self._index = index
+        self._hot = hot
+        self._mounts = mounts
+        self._reader = reader
+        self._find_bucket = find_bucket
         self._epochs: dict[str, Epoch] = {}
         self._lock = threading.Lock()  # guards _future: the hot tier reads it from pool threads
         self._future: dict[str, float] = {}  # cache name -> when it is next needed (smaller: sooner)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[str] = set()  # keys being prefetched
-        self._gate = asyncio.Semaphore(max(2, service.settings.fetch_concurrency))
+        self._gate = asyncio.Semaphore(max(2, settings.fetch_concurrency))
         self._tasks: set[asyncio.Task[None]] = set()
         self._stale = False  # the future needs recomputing (see _replan)
         self._ahead_done: set[str] = set()  # epochs with nothing left to fetch past their window
@@ -79,10 +92,10 @@ class Epochs:
 
     def start(self) -> None:
         """Advise the hot tier; the prefetcher starts with the first epoch."""
-        self._service.hot.advisor = self
+        self._hot.advisor = self
 
     async def stop(self) -> None:
-        self._service.hot.advisor = None
+        self._hot.advisor = None
         tasks = [t for t in [self._task, *self._tasks] if t is not None]
         for task in tasks:
             task.cancel()
@@ -100,7 +113,8 @@ class Epochs:
         idle_timeout: float = 600.0,
     ) -> Epoch:
         """Register an epoch (queued behind a live one of the same bucket)."""
-        await self._service.bucket(bucket)
+        if self._find_bucket(bucket) is None:
+            raise NoSuchBucket(BucketName=bucket)
         if not keys:
             raise InvalidArgument("An epoch needs at least one key")
         if len(keys) > MAX_KEYS:
@@ -132,13 +146,12 @@ class Epochs:
 
     async def keys_under(self, bucket: str, prefix: str) -> list[str]:
         """Every key under ``prefix``, in key order (a mount asks its source)."""
-        service = self._service
-        if service.mounts.get(bucket) is None:
-            return await pool.run(_managed_keys, service, bucket, prefix)
+        if self._mounts.get(bucket) is None:
+            return await pool.run(_managed_keys, self._index, bucket, prefix)
         keys: list[str] = []
         marker = ""
         while True:
-            page = await service.mounts.list_objects(bucket, prefix, "", marker, 1000)
+            page = await self._mounts.list_objects(bucket, prefix, "", marker, 1000)
             keys += [e.key for e in page.contents]
             if len(keys) > MAX_KEYS:
                 raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
@@ -179,15 +192,14 @@ class Epochs:
 
     async def _resolve(self, epoch: Epoch, positions: Iterable[int]) -> None:
         """Look the entries up: their size and cache files (and extents)."""
-        service = self._service
-        mounted = service.mounts.get(epoch.bucket) is not None
+        mounted = self._mounts.get(epoch.bucket) is not None
         todo = list(positions)
         for i in range(0, len(todo), _RESOLVE_BATCH):
             batch = [epoch.entries[p] for p in todo[i:i + _RESOLVE_BATCH]]
             if mounted:
-                await pool.run(_resolve_mounted, service, epoch.bucket, batch)
+                await pool.run(_resolve_mounted, self._index, self._mounts, epoch.bucket, batch)
             else:
-                await pool.run(_resolve_managed, service, epoch.bucket, batch)
+                await pool.run(_resolve_managed, self._index, epoch.bucket, batch)
 
     # -- reads -------------------------------------------------------------------
 
@@ -201,7 +213,7 @@ class Epochs:
             if position is None:
                 continue
             entry = epoch.entries[position]
-            hot = self._service.hot
+            hot = self._hot
             if entry.resolved and not entry.missing and all(hot.is_cached(n) for n in entry.names):
                 epoch.hits += 1
             else:
@@ -308,7 +320,7 @@ class Epochs:
             if epoch.live and now - epoch.last_read > epoch.idle_timeout:
                 log.info("epoch %s abandoned: no read for %.0f s", epoch.id, epoch.idle_timeout)
                 self._close(epoch, "abandoned")
-        hot = self._service.hot
+        hot = self._hot
         room = max(0, hot.high - hot.fixed)
         for epoch in [e for e in self._epochs.values() if e.state == "active"]:
             self._adapt(epoch)
@@ -333,13 +345,13 @@ class Epochs:
     def _managed(self, epoch: Epoch) -> bool:
         """A mounted bucket's epoch is prefetched object by object, within
         its window only: its source is not ours to read ahead of the job."""
-        return self._service.mounts.get(epoch.bucket) is None
+        return self._self._mounts.get(epoch.bucket) is None
 
     def _ahead(self, epoch: Epoch, room: int) -> list[Entry]:
         """Upcoming objects past the window that are neither hot nor in
         flight, in read order, before the horizon the room allows and up to
         EXTRA_LIMIT bytes. O(horizon): called in the pool."""
-        hot = self._service.hot
+        hot = self._hot
         horizon = epoch.horizon(room)
         ahead: list[Entry] = []
         nbytes = 0
@@ -366,7 +378,7 @@ class Epochs:
     def _plan(self, epoch: Epoch, budget: int, limit: int | None = None) -> tuple[list[tuple[Epoch, int]], int]:
         """Upcoming positions within the window whose files are not hot, and
         how many upcoming positions the window held (fewer near the end)."""
-        hot = self._service.hot
+        hot = self._hot
         plan: list[tuple[Epoch, int]] = []
         nbytes = 0
         seen = 0
@@ -387,8 +399,7 @@ class Epochs:
 
     async def _fetch(self, epoch: Epoch, plan: list[tuple[Epoch, int]], room: int) -> None:
         """Start fetches for ``plan`` (in the background, bounded)."""
-        service = self._service
-        if service.mounts.get(epoch.bucket) is not None:
+        if self._mounts.get(epoch.bucket) is not None:
             for owner, position in plan:
                 entry = owner.entries[position]
                 self._spawn(entry.key, self._fetch_mounted(owner, entry, room))
@@ -398,7 +409,7 @@ class Epochs:
         # epoch's other upcoming objects packed next to them (within the room
         # the hot tier has for this epoch), so a ranged GET brings a run of
         # them. The bulk batch queues behind the small one for GET slots.
-        hot = service.hot
+        hot = self._hot
         must = [owner.entries[position] for owner, position in plan]
         self._spawn_batch(epoch, must, gap=MUST_GAP, span=MUST_SPAN)
         chosen = {(owner.id, position): owner for owner, position in plan}
@@ -442,13 +453,13 @@ class Epochs:
     def _spawn_batch(self, epoch: Epoch, entries: list[Entry], gap: int, span: int) -> None:
         """Fetch ``entries`` in the background with ``fetch_many``; batches
         started earlier take the GET slots first."""
-        hot = self._service.hot
+        hot = self._hot
         extents = [ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)]
         if not extents:
             return
         keys = [entry.key for entry in entries]
         self._inflight.update(keys)
-        reader = self._service.tiers.reader
+        reader = self._reader
 
         async def run() -> None:
             try:
@@ -470,11 +481,11 @@ class Epochs:
         task.add_done_callback(self._tasks.discard)
 
     async def _fetch_mounted(self, epoch: Epoch, entry: Entry, room: int) -> None:
-        outcome = await self._service.mounts.warm(epoch.bucket, entry.key, room)
+        outcome = await self._self._mounts.warm(epoch.bucket, entry.key, room)
         epoch.prefetched_objects += 1
         epoch.prefetched_bytes += outcome.size
         if not entry.resolved or not entry.names:
-            await pool.run(_resolve_mounted, self._service, epoch.bucket, [entry])
+            await pool.run(_resolve_mounted, self._index, self._mounts, epoch.bucket, [entry])
             position = epoch.position_of(entry.key)
             if position is not None:
                 when = float(self._offset(epoch) + position)
@@ -492,18 +503,18 @@ class Epochs:
         return offset
 
 
-def _managed_keys(service: ObjectService, bucket: str, prefix: str) -> list[str]:
+def _managed_keys(index: Index, bucket: str, prefix: str) -> list[str]:
     keys = []
-    for meta in service.index.iter_objects(bucket, prefix):
+    for meta in index.iter_objects(bucket, prefix):
         keys.append(meta.key)
         if len(keys) > MAX_KEYS:
             raise InvalidArgument(f"An epoch names at most {MAX_KEYS} keys")
     return keys
 
 
-def _resolve_managed(service: ObjectService, bucket: str, entries: list[Entry]) -> None:
+def _resolve_managed(index: Index, bucket: str, entries: list[Entry]) -> None:
     for entry in entries:
-        meta = service.index.get_object(bucket, entry.key)
+        meta = index.get_object(bucket, entry.key)
         _describe(entry, meta)
 
 
@@ -518,11 +529,11 @@ def _describe(entry: Entry, meta: ObjectMeta | None) -> None:
     entry.names = tuple(e.cache_name for e in extents)
 
 
-def _resolve_mounted(service: ObjectService, bucket: str, entries: list[Entry]) -> None:
+def _resolve_mounted(index: Index, mounts: Mounts, bucket: str, entries: list[Entry]) -> None:
     for entry in entries:
-        known = service.index.get_mounted(bucket, entry.key)
+        known = index.get_mounted(bucket, entry.key)
         if known is None:
             continue  # named once the prefetcher (or a read) has asked the source
         entry.resolved = True
         entry.size = known.size
-        entry.names = tuple(service.mounts.piece_names(bucket, known))
+        entry.names = tuple(mounts.piece_names(bucket, known))

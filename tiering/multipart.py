@@ -16,9 +16,7 @@ import itertools
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
-from packer.ranges import ByteRange
 from tiering import checksums, pool
 from tiering.errors import (
     EntityTooLarge,
@@ -29,14 +27,13 @@ from tiering.errors import (
     InvalidRequest,
     NoSuchUpload,
 )
+from tiering.index import Index
 from tiering.inputs import Integrity, NewObject
 from tiering.meta import Checksum, ObjectMeta, Part, Upload, now_ms
 from tiering.names import check_key
 from tiering.segments import Piece
-
-if TYPE_CHECKING:
-    from tiering.mounts.uploads import MountUploads
-    from tiering.objects import ObjectService, Staged
+from tiering.staging import Staged, Stager
+from tiering.tiers import Tiers
 
 MIN_PART_SIZE = 5 * 1024**2  # every part but the last, as S3 requires
 MAX_PART_NUMBER = 10_000
@@ -55,9 +52,14 @@ class ChosenPart:
 
 
 class Multipart:
-    def __init__(self, service: ObjectService) -> None:
-        self._service = service
-        self._index = service.index
+    """Multipart uploads of managed buckets (``tiering.mounts.uploads`` is
+    the mounted buckets' counterpart; ``ObjectService.uploads`` picks one).
+    Arguments are checked by the caller (``check_create``, ``check_part``)."""
+
+    def __init__(self, index: Index, stager: Stager, tiers: Tiers) -> None:
+        self._index = index
+        self._stager = stager
+        self._tiers = tiers
 
     async def create(
         self,
@@ -67,26 +69,7 @@ class Multipart:
         checksum_algorithm: str | None = None,
         checksum_type: str | None = None,
     ) -> Upload:
-        check_key(key)
-        await self._service.bucket(bucket)
-        if checksum_type is not None:
-            if checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
-                raise InvalidRequest(f"Value for x-amz-checksum-type header is invalid: {checksum_type}")
-            if checksum_algorithm is None:
-                raise InvalidRequest(
-                    "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
-                )
-        if checksum_algorithm is not None and checksum_type is None:
-            # S3's defaults: CRC64NVME only exists as a full-object checksum;
-            # the others default to composite (checksum of part checksums).
-            checksum_type = "FULL_OBJECT" if checksum_algorithm == "CRC64NVME" else "COMPOSITE"
-        if checksum_type == "FULL_OBJECT" and checksum_algorithm not in checksums.FULL_OBJECT_CAPABLE:
-            raise InvalidRequest(f"The FULL_OBJECT checksum type cannot be used with the {checksum_algorithm} checksum algorithm.")
-        if checksum_type == "COMPOSITE" and checksum_algorithm == "CRC64NVME":
-            raise InvalidRequest("The COMPOSITE checksum type cannot be used with the CRC64NVME checksum algorithm.")
-        if (mounted := self._mounted(bucket)) is not None:
-            return await mounted.create(bucket, key, new, checksum_algorithm, checksum_type)
-        async with self._service.tiers.writing_to(bucket):
+        async with self._tiers.writing_to(bucket):
             upload = Upload(
                 # Time first, so an upload's id sorts by initiation within a key.
                 upload_id=f"{now_ms():012x}{secrets.token_hex(12)}",
@@ -102,14 +85,9 @@ class Multipart:
             await pool.run(self._index.create_upload, upload)
             return upload
 
-    def _mounted(self, bucket: str) -> MountUploads | None:
-        """The pass-through uploads of a mounted bucket (None: managed)."""
-        return self._service.mount_uploads if self._service.mounts.get(bucket) is not None else None
-
     async def get(self, bucket: str, key: str, upload_id: str) -> Upload:
         upload = await pool.run(self._index.get_upload, bucket, key, upload_id)
         if upload is None:
-            await self._service.bucket(bucket)
             raise NoSuchUpload(UploadId=upload_id)
         return upload
 
@@ -122,14 +100,7 @@ class Multipart:
         body: AsyncIterator[bytes],
         integrity: Integrity,
     ) -> Part:
-        _check_part_number(part_number)
-        if integrity.expected_size is not None and integrity.expected_size > MAX_PART_SIZE:
-            # Refused from the declared length, before a byte of the body is read.
-            raise EntityTooLarge("Your proposed upload exceeds the maximum allowed size",
-                                 ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PART_SIZE)
-        if (mounted := self._mounted(bucket)) is not None:
-            return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
-        async with self._service.tiers.writing_to(bucket):
+        async with self._tiers.writing_to(bucket):
             upload = await self.get(bucket, key, upload_id)
             if integrity.checksum_algorithm is None:
                 integrity.checksum_algorithm = upload.checksum_algorithm
@@ -138,24 +109,7 @@ class Multipart:
                     f"Checksum Type mismatch occurred, expected checksum Type: "
                     f"{upload.checksum_algorithm.lower()}, actual checksum Type: {integrity.checksum_algorithm.lower()}"
                 )
-            staged = await self._service.stage(body, integrity, Piece(bucket, key, part_number, upload_id))
-            return await self._record(upload, part_number, staged, now_ms())
-
-    async def upload_part_copy(
-        self, bucket: str, key: str, upload_id: str, part_number: int, source: ObjectMeta, wanted: ByteRange
-    ) -> Part:
-        _check_part_number(part_number)
-        body = self._service.read(source, wanted)
-        if (mounted := self._mounted(bucket)) is not None:
-            integrity = Integrity(expected_size=wanted.length)
-            return await mounted.upload_part(bucket, key, upload_id, part_number, body, integrity)
-        async with self._service.tiers.writing_to(bucket):
-            upload = await self.get(bucket, key, upload_id)
-            staged = await self._service.stage(
-                body,
-                Integrity(checksum_algorithm=upload.checksum_algorithm, expected_size=wanted.length),
-                Piece(bucket, key, part_number, upload_id),
-            )
+            staged = await self._stager.stage(body, integrity, Piece(bucket, key, part_number, upload_id))
             return await self._record(upload, part_number, staged, now_ms())
 
     async def _record(self, upload: Upload, number: int, staged: Staged, when: int) -> Part:
@@ -166,20 +120,18 @@ class Multipart:
         try:
             previous = await pool.run(self._index.put_part, upload, part, segment)
         except BaseException:
-            await self._service.discard(part.chunks, segment)
+            await self._stager.discard(part.chunks, segment)
             raise
         if previous is False:  # completed or aborted while this part streamed
-            await self._service.discard(part.chunks, segment)
+            await self._stager.discard(part.chunks, segment)
             raise NoSuchUpload(UploadId=upload.upload_id)
         if previous is not None:
-            await self._service.forget(previous.chunks)
-        self._service.tiers.flusher.note_staged(sum(c.size for c in part.chunks if c.file_id))
+            await self._stager.forget(previous.chunks)
+        self._stager.note_staged(part.chunks)
         return part
 
     async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
-        if (mounted := self._mounted(bucket)) is not None:
-            return await mounted.complete(bucket, key, upload_id, chosen)
-        async with self._service.tiers.writing_to(bucket):
+        async with self._tiers.writing_to(bucket):
             try:
                 upload = await self.get(bucket, key, upload_id)
             except NoSuchUpload:
@@ -237,10 +189,12 @@ class Multipart:
             )
             chosen_numbers = {p.part_number for p in parts}
             unused = [c for p in stored.values() if p.part_number not in chosen_numbers for c in p.chunks]
-            await self._service.forget(unused)
+            await self._stager.forget(unused)
             if old is not None:
-                await self._service.forget(old.chunks, keep=meta.chunks)
-            await self._service.settle(await self._service.bucket(bucket), meta)
+                await self._stager.forget(old.chunks, keep=meta.chunks)
+            info = await pool.run(self._index.get_bucket, bucket)
+            if info is not None:  # deleted meanwhile: nothing to wait for
+                await self._stager.settle(info, meta)
             return meta
 
     async def _already_completed(
@@ -256,17 +210,13 @@ class Multipart:
         return meta
 
     async def abort(self, bucket: str, key: str, upload_id: str) -> None:
-        if (mounted := self._mounted(bucket)) is not None:
-            return await mounted.abort(bucket, key, upload_id)
         upload = await self.get(bucket, key, upload_id)
         parts = await pool.run(self._index.delete_upload, upload)
         if parts is None:
             raise NoSuchUpload(UploadId=upload_id)
-        await self._service.forget([c for p in parts for c in p.chunks])
+        await self._stager.forget([c for p in parts for c in p.chunks])
 
     async def list_parts(self, bucket: str, key: str, upload_id: str, after: int, limit: int) -> tuple[Upload, list[Part], bool]:
-        if (mounted := self._mounted(bucket)) is not None:
-            return await mounted.list_parts(bucket, key, upload_id, after, limit)
         upload = await self.get(bucket, key, upload_id)
         parts = await pool.run(self._index.list_parts, upload_id, after, limit + 1)
         return upload, parts[:limit], len(parts) > limit
@@ -274,10 +224,39 @@ class Multipart:
     async def list_uploads(
         self, bucket: str, prefix: str, key_marker: str, upload_id_marker: str, limit: int
     ) -> tuple[list[Upload], bool]:
-        await self._service.bucket(bucket)
-        if (mounted := self._mounted(bucket)) is not None:
-            return await mounted.list_uploads(bucket, prefix, key_marker, upload_id_marker, limit)
         return await pool.run(self._index.list_uploads, bucket, prefix, key_marker, upload_id_marker, limit)
+
+
+def check_create(key: str, checksum_algorithm: str | None, checksum_type: str | None) -> str | None:
+    """Check a CreateMultipartUpload's key and checksum headers; the
+    checksum type the upload gets (S3's default for the algorithm when
+    none was named)."""
+    check_key(key)
+    if checksum_type is not None:
+        if checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
+            raise InvalidRequest(f"Value for x-amz-checksum-type header is invalid: {checksum_type}")
+        if checksum_algorithm is None:
+            raise InvalidRequest(
+                "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header."
+            )
+    if checksum_algorithm is not None and checksum_type is None:
+        # S3's defaults: CRC64NVME only exists as a full-object checksum;
+        # the others default to composite (checksum of part checksums).
+        checksum_type = "FULL_OBJECT" if checksum_algorithm == "CRC64NVME" else "COMPOSITE"
+    if checksum_type == "FULL_OBJECT" and checksum_algorithm not in checksums.FULL_OBJECT_CAPABLE:
+        raise InvalidRequest(f"The FULL_OBJECT checksum type cannot be used with the {checksum_algorithm} checksum algorithm.")
+    if checksum_type == "COMPOSITE" and checksum_algorithm == "CRC64NVME":
+        raise InvalidRequest("The COMPOSITE checksum type cannot be used with the CRC64NVME checksum algorithm.")
+    return checksum_type
+
+
+def check_part(part_number: int, integrity: Integrity) -> None:
+    """An UploadPart's number, and its declared length, refused before a
+    byte of the body is read."""
+    _check_part_number(part_number)
+    if integrity.expected_size is not None and integrity.expected_size > MAX_PART_SIZE:
+        raise EntityTooLarge("Your proposed upload exceeds the maximum allowed size",
+                             ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PART_SIZE)
 
 
 def check_order(chosen: list[ChosenPart], upload_id: str) -> None:

@@ -12,28 +12,15 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 
 from packer.ranges import ByteRange
 from tiering import pool
 from tiering.hot import HotTier, close_unused
+from tiering.reads import ReadTally
 
 READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming from a local file
 
 Source = int | bytes  # an open descriptor (the caller's to close), or fetched bytes
-
-
-@dataclass(slots=True)
-class ReadTally:
-    """Bytes a read produced, by the tier they came from: the hot tier
-    (staged files and cached extents) or the capacity side (fetched from the
-    capacity store or a mount's source)."""
-
-    hot: int = 0
-    capacity: int = 0
-    # Set by fetch() when the whole body it returned was fetched from the
-    # capacity side just now (a mounted object's first read), not read locally.
-    fetched: bool = False
 
 
 async def stream(

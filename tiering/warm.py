@@ -24,18 +24,19 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from packer.ranges import ByteRange
 from tiering import pool
 from tiering.cluster.peers import HOT, PeerClient, PeerRefused
 from tiering.errors import InvalidArgument, NoSuchKey
+from tiering.fetch import ExtentReader
+from tiering.hot import HotTier
+from tiering.index import Index
 from tiering.jobs import Job
 from tiering.meta import Extent, ObjectMeta
-
-if TYPE_CHECKING:
-    from tiering.hot import HotTier
-    from tiering.objects import ObjectService
+from tiering.mounts.buckets import Mounts
+from tiering.objects import ObjectService
+from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.warm")
 
@@ -86,8 +87,21 @@ class RateLimit:
 
 
 class Warmer:
-    def __init__(self, service: ObjectService) -> None:
-        self._service = service
+    def __init__(
+        self,
+        objects: ObjectService,
+        index: Index,
+        hot: HotTier,
+        mounts: Mounts,
+        reader: ExtentReader,
+        settings: TierSettings,
+    ) -> None:
+        self._objects = objects  # bucket checks and manifest reads
+        self._index = index
+        self._hot = hot
+        self._mounts = mounts
+        self._reader = reader
+        self._settings = settings
 
     async def warm(
         self,
@@ -111,18 +125,17 @@ class Warmer:
         from that node's hot tier. A node that has not got them yet is asked again, and
         after ``peer_wait`` seconds without a byte from it (or at once if
         it refuses or cannot be reached) the store is read instead."""
-        service = self._service
-        await service.bucket(bucket)
+        await self._objects.bucket(bucket)
         if (prefix is None) == (keys is None):
             raise InvalidArgument("Give exactly one of prefix or keys")
-        hot = service.hot
+        hot = self._hot
         report = WarmReport(room_bytes=max(0, hot.high - hot.fixed))
         limit = RateLimit(bandwidth)
-        mounted = service.mounts.get(bucket) is not None
+        mounted = self._mounts.get(bucket) is not None
         if job is not None and keys is not None:
             job.expect(len(keys), None)
         elif job is not None and not mounted:
-            job.expect(*await pool.run(_count, service, bucket, prefix or ""))
+            job.expect(*await pool.run(_count, self._index, bucket, prefix or ""))
         batches = self._batches(bucket, prefix, keys, mounted, report)
         if mounted:
             await self._warm_mounted(bucket, batches, report, concurrency, limit, job)  # type: ignore[arg-type]
@@ -154,10 +167,10 @@ class Warmer:
 
     async def manifest(self, bucket: str, key: str) -> list[str]:
         """The lines of a manifest object (NoSuchKey if there is none)."""
-        meta = await self._service.head(bucket, key)
+        meta = await self._objects.head(bucket, key)
         if meta.size > MANIFEST_LIMIT:
             raise InvalidArgument(f"The manifest {key} is larger than {MANIFEST_LIMIT} bytes")
-        text = b"".join([block async for block in self._service.read(meta, ByteRange(0, meta.size))])
+        text = b"".join([block async for block in self._objects.stream(meta, ByteRange(0, meta.size))])
         lines = (line.strip() for line in text.decode("utf-8", errors="replace").splitlines())
         return [line for line in lines if line and not line.startswith("#")]
 
@@ -166,14 +179,13 @@ class Warmer:
     ) -> AsyncIterator[list[ObjectMeta] | list[tuple[str, int | None]]]:
         """The set in batches: objects (managed) or (key, size if listed)
         pairs (mounted)."""
-        service = self._service
         if keys is not None:
             for i in range(0, len(keys), BATCH):
                 chunk = keys[i:i + BATCH]
                 if mounted:
                     yield [(key, None) for key in chunk]
                     continue
-                found = await pool.run(_lookup, service, bucket, chunk)
+                found = await pool.run(_lookup, self._index, bucket, chunk)
                 for key, meta in zip(chunk, found, strict=True):
                     if meta is None:
                         _missing(report, key)
@@ -182,14 +194,14 @@ class Warmer:
         marker: str | None = None
         while True:
             if mounted:
-                page = await service.mounts.list_objects(bucket, prefix or "", "", marker or "", 1000)
+                page = await self._mounts.list_objects(bucket, prefix or "", "", marker or "", 1000)
                 if page.contents:
                     yield [(e.key, e.size) for e in page.contents]
                 if not page.truncated or page.last is None:
                     return
                 marker = page.last
             else:
-                metas = await pool.run(service.index.objects_page, bucket, prefix or "", marker, BATCH)
+                metas = await pool.run(self._index.objects_page, bucket, prefix or "", marker, BATCH)
                 if not metas:
                     return
                 yield metas
@@ -204,8 +216,8 @@ class Warmer:
         of neighbouring extents in one GET), ``concurrency`` batches at once.
         With ``peers``, only the extents of segments this node owns; the
         others are put in ``theirs`` (and their objects counted done there)."""
-        reader = self._service.tiers.reader
-        hot = self._service.hot
+        reader = self._reader
+        hot = self._hot
         gate = asyncio.Semaphore(max(1, concurrency))
         tasks: set[asyncio.Task[None]] = set()
         errors: list[str] = []
@@ -270,8 +282,8 @@ class Warmer:
         """Each extent from the node that owns its segment, asked again
         until that node has it; what no peer gives is read from the store.
         ``incoming`` grows while the set is listed, until ``listed``."""
-        reader = self._service.tiers.reader
-        level = self._service.settings.compression_level
+        reader = self._reader
+        level = self._settings.compression_level
         gate = asyncio.Semaphore(concurrency)
         heard = dict.fromkeys(peers.group.endpoints, time.monotonic())  # last bytes from each node
         remaining: dict[tuple[str, str], int] = {}
@@ -358,7 +370,7 @@ class Warmer:
     ) -> None:
         """Object by object, ``concurrency`` at once: a small one is one
         ranged GET, a large one its pieces."""
-        mounts = self._service.mounts
+        mounts = self._mounts
         gate = asyncio.Semaphore(max(1, concurrency))
 
         def left_out(size: int) -> None:
@@ -437,13 +449,13 @@ def _missing(report: WarmReport, key: str) -> None:
         report.missing_keys.append(key)
 
 
-def _count(service: ObjectService, bucket: str, prefix: str) -> tuple[int, int]:
+def _count(index: Index, bucket: str, prefix: str) -> tuple[int, int]:
     objects = size = 0
-    for meta in service.index.iter_objects(bucket, prefix):
+    for meta in index.iter_objects(bucket, prefix):
         objects += 1
         size += meta.size
     return objects, size
 
 
-def _lookup(service: ObjectService, bucket: str, keys: list[str]) -> list[ObjectMeta | None]:
-    return [service.index.get_object(bucket, key) for key in keys]
+def _lookup(index: Index, bucket: str, keys: list[str]) -> list[ObjectMeta | None]:
+    return [index.get_object(bucket, key) for key in keys]

@@ -8,6 +8,6 @@ lists every route; a test keeps the two in step.
 """
 
 from gateway.admin.app import build_admin_app
-from gateway.admin.context import S3Status
+from gateway.admin.context import NodeStatus
 
-__all__ = ["S3Status", "build_admin_app"]
+__all__ = ["NodeStatus", "build_admin_app"]

@@ -15,7 +15,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import metrics
 from gateway.admin import buckets, epochs, jobs, mounts, page
-from gateway.admin.context import AdminContext, S3Status
+from gateway.admin.context import AdminContext, NodeStatus
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
 from gateway.config import VERSION, Config, redacted
 
@@ -39,17 +39,17 @@ def _token_checker(admin_token: str) -> Callable[..., Awaitable[None]]:
     return require_token
 
 
-def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
+def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
     """The admin API for one gateway process."""
     app = FastAPI(title="tierstore admin API", version=VERSION)
     install_error_handlers(app)
-    ctx = AdminContext(config, s3)
+    ctx = AdminContext(config, node)
 
     @app.get("/health", tags=["probes"], responses={503: {"description": "starting or stopping"}})
     async def health() -> JSONResponse:
         """Liveness: 200 once the gateway serves S3, 503 before (start-up)
         and after (shutdown)."""
-        if s3.started:
+        if node.started:
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "unavailable"}, status_code=503)
 
@@ -57,7 +57,7 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
     async def ready() -> JSONResponse:
         """Readiness: the index is open and the capacity store answers
         (within 2 s). 503 names the check that failed."""
-        service = s3.service
+        service = node.service
         checks = {"index": "ok" if service is not None else "closed"}
         if service is not None:
             reachable = await service.tiers.reachable(READY_TIMEOUT)
@@ -89,7 +89,7 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
         """Requests and bytes by S3 operation with latency percentiles,
         hot-tier hit ratio (objects and bytes), capacity-store traffic."""
         capacity = asdict(ctx.service().tiers.capacity.stats)  # counters: no index scan needed
-        body = s3.metrics.stats()
+        body = node.metrics.stats()
         body["capacity"] = {
             "bytes_read": capacity.pop("bytes_read"),
             "bytes_written": capacity.pop("bytes_written"),
@@ -105,10 +105,10 @@ def build_admin_app(config: Config, s3: S3Status) -> FastAPI:
     )
     async def prometheus() -> Response:
         """Prometheus metrics (text exposition format)."""
-        service = s3.service
+        service = node.service
         status = asdict(await service.tiers.status()) if service is not None else None
         jobs_by_state = service.jobs.count_by_state() if service is not None else None
-        body = s3.metrics.render(status, jobs_by_state)  # well under a millisecond
+        body = node.metrics.render(status, jobs_by_state)  # well under a millisecond
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     api.include_router(buckets.router(ctx))

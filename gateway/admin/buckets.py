@@ -28,19 +28,19 @@ from tiering.errors import (
     NoSuchKey,
 )
 from tiering.meta import BucketInfo
-from tiering.objects import ObjectService
+from tiering.node import Node
 
 
 def _no_bucket(name: str) -> AdminError:
     return AdminError("NoSuchBucket", f"bucket {name!r} does not exist")
 
 
-def _view(service: ObjectService, info: BucketInfo) -> Bucket:
+def _view(service: Node, info: BucketInfo) -> Bucket:
     policies = service.policies
     return bucket_view(info, policies.resolve(info), policies.bucket_pinned(info.name))
 
 
-def _check(service: ObjectService, policy: BucketPolicy) -> None:
+def _check(service: Node, policy: BucketPolicy) -> None:
     """Combinations a field's own bounds cannot express."""
     small = policy.small_object_size
     if small is not None and small > service.settings.segment_size:
@@ -50,7 +50,7 @@ def _check(service: ObjectService, policy: BucketPolicy) -> None:
         )
 
 
-async def _set_pinned(service: ObjectService, name: str, pinned: bool | None) -> None:
+async def _set_pinned(service: Node, name: str, pinned: bool | None) -> None:
     """The bucket's ``pinned`` policy is the pin of its whole key space."""
     if pinned is None or pinned == service.policies.bucket_pinned(name):
         return
@@ -68,7 +68,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def list_buckets() -> BucketList:
         """Every bucket with its effective policy."""
         service = ctx.service()
-        return BucketList(buckets=[_view(service, b) for b in await service.list_buckets()])
+        return BucketList(buckets=[_view(service, b) for b in await service.objects.list_buckets()])
 
     @api.post(
         "/buckets",
@@ -84,7 +84,7 @@ def router(ctx: AdminContext) -> APIRouter:
         _check(service, new)
         fields = new.model_dump(exclude={"name", "pinned"}, exclude_none=True)
         try:
-            info = await service.create_bucket(new.name, **fields)
+            info = await service.objects.create_bucket(new.name, **fields)
         except InvalidBucketName as exc:
             raise AdminError("InvalidBucketName", exc.message or f"invalid bucket name {new.name!r}") from None
         except BucketAlreadyOwnedByYou:
@@ -98,7 +98,7 @@ def router(ctx: AdminContext) -> APIRouter:
         """A bucket and its effective policy."""
         service = ctx.service()
         try:
-            return _view(service, await service.bucket(name))
+            return _view(service, await service.objects.bucket(name))
         except NoSuchBucket:
             raise _no_bucket(name) from None
 
@@ -110,10 +110,10 @@ def router(ctx: AdminContext) -> APIRouter:
         service = ctx.service()
         _check(service, policy)
         try:
-            info = await service.bucket(name)
+            info = await service.objects.bucket(name)
             changes = policy.model_dump(exclude={"pinned"}, exclude_none=True)
             if changes:
-                info = await service.set_policy(replace(info, **changes))
+                info = await service.objects.set_policy(replace(info, **changes))
         except NoSuchBucket:
             raise _no_bucket(name) from None
         await _set_pinned(service, name, policy.pinned)
@@ -124,7 +124,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def delete_bucket(name: str) -> Response:
         """Delete an empty bucket (and its pins)."""
         try:
-            await ctx.service().delete_bucket(name)
+            await ctx.service().objects.delete_bucket(name)
         except NoSuchBucket:
             raise _no_bucket(name) from None
         except BucketNotEmpty:
@@ -140,7 +140,7 @@ def router(ctx: AdminContext) -> APIRouter:
         the capacity store, chunk by chunk with its segment and extent."""
         service = ctx.service()
         try:
-            meta = await service.head(bucket, key)
+            meta = await service.objects.head(bucket, key)
         except NoSuchBucket:
             raise _no_bucket(bucket) from None
         except NoSuchKey:

@@ -1,4 +1,4 @@
-"""What admin routes share: the configuration and the running data plane."""
+"""What admin routes share: the configuration and the gateway's node."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from typing import Protocol
 from gateway.admin.errors import AdminError
 from gateway.config import Config
 from gateway.metrics import Metrics
-from tiering.objects import ObjectService
+from tiering.node import Node
 
 
-class S3Status(Protocol):
-    """What the admin API needs of the S3 data plane (``gateway.app.S3App``)."""
+class NodeStatus(Protocol):
+    """What the admin API reads of the gateway's node (``gateway.node.Node``)."""
 
     @property
     def started(self) -> bool: ...
 
     @property
-    def service(self) -> ObjectService | None: ...
+    def service(self) -> Node | None: ...
 
     @property
     def metrics(self) -> Metrics: ...
@@ -27,11 +27,11 @@ class S3Status(Protocol):
 @dataclass(frozen=True, slots=True)
 class AdminContext:
     config: Config
-    s3: S3Status
+    node: NodeStatus
 
-    def service(self) -> ObjectService:
-        """The object service, or 503 while the gateway starts or stops."""
-        service = self.s3.service
+    def service(self) -> Node:
+        """The tiering node, or 503 while the gateway starts or stops."""
+        service = self.node.service
         if service is None:
             raise AdminError("Unavailable", "the gateway is starting or stopping; retry shortly")
         return service

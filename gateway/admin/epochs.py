@@ -99,7 +99,7 @@ def router(ctx: AdminContext) -> APIRouter:
         and evicts by this future order."""
         service = ctx.service()
         try:
-            await service.bucket(new.bucket)
+            await service.objects.bucket(new.bucket)
             # Hashing or expanding millions of keys takes seconds: in the pool.
             if new.prefix is not None:
                 keys = await service.epochs.keys_under(new.bucket, new.prefix)

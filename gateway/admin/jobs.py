@@ -53,7 +53,7 @@ def router(ctx: AdminContext) -> APIRouter:
 
     async def known_bucket(name: str) -> None:
         try:
-            await ctx.service().bucket(name)
+            await ctx.service().objects.bucket(name)
         except NoSuchBucket:
             raise AdminError("NoSuchBucket", f"bucket {name!r} does not exist") from None
 

@@ -33,7 +33,7 @@ async def create_upload(ctx: Context, req: S3Request) -> Response:
         if algorithm not in checksums.ALGORITHMS:
             raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported")
     checksum_type = req.headers.get("x-amz-checksum-type")
-    upload = await ctx.service.multipart.create(
+    upload = await ctx.service.create_upload(
         req.bucket, req.key, headers.new_object(req.headers), algorithm,
         checksum_type.strip().upper() if checksum_type else None,
     )
@@ -60,7 +60,7 @@ async def upload_part(ctx: Context, req: S3Request) -> Response:
     if copy:
         return await _upload_part_copy(ctx, req, number, upload_id)
     stream, integrity = body.prepare(req)
-    part = await ctx.service.multipart.upload_part(req.bucket, req.key, upload_id, number, stream, integrity)
+    part = await ctx.service.upload_part(req.bucket, req.key, upload_id, number, stream, integrity)
     return Response(headers=_part_headers(part))
 
 
@@ -70,7 +70,7 @@ async def _upload_part_copy(ctx: Context, req: S3Request, number: int, upload_id
     wanted = ByteRange(0, source.size)
     if raw is not None:
         wanted = _copy_range(raw, source.size)
-    part = await ctx.service.multipart.upload_part_copy(req.bucket, req.key, upload_id, number, source, wanted)
+    part = await ctx.service.upload_part_copy(req.bucket, req.key, upload_id, number, source, wanted)
     return Response(body=xml.copy_part(part), content_type=XML)
 
 
@@ -92,7 +92,7 @@ def _copy_range(raw: str, size: int) -> ByteRange:
 
 async def complete_upload(ctx: Context, req: S3Request) -> Response:
     chosen = xml.parse_complete(await body.read_small(req, MAX_COMPLETE_BODY))
-    meta = await ctx.service.multipart.complete(req.bucket, req.key, req.query["uploadId"], chosen)
+    meta = await ctx.service.complete_upload(req.bucket, req.key, req.query["uploadId"], chosen)
     host = req.headers.get("host", "")
     location = f"http://{host}/{req.bucket}/{req.key}"
     out = [("etag", meta.quoted_etag)]
@@ -102,7 +102,7 @@ async def complete_upload(ctx: Context, req: S3Request) -> Response:
 
 
 async def abort_upload(ctx: Context, req: S3Request) -> Response:
-    await ctx.service.multipart.abort(req.bucket, req.key, req.query["uploadId"])
+    await ctx.service.abort_upload(req.bucket, req.key, req.query["uploadId"])
     return Response(status=204)
 
 
@@ -113,7 +113,7 @@ async def list_parts(ctx: Context, req: S3Request) -> Response:
                       f"Argument part-number-marker must be an integer between 0 and {MAX_INT32}",
                       ArgumentName="part-number-marker", ArgumentValue=req.query["part-number-marker"])
     limit = max_keys(req, "max-parts")
-    upload, parts, truncated = await ctx.service.multipart.list_parts(
+    upload, parts, truncated = await ctx.service.list_parts(
         req.bucket, req.key, req.query["uploadId"], marker, limit
     )
     return Response(
@@ -126,7 +126,7 @@ async def list_uploads(ctx: Context, req: S3Request) -> Response:
     q = req.query
     prefix, key_marker, id_marker = q.get("prefix", ""), q.get("key-marker", ""), q.get("upload-id-marker", "")
     limit = max_keys(req, "max-uploads")
-    uploads, truncated = await ctx.service.multipart.list_uploads(req.bucket, prefix, key_marker, id_marker, limit)
+    uploads, truncated = await ctx.service.list_uploads(req.bucket, prefix, key_marker, id_marker, limit)
     return Response(
         body=xml.list_uploads(
             req.bucket, uploads, prefix=prefix, key_marker=key_marker, upload_id_marker=id_marker,

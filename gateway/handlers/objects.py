@@ -8,20 +8,17 @@ from gateway import body, headers, xml
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
 from gateway.http import Response, S3Request
-from packer.ranges import ByteRange
 from tiering import checksums
-from tiering.cluster.peers import HOT, PEER_HEADER
+from tiering.cluster.peers import PEER_HEADER
 from tiering.conditions import check
-from tiering.errors import NotHot, NotModified, TierstoreError
+from tiering.errors import PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
-from tiering.objects import resolve_part
-from tiering.readahead import ReadTally
+from tiering.reads import Read, ReadPlan
 
 XML = "application/xml"
 MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them
-_SMALL_READ = 1024 * 1024  # answer in one piece up to this size
 NOT_MODIFIED_HEADERS = ("etag", "last-modified", "cache-control", "expires")
 
 
@@ -42,73 +39,61 @@ def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
     ]
 
 
-async def _target(
-    ctx: Context, req: S3Request, small: int = 0
-) -> tuple[ObjectMeta, bytes | None, list[tuple[str, str]], ByteRange | None, int]:
-    """What GET and HEAD answer with: object, its body if at most ``small``
-    bytes, headers, range, status."""
+def _read(req: S3Request, body: bool) -> Read:
+    """What a GET or HEAD asks of tiering, parsed from the request once."""
     _check_version(req)
-    meta, data = await ctx.service.fetch(req.bucket, req.key, small, req.tally)
-    try:
-        check(meta, headers.conditions(req.headers))
-    except NotModified as exc:
-        # A 304 still carries the validators and caching headers a 200 would
-        # (RFC 9110 15.4.5); S3 sends ETag and Last-Modified.
-        exc.detail.update((name.title(), value) for name, value in headers.object_headers(meta)
-                          if name in NOT_MODIFIED_HEADERS)
-        raise
-    out = headers.object_headers(meta, req.query)
-    wanted: ByteRange | None = None
+    part_number = None
     if "partNumber" in req.query:
         try:
-            number = int(req.query["partNumber"])
-            if not 1 <= number <= MAX_PART_NUMBER:
-                raise ValueError(number)
+            part_number = int(req.query["partNumber"])
+            if not 1 <= part_number <= MAX_PART_NUMBER:
+                raise ValueError(part_number)
         except ValueError as exc:
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
                           ArgumentName="partNumber", ArgumentValue=req.query["partNumber"]) from exc
-        wanted = resolve_part(meta, number)
-        out.append(("x-amz-mp-parts-count", str(len(meta.part_sizes) or 1)))
-    else:
-        wanted = headers.parse_range(req.headers.get("range"), meta.size)
-    if wanted is None and req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+    return Read(
+        req.bucket, req.key,
+        range=None if part_number is not None else headers.range_spec(req.headers.get("range")),
+        part_number=part_number,
+        conditions=headers.conditions(req.headers),
+        body=body,
+        peer=req.headers.get(PEER_HEADER),  # another gateway asking (tiering/cluster/peers.py)
+    )
+
+
+def _answer(req: S3Request, plan: ReadPlan) -> Response:
+    """The response to a read plan: S3's headers for its status, and its body."""
+    meta = plan.meta
+    if plan.status == 304:
+        # A 304 still carries the validators and caching headers a 200 would
+        # (RFC 9110 15.4.5); S3 sends ETag and Last-Modified.
+        return Response(status=304, headers=[(name, value) for name, value in headers.object_headers(meta)
+                                             if name in NOT_MODIFIED_HEADERS])
+    if plan.status == 412:
+        raise PreconditionFailed(Condition=plan.condition)
+    out = headers.object_headers(meta, req.query)
+    if plan.parts_count is not None:
+        out.append(("x-amz-mp-parts-count", str(plan.parts_count)))
+    wanted = plan.wanted
+    if plan.partial:
+        out.append(("content-range", f"bytes {wanted.start}-{wanted.end - 1}/{meta.size}"))
+    elif req.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
         out += _checksum_headers(meta)
-    if wanted is None:
-        out.append(("content-length", str(meta.size)))
-        return meta, data, out, None, 200
-    out.append(("content-range", f"bytes {wanted.start}-{wanted.end - 1}/{meta.size}"))
+    # For HEAD, Content-Length is the length a GET would send, as HEAD requires.
     out.append(("content-length", str(wanted.length)))
-    return meta, data, out, wanted, 206
+    return Response(status=plan.status, headers=out, body=plan.body if plan.body is not None else b"")
 
 
 async def get_object(ctx: Context, req: S3Request) -> Response:
-    # The tally says which tier served the body (metrics, access log); it
-    # counts as the body is produced, so a streamed GET is complete once sent.
-    tally = req.tally = ReadTally()
-    peer = req.headers.get(PEER_HEADER)  # another gateway asking (tiering/cluster/peers.py)
-    if peer is None:
-        ctx.service.epochs.observe(req.bucket, req.key)  # moves an epoch reader's position, before the read
-    meta, data, out, wanted, status = await _target(ctx, req, _SMALL_READ)
-    wanted = wanted or ByteRange(0, meta.size)
-    if peer == HOT and data is None and not ctx.service.is_hot(meta, wanted):
-        raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
-    ask_peers = peer is None  # a peer's request never goes on to a third node
-    if data is not None:
-        if tally.fetched:  # a mounted object's first read: fetched from its source
-            tally.capacity += wanted.length
-        else:  # else fetch() answers with a body only when it is all hot
-            tally.hot += wanted.length
-        return Response(status=status, headers=out, body=data[wanted.start : wanted.end])
-    if wanted.length <= _SMALL_READ:
-        body = b"".join([piece async for piece in ctx.service.read(meta, wanted, tally, ask_peers)])
-        return Response(status=status, headers=out, body=body)
-    return Response(status=status, headers=out, body=ctx.service.read(meta, wanted, tally, ask_peers))
+    plan = await ctx.service.read(_read(req, body=True))
+    # Which tier served the body (metrics, access log): counted by tiering
+    # as the body is produced, so a streamed GET is complete once sent.
+    req.tally = plan.tally
+    return _answer(req, plan)
 
 
 async def head_object(ctx: Context, req: S3Request) -> Response:
-    _, _, out, _, status = await _target(ctx, req)
-    # Content-Length is the length a GET would send, as HEAD requires.
-    return Response(status=status, headers=out)
+    return _answer(req, await ctx.service.read(_read(req, body=False)))
 
 
 def _write_conditions(req: S3Request) -> dict[str, object]:

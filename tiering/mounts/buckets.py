@@ -58,7 +58,8 @@ from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.names import check_bucket_name
-from tiering.readahead import ReadTally, stream
+from tiering.readahead import stream
+from tiering.reads import ReadTally
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")

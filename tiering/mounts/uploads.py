@@ -22,8 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-from tiering import pool
-from tiering.digests import Digests, check_size, gather, verify
+from tiering.digests import ingest
 from tiering.errors import (
     AccessDenied,
     BadDigest,
@@ -137,18 +136,14 @@ class MountUploads:
         return Part(number, len(data), _etag(answer.get("ETag")), now_ms(), checksum=checksum)
 
     async def _receive(self, body: AsyncIterator[bytes], integrity: Integrity) -> tuple[bytes, Checksum | None]:
-        digests = Digests(integrity.checksum_algorithm, sha256=integrity.payload_sha256 is not None)
         data = bytearray()
 
         async def keep(block: bytes) -> None:
             if len(data) + len(block) > self._memory.limit:
                 raise EntityTooLarge(ProposedSize=len(data) + len(block), MaxSizeAllowed=self._memory.limit)
-            await pool.run(digests.update, block)
             data.extend(block)
 
-        await gather(body, keep)
-        check_size(digests, integrity)
-        checksum = verify(digests, integrity)
+        _, checksum = await ingest(body, integrity, keep)
         if checksum is not None:
             checksum = Checksum(checksum.algorithm, checksum.value, "COMPOSITE")
         return bytes(data), checksum

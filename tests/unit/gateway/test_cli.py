@@ -1,9 +1,10 @@
 """The CLI, and process start-up (serve() and the admin API) with a fake data plane.
 
-The real ``S3App`` is not needed here: ``FakeS3App`` has its interface
-(raw ASGI app + startup/shutdown/started), so these tests pin down what
-``serve()`` promises: both ports answer, /health follows the data plane,
-/config needs the token, and ``stop`` shuts everything down in order.
+The real node and ``S3App`` are not needed here: ``FakeS3App`` stands for
+both (the node's start/stop/started/service, and a raw ASGI app), so these
+tests pin down what ``serve()`` promises: both ports answer, /health follows
+the data plane, /config needs the token, and ``stop`` shuts everything down
+in order.
 
 The admin commands are tested without a gateway too: against nothing (a free
 port) and against ``FakeApi``, answers from a table through httpx's
@@ -33,6 +34,7 @@ from gateway.cli.admin import S3Location, parse_object_url, parse_s3_url
 from gateway.cli.client import AdminClient
 from gateway.cli.target import resolve_s3, resolve_target
 from gateway.config import VERSION, Config, credentials_path, load_config
+from gateway.metrics import Metrics
 from tests.servers import free_port
 
 
@@ -45,10 +47,14 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class FakeS3App:
-    """Stands in for gateway.app.S3App: answers every request with 200."""
+    """Stands in for gateway.node.Node and gateway.app.S3App: answers every
+    request with 200."""
+
+    service = None
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self.metrics = Metrics()
         self.calls: list[str] = []
         self._started = False
 
@@ -56,19 +62,27 @@ class FakeS3App:
     def started(self) -> bool:
         return self._started
 
-    async def startup(self) -> None:
+    async def start(self) -> None:
         self.calls.append("startup")
         self._started = True
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         self.calls.append("shutdown")
         self._started = False
+
+    def workers_listening(self) -> None:
+        pass
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         assert scope["type"] == "http"
         headers = [(b"content-type", b"text/plain"), (b"server", b"fake-s3")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"fake s3"})
+
+
+def _plane(fake: FakeS3App) -> Callable[[Config], tuple[FakeS3App, FakeS3App]]:
+    """serve()'s ``data_plane``: the fake as the node and as its S3 app."""
+    return lambda _: (fake, fake)
 
 
 def _config(tmp_path: Path, **flags: object) -> Config:
@@ -91,7 +105,7 @@ async def _serving(
             config,
             stop=stop,
             on_ready=lambda s3, admin: ready.set_result((s3, admin)),
-            s3_factory=lambda _: fake,
+            data_plane=_plane(fake),
         )
     )
     try:
@@ -179,7 +193,7 @@ def test_health_is_503_until_s3_started() -> None:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
             before = (await client.get("/health")).status_code
-            await fake.startup()
+            await fake.start()
             after = (await client.get("/health")).status_code
         return before, after
 
@@ -212,7 +226,7 @@ def test_busy_port_fails_before_startup(tmp_path: Path) -> None:
         fake = FakeS3App(config)
 
         async def attempt() -> None:
-            await server.serve(config, s3_factory=lambda _: fake)
+            await server.serve(config, data_plane=_plane(fake))
 
         with pytest.raises(server.StartupError, match=f"cannot listen for S3 on 127.0.0.1:{port}"):
             asyncio.run(attempt())
@@ -223,11 +237,11 @@ def test_failed_s3_startup_stops_admin_server(tmp_path: Path) -> None:
     config = _config(tmp_path)
 
     class Broken(FakeS3App):
-        async def startup(self) -> None:
+        async def start(self) -> None:
             raise RuntimeError("data dir is corrupt")
 
     with pytest.raises(RuntimeError, match="corrupt"):
-        asyncio.run(server.serve(config, s3_factory=Broken))
+        asyncio.run(server.serve(config, data_plane=_plane(Broken(config))))
 
 
 def test_cancelling_serve_still_shuts_down(tmp_path: Path) -> None:
@@ -237,7 +251,7 @@ def test_cancelling_serve_still_shuts_down(tmp_path: Path) -> None:
     async def scenario() -> None:
         ready = asyncio.Event()
         task = asyncio.create_task(
-            server.serve(config, on_ready=lambda *_: ready.set(), s3_factory=lambda _: fake)
+            server.serve(config, on_ready=lambda *_: ready.set(), data_plane=_plane(fake))
         )
         await asyncio.wait_for(ready.wait(), 10)
         task.cancel()
@@ -879,15 +893,15 @@ def test_env_command_errors_exit_2_with_one_line(
 
 
 def test_admin_answers_503_while_the_service_closes(tmp_path: Path) -> None:
-    from gateway.app import S3App
+    from gateway.node import Node
 
     config = load_config({"data_dir": tmp_path / "data"}, env={"TIERSTORE_ADMIN_TOKEN": "tok"})
-    s3 = S3App(config)
-    admin = build_admin_app(config, s3)
+    node = Node(config)
+    admin = build_admin_app(config, node)
 
     async def go() -> tuple[int, str]:
-        await s3.startup()
-        service = s3.service
+        await node.start()
+        service = node.service
         assert service is not None
         release = asyncio.Event()
         close = service.close
@@ -897,7 +911,7 @@ def test_admin_answers_503_while_the_service_closes(tmp_path: Path) -> None:
             await close()
 
         service.close = slow_close  # type: ignore[method-assign]
-        stopping = asyncio.create_task(s3.shutdown())
+        stopping = asyncio.create_task(node.stop())
         await asyncio.sleep(0)
         transport = httpx.ASGITransport(app=admin)
         async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:

@@ -1,4 +1,4 @@
-"""gateway.server.tune_malloc: applied on glibc, left alone when the
+"""gateway.listener.tune_malloc: applied on glibc, left alone when the
 environment already tunes malloc."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-CALL = "from gateway.server import tune_malloc; print(tune_malloc())"
+CALL = "from gateway.listener import tune_malloc; print(tune_malloc())"
 
 
 def tuned(**env: str) -> str:

@@ -22,7 +22,8 @@ from gateway.accesslog import AccessLog
 from gateway.app import S3App
 from gateway.config import Config
 from gateway.metrics import CONTENT_TYPE, LATENCY_BUCKETS, Metrics, quantile, tier_of
-from tiering.readahead import ReadTally
+from gateway.node import Node
+from tiering.reads import ReadTally
 
 # --------------------------------------------------------------------------
 # Counters and labels
@@ -324,7 +325,8 @@ async def _call(app: S3App, method: str, path: str, query: str = "", body: bytes
 def test_s3app_records_operations_bytes_tiers_and_disconnects(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path / "data", credentials={AK: SK}, admin_token="t", access_log="off",
                     flush_delay=3600.0)
-    app = S3App(config)
+    node = Node(config)
+    app = S3App(config, node, node.metrics, node.access_log)
     assert not app.access_log.enabled
     logger = logging.getLogger("tierstore.access.test-metrics")
     logger.propagate = False
@@ -337,7 +339,7 @@ def test_s3app_records_operations_bytes_tiers_and_disconnects(tmp_path: Path) ->
 
     async def scenario() -> None:
         assert (await _call(app, "GET", "/"))[0] == 503  # not started: counted all the same
-        await app.startup()
+        await node.start()
         try:
             assert (await _call(app, "PUT", "/bkt"))[0] == 200
             assert (await _call(app, "PUT", "/bkt/big", body=big))[0] == 200
@@ -348,7 +350,7 @@ def test_s3app_records_operations_bytes_tiers_and_disconnects(tmp_path: Path) ->
             assert (await _call(app, "GET", "/bkt", "list-type=2"))[0] == 200
             assert (await _call(app, "GET", "/bkt/missing"))[0] == 404
             assert (await _call(app, "PATCH", "/bkt/small"))[0] == 405
-            service = app.service
+            service = node.service
             assert service is not None
             await service.tiers.flush()
             await service.tiers.residency.evict()
@@ -356,7 +358,7 @@ def test_s3app_records_operations_bytes_tiers_and_disconnects(tmp_path: Path) ->
             await service.tiers.reader.drain()  # the hot tier is filled in the background
             assert await _call(app, "GET", "/bkt/small") == (200, small)  # cached by the fetch
         finally:
-            await app.shutdown()
+            await node.stop()
 
     asyncio.run(scenario())
     logger.removeHandler(records)

@@ -21,7 +21,7 @@ from tiering.fetch import SEGMENTS
 from tiering.index import Index
 from tiering.inputs import Integrity, NewObject
 from tiering.keys import TERM_SHIFT, term_of
-from tiering.objects import ObjectService
+from tiering.node import Node
 from tiering.recover import recover
 from tiering.settings import TierSettings
 from tiering.tiers import ForeignSegments
@@ -29,13 +29,13 @@ from tiering.tiers import ForeignSegments
 TTL = 2.0  # the lease's skew is a quarter of it
 
 
-def node(root: Path, name: str, **settings: object) -> ObjectService:
+def node(root: Path, name: str, **settings: object) -> Node:
     tiers = TierSettings(node_id=name, lease_ttl=TTL, follow_interval=3600.0, flush_delay=3600.0, **settings)
-    return ObjectService(root / name, tiers, LocalDirStore(root / "capacity"))
+    return Node(root / name, tiers, LocalDirStore(root / "capacity"))
 
 
 @contextlib.asynccontextmanager
-async def running(root: Path, *names: str) -> AsyncIterator[list[ObjectService]]:
+async def running(root: Path, *names: str) -> AsyncIterator[list[Node]]:
     """Nodes started in order, closed at the end."""
     services = [node(root, name) for name in names]
     for svc in services:
@@ -47,15 +47,15 @@ async def running(root: Path, *names: str) -> AsyncIterator[list[ObjectService]]
             await svc.close()
 
 
-async def put(svc: ObjectService, bucket: str, key: str, data: bytes) -> None:
-    await svc.put(bucket, key, body(data), NewObject(), Integrity(expected_size=len(data)))
+async def put(svc: Node, bucket: str, key: str, data: bytes) -> None:
+    await svc.objects.put(bucket, key, body(data), NewObject(), Integrity(expected_size=len(data)))
 
 
-async def get(svc: ObjectService, bucket: str, key: str) -> bytes:
-    return await svc.read_all(await svc.head(bucket, key))
+async def get(svc: Node, bucket: str, key: str) -> bytes:
+    return await svc.objects.read_all(await svc.objects.head(bucket, key))
 
 
-async def pause(svc: ObjectService) -> None:
+async def pause(svc: Node) -> None:
     """The node stops renewing (a long GC pause, a partition) but keeps its state."""
     task = svc.tiers.cluster._task
     task.cancel()
@@ -68,16 +68,16 @@ async def wait_out_lease() -> None:
     await asyncio.sleep(TTL + TTL / 4 + 0.2)
 
 
-async def seal(svc: ObjectService, term: int) -> str:
+async def seal(svc: Node, term: int) -> str:
     data, _ = await svc.tiers.capacity.read_versioned(f"{SEALS}{term:08x}")
     return data.decode()
 
 
-async def segment_names(svc: ObjectService) -> list[str]:
+async def segment_names(svc: Node) -> list[str]:
     return [p[len(SEGMENTS):] async for p, _ in svc.tiers.capacity.list(SEGMENTS)]
 
 
-def term(svc: ObjectService, bucket: str) -> int:
+def term(svc: Node, bucket: str) -> int:
     return svc.tiers.cluster._held[bucket].term
 
 
@@ -89,8 +89,8 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
         await b.start()
         try:
             assert (a.tiers.cluster.status().role, b.tiers.cluster.status().role) == ("replica", "replica")
-            await a.create_bucket("data")  # a takes the lease of "data"
-            await b.create_bucket("more")  # and b that of "more", at the same time
+            await a.objects.create_bucket("data")  # a takes the lease of "data"
+            await b.objects.create_bucket("more")  # and b that of "more", at the same time
             await put(a, "data", "one", b"1" * 1000)
             await put(a, "data", "two", b"2" * 100_000)
             await put(b, "more", "m", b"from b")
@@ -101,7 +101,7 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
             assert await get(b, "data", "one") == b"1" * 1000
             assert await get(b, "data", "two") == b"2" * 100_000
             assert await get(a, "more", "m") == b"from b"
-            assert [x.name for x in await a.list_buckets()] == ["data", "more"]
+            assert [x.name for x in await a.objects.list_buckets()] == ["data", "more"]
 
             # Each segment holds one bucket, named in its writer's term.
             names = await segment_names(a)
@@ -110,22 +110,22 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
 
             # Overwrite, delete and a bucket's deletion reach the other node.
             await put(a, "data", "one", b"one again")
-            await a.delete("data", "two")
-            await b.delete("more", "m")
-            await b.delete_bucket("more")
+            await a.objects.delete("data", "two")
+            await b.objects.delete("more", "m")
+            await b.objects.delete_bucket("more")
             await a.tiers.flush()
             await b.tiers.flush()
             await b.tiers.cluster.follow()
             await a.tiers.cluster.follow()
             assert await get(b, "data", "one") == b"one again"
             with pytest.raises(NoSuchKey):
-                await b.head("data", "two")
+                await b.objects.head("data", "two")
             with pytest.raises(NoSuchBucket):
-                await a.bucket("more")
+                await a.objects.bucket("more")
 
             # A policy change reaches the other node's settings.
             assert b.policies.settings("data").compression is True
-            await a.set_policy(replace(await a.bucket("data"), compression=False))
+            await a.objects.set_policy(replace(await a.objects.bucket("data"), compression=False))
             await a.tiers.flush()
             await b.tiers.cluster.follow()
             assert b.policies.settings("data").compression is False
@@ -157,9 +157,9 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
                 await put(b, "data", "three", b"3")
             assert refused.value.detail == {"Writer": "a"}
             with pytest.raises(NotWriter):
-                await b.delete("data", "one")
+                await b.objects.delete("data", "one")
             with pytest.raises(NotWriter):
-                await b.set_policy(await b.bucket("data"))
+                await b.objects.set_policy(await b.objects.bucket("data"))
         finally:
             await a.close()
             await b.close()
@@ -175,7 +175,7 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
 
     async def go() -> None:
         async with running(tmp_path, "a", "b", "c") as (a, b, c):
-            await a.create_bucket("data")
+            await a.objects.create_bucket("data")
             for i in range(5):
                 await put(a, "data", f"k{i}", bytes([i]) * 5000)
             await a.tiers.flush()
@@ -210,7 +210,7 @@ def test_takeover_keeps_every_acknowledged_write_and_seals_the_old_term(tmp_path
             for i in range(5):
                 assert await get(c, "data", f"k{i}") == bytes([i]) * 5000
             with pytest.raises(NoSuchKey):
-                await c.head("data", "late")
+                await c.objects.head("data", "late")
             with pytest.raises(NotWriter) as refused:
                 await put(c, "data", "x", b"x")
             assert refused.value.detail == {"Writer": "b"}
@@ -242,7 +242,7 @@ def test_racing_nodes_one_writer_per_bucket(tmp_path: Path) -> None:
         await asyncio.gather(*(svc.start() for svc in nodes))
         try:
             outcomes = await asyncio.gather(
-                *(svc.create_bucket("shared") for svc in nodes), return_exceptions=True
+                *(svc.objects.create_bucket("shared") for svc in nodes), return_exceptions=True
             )
             won = [svc for svc, out in zip(nodes, outcomes) if not isinstance(out, BaseException)]
             assert len(won) == 1, outcomes
@@ -273,7 +273,7 @@ def test_clean_stop_releases_the_lease_after_flushing(tmp_path: Path) -> None:
         await a.start()
         await b.start()
         try:
-            await a.create_bucket("data")
+            await a.objects.create_bucket("data")
             await put(a, "data", "staged", b"write-back")  # not flushed yet
             await a.close()
             await b.tiers.cluster.follow()
@@ -290,9 +290,9 @@ def test_a_gateway_without_node_id_refuses_a_shared_store(tmp_path: Path) -> Non
     async def go() -> None:
         a = node(tmp_path, "a")
         await a.start()
-        await a.create_bucket("data")
+        await a.objects.create_bucket("data")
         await a.close()
-        alone = ObjectService(tmp_path / "alone", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
+        alone = Node(tmp_path / "alone", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
         with pytest.raises(ForeignSegments, match="--node-id"):
             await alone.start()
         await alone.close()
@@ -307,10 +307,10 @@ def test_a_single_gateway_restarted_with_a_node_id_writes_its_buckets(tmp_path: 
 
     async def go() -> None:
         capacity = tmp_path / "capacity"
-        alone = ObjectService(tmp_path / "a", TierSettings(flush_delay=3600.0), LocalDirStore(capacity))
+        alone = Node(tmp_path / "a", TierSettings(flush_delay=3600.0), LocalDirStore(capacity))
         await alone.start()
-        await alone.create_bucket("data")
-        await alone.create_bucket("quiet")
+        await alone.objects.create_bucket("data")
+        await alone.objects.create_bucket("quiet")
         await put(alone, "data", "flushed", b"in a term-0 segment")
         await put(alone, "quiet", "q", b"term 0 too")
         await alone.tiers.flush()
@@ -345,7 +345,7 @@ def test_a_node_joins_with_recover_then_follows_from_there(tmp_path: Path) -> No
         a = node(tmp_path, "a")
         await a.start()
         try:
-            await a.create_bucket("data")
+            await a.objects.create_bucket("data")
             for i in range(3):
                 await put(a, "data", f"old{i}", b"before the join %d" % i)
                 await a.tiers.flush()
@@ -379,7 +379,7 @@ def test_a_writer_that_lost_a_lease_can_take_it_back(tmp_path: Path) -> None:
         await a.start()
         await b.start()
         try:
-            await a.create_bucket("data", write_through=True)
+            await a.objects.create_bucket("data", write_through=True)
             await a.tiers.flush()
             first = term(a, "data")
             running = list(a.tiers._tasks)
@@ -407,7 +407,7 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
 
     async def go() -> None:
         async with running(tmp_path, "a", "b", "c") as (a, b, c):
-            await a.create_bucket("data")
+            await a.objects.create_bucket("data")
             await put(a, "data", "k", b"by a")
             await a.tiers.flush()
             await pause(a)
@@ -420,7 +420,7 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
             assert await c.tiers.cluster.follow() == 0
             assert c.tiers.cluster.status().lag_segments > 0
             with pytest.raises(NoSuchBucket):
-                await c.bucket("data")
+                await c.objects.bucket("data")
             await cluster._catch_up("data", lease.record.term)  # seals a's term
             assert await c.tiers.cluster.follow() >= 1
             assert await get(c, "data", "k") == b"by a"
@@ -436,7 +436,7 @@ def test_a_lagging_follower_closes_a_term_whose_segments_compaction_deleted(tmp_
 
     async def go() -> None:
         async with running(tmp_path, "a", "b", "c") as (a, b, c):
-            await a.create_bucket("data")
+            await a.objects.create_bucket("data")
             await put(a, "data", "k0", b"zero")
             await a.tiers.flush()
             await c.tiers.cluster.follow()  # c stops following here
@@ -474,7 +474,7 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
         await b.start()
         idle = 1.0 + TTL / 6 + 0.3  # the idle time and one renewal tick
         try:
-            await a.create_bucket("data")
+            await a.objects.create_bucket("data")
             await put(a, "data", "queued", b"flushed first")
             await a.tiers.flush()
             gate = asyncio.Event()
@@ -485,18 +485,18 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
                 yield b"second half"
 
             writing = asyncio.create_task(
-                a.put("data", "slow", slow(), NewObject(), Integrity(expected_size=23)))
+                a.objects.put("data", "slow", slow(), NewObject(), Integrity(expected_size=23)))
             await asyncio.sleep(idle)
             assert a.tiers.cluster.status().writing == ["data"]  # a write under way
             gate.set()
             await writing
             await asyncio.sleep(idle)
             assert a.tiers.cluster.status().writing == ["data"]  # its data not flushed
-            upload = await a.multipart.create("data", "parts", NewObject())
+            upload = await a.objects.create_upload("data", "parts", NewObject())
             await a.tiers.flush()
             await asyncio.sleep(idle)
             assert a.tiers.cluster.status().writing == ["data"]  # the open upload
-            await a.multipart.abort("data", "parts", upload.upload_id)
+            await a.objects.abort_upload("data", "parts", upload.upload_id)
             await asyncio.sleep(idle)
             assert a.tiers.cluster.status().writing == []  # given up
 
@@ -522,7 +522,7 @@ def test_a_segment_of_an_ended_term_never_counts_though_the_node_took_the_bucket
 
     async def go() -> None:
         async with running(tmp_path, "a", "b") as (a, b):
-            await a.create_bucket("data", write_through=True)
+            await a.objects.create_bucket("data", write_through=True)
             old_term = term(a, "data")
             real_put = a.tiers.capacity.put
             late: list[str] = []
@@ -545,7 +545,7 @@ def test_a_segment_of_an_ended_term_never_counts_though_the_node_took_the_bucket
             assert await a.tiers.cluster.follow() == 0
             await b.tiers.cluster.follow()
             assert await get(b, "data", "k") == b"written once, flushed twice"
-            meta = await b.head("data", "k")
+            meta = await b.objects.head("data", "k")
             assert all(term_of(c.extent.segment) == term(a, "data") for c in meta.chunks if c.extent)
 
     asyncio.run(go())

@@ -12,15 +12,15 @@ import pytest
 from tests.unit.tiering.test_objects import body, new_service
 from tiering import fsck, pool
 from tiering.inputs import Integrity, NewObject
-from tiering.objects import ObjectService
+from tiering.node import Node
 
 
-async def _record_only(svc: ObjectService) -> list[str]:
+async def _record_only(svc: Node) -> list[str]:
     return [s.name for s in await pool.run(svc.index.segments) if s.data == 0 and s.pins > 0]
 
 
-async def _put(svc: ObjectService, key: str, data: bytes) -> None:
-    await svc.put("merge", key, body(data), NewObject(), Integrity(expected_size=len(data)))
+async def _put(svc: Node, key: str, data: bytes) -> None:
+    await svc.objects.put("merge", key, body(data), NewObject(), Integrity(expected_size=len(data)))
 
 
 def test_overlapping_passes_merge_record_only_segments_once(
@@ -36,13 +36,13 @@ def test_overlapping_passes_merge_record_only_segments_once(
         svc = new_service(root)
         await svc.start()
         try:
-            await svc.create_bucket("merge")
+            await svc.objects.create_bucket("merge")
             await _put(svc, "kept", b"k" * 100_000)  # keeps the data segment dense: no rewrite
             await _put(svc, "gone-0", b"0")
             await _put(svc, "gone-1", b"1")
             await svc.tiers.flush()
             for key in ("gone-0", "gone-1"):
-                await svc.delete("merge", key)
+                await svc.objects.delete("merge", key)
                 await svc.tiers.flush()  # a segment of its tombstone alone
             before = await _record_only(svc)
             assert len(before) == 2, before
@@ -50,7 +50,7 @@ def test_overlapping_passes_merge_record_only_segments_once(
             assert sorted(r.merged for r in reports) == [0, 2], reports
             after = await _record_only(svc)
             assert len(after) == 1 and not set(after) & set(before), after
-            assert [e.key for e in (await svc.list("merge")).contents] == ["kept"]
+            assert [e.key for e in (await svc.objects.list("merge")).contents] == ["kept"]
         finally:
             await svc.close()
 

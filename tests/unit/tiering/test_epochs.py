@@ -24,8 +24,7 @@ class _Hot:
 
 
 def _epochs(hot: _Hot | None = None) -> Epochs:
-    service = SimpleNamespace(hot=hot or _Hot(), settings=SimpleNamespace(fetch_concurrency=4))
-    return Epochs(service)  # type: ignore[arg-type]
+    return Epochs(None, hot or _Hot(), None, None, SimpleNamespace(fetch_concurrency=4), lambda name: None)  # type: ignore[arg-type]
 
 
 def _epoch(keys: list[str], readers: int = 1, bucket: str = "b", name: str = "e") -> Epoch:

@@ -26,16 +26,16 @@ def test_write_through_put_gets_503_when_its_flush_fails(tmp_path: Path, monkeyp
         svc = new_service(root, write_through_timeout=30.0)
         await svc.start()
         try:
-            await svc.create_bucket("wtb", write_through=True)
+            await svc.objects.create_bucket("wtb", write_through=True)
             with monkeypatch.context() as patch:
                 patch.setattr(svc.tiers.capacity, "put", refuse)
                 with pytest.raises(ServiceUnavailable, match="did not take the write: capacity store test"):
-                    await svc.put("wtb", "k", body(b"data"), NewObject(), Integrity(expected_size=4))
+                    await svc.objects.put("wtb", "k", body(b"data"), NewObject(), Integrity(expected_size=4))
                 assert svc.tiers.flusher.last_error is not None
             await svc.tiers.flush()
-            meta = await svc.head("wtb", "k")
+            meta = await svc.objects.head("wtb", "k")
             assert [c.extent is not None for c in meta.chunks] == [True]
-            assert await svc.read_all(meta) == b"data"
+            assert await svc.objects.read_all(meta) == b"data"
         finally:
             await svc.close()
 

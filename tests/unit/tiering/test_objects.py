@@ -24,7 +24,8 @@ from tiering.errors import (
 )
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import MIN_PART_SIZE, ChosenPart
-from tiering.objects import ObjectService
+from tiering.node import Node
+from tiering.reads import SMALL_READ, Read
 from tiering.settings import TierSettings
 
 
@@ -51,18 +52,18 @@ def run(coro):
     return _loop.run_until_complete(coro)
 
 
-def new_service(root: Path, hot_budget: int = 1 << 30, **settings) -> ObjectService:
+def new_service(root: Path, hot_budget: int = 1 << 30, **settings) -> Node:
     """A service on ``root`` whose capacity tier is a directory beside it."""
     capacity = LocalDirStore(root.parent / f"{root.name}-capacity")
     settings.setdefault("flush_delay", 3600.0)  # flush only when a test asks
-    return ObjectService(root, TierSettings(hot_size=hot_budget, **settings), capacity)
+    return Node(root, TierSettings(hot_size=hot_budget, **settings), capacity)
 
 
-def close(svc: ObjectService) -> None:
+def close(svc: Node) -> None:
     run(svc.close())
 
 
-def crash(svc: ObjectService) -> None:
+def crash(svc: Node) -> None:
     """Stop without the clean shutdown: no marker, nothing flushed."""
     run(svc.tiers.stop())
     svc.index.close()
@@ -72,7 +73,7 @@ def crash(svc: ObjectService) -> None:
 def service(tmp_path: Path):
     svc = new_service(tmp_path)
     run(svc.start())
-    run(svc.create_bucket("bkt"))
+    run(svc.objects.create_bucket("bkt"))
     yield svc
     close(svc)
     assert fsck.check(tmp_path) == []
@@ -83,18 +84,18 @@ def hot_files(root: Path) -> list[str]:
     return sorted(p.name for p in (root / "hot").glob("??/*") if p.is_file())
 
 
-async def put(svc: ObjectService, key: str, data: bytes, **integrity) -> object:
-    return await svc.put("bkt", key, body(data), NewObject(), Integrity(expected_size=len(data), **integrity))
+async def put(svc: Node, key: str, data: bytes, **integrity) -> object:
+    return await svc.objects.put("bkt", key, body(data), NewObject(), Integrity(expected_size=len(data), **integrity))
 
 
-def test_put_read_range_and_overwrite_drops_old_file(service: ObjectService, tmp_path: Path) -> None:
+def test_put_read_range_and_overwrite_drops_old_file(service: Node, tmp_path: Path) -> None:
     async def go():
         first = await put(service, "k", b"0123456789")
         assert first.etag == hashlib.md5(b"0123456789").hexdigest()
-        assert await service.read_all(first, ByteRange(2, 5)) == b"234"
+        assert await service.objects.read_all(first, ByteRange(2, 5)) == b"234"
         files_before = hot_files(tmp_path)
         second = await put(service, "k", b"abc")
-        assert await service.read_all(await service.head("bkt", "k")) == b"abc"
+        assert await service.objects.read_all(await service.objects.head("bkt", "k")) == b"abc"
         assert second.seq > first.seq
         assert len(hot_files(tmp_path)) == len(files_before) == 1
         assert hot_files(tmp_path) != files_before
@@ -102,13 +103,13 @@ def test_put_read_range_and_overwrite_drops_old_file(service: ObjectService, tmp
     run(go())
 
 
-def test_large_body_in_many_pieces(service: ObjectService) -> None:
+def test_large_body_in_many_pieces(service: Node) -> None:
     data = os.urandom(3 * 1024 * 1024 + 17)
     pieces = [data[i : i + 65536] for i in range(0, len(data), 65536)]
 
     async def go():
-        meta = await service.put("bkt", "big", body(*pieces), NewObject(), Integrity(expected_size=len(data)))
-        assert await service.read_all(meta) == data
+        meta = await service.objects.put("bkt", "big", body(*pieces), NewObject(), Integrity(expected_size=len(data)))
+        assert await service.objects.read_all(meta) == data
 
     run(go())
 
@@ -121,36 +122,36 @@ def test_large_body_in_many_pieces(service: ObjectService) -> None:
         (dict(payload_sha256="0" * 64), PayloadHashMismatch),
     ],
 )
-def test_failed_verification_leaves_nothing(service: ObjectService, tmp_path: Path, integrity, error) -> None:
+def test_failed_verification_leaves_nothing(service: Node, tmp_path: Path, integrity, error) -> None:
     async def go():
         await put(service, "k", b"old")
         with pytest.raises(error):
             await put(service, "k", b"new", **integrity)
-        assert await service.read_all(await service.head("bkt", "k")) == b"old"
+        assert await service.objects.read_all(await service.objects.head("bkt", "k")) == b"old"
 
     run(go())
     assert len(hot_files(tmp_path)) == 1
 
 
-def test_short_body_is_incomplete(service: ObjectService, tmp_path: Path) -> None:
+def test_short_body_is_incomplete(service: Node, tmp_path: Path) -> None:
     async def go():
         with pytest.raises(IncompleteBody):
-            await service.put("bkt", "k", body(b"abc"), NewObject(), Integrity(expected_size=10))
+            await service.objects.put("bkt", "k", body(b"abc"), NewObject(), Integrity(expected_size=10))
         with pytest.raises(NoSuchKey):
-            await service.head("bkt", "k")
+            await service.objects.head("bkt", "k")
 
     run(go())
     assert hot_files(tmp_path) == []
 
 
-def test_body_error_midway_leaves_nothing(service: ObjectService, tmp_path: Path) -> None:
+def test_body_error_midway_leaves_nothing(service: Node, tmp_path: Path) -> None:
     async def failing() -> AsyncIterator[bytes]:
         yield b"x" * 2_000_000
         raise ConnectionResetError("client went away")
 
     async def go():
         with pytest.raises(ConnectionResetError):
-            await service.put("bkt", "k", failing(), NewObject(), Integrity())
+            await service.objects.put("bkt", "k", failing(), NewObject(), Integrity())
 
     run(go())
     assert hot_files(tmp_path) == []
@@ -161,20 +162,20 @@ def test_budget_refuses_with_slowdown(tmp_path: Path) -> None:
     try:
         async def go():
             await svc.start()
-            await svc.create_bucket("bkt")
+            await svc.objects.create_bucket("bkt")
             with pytest.raises(SlowDown):
-                await svc.put("bkt", "k", body(b"x" * 200), NewObject(), Integrity(expected_size=200))
+                await svc.objects.put("bkt", "k", body(b"x" * 200), NewObject(), Integrity(expected_size=200))
 
         run(go())
     finally:
         close(svc)
 
 
-def test_if_none_match_star(service: ObjectService) -> None:
+def test_if_none_match_star(service: Node) -> None:
     async def go():
-        await service.put("bkt", "k", body(b"a"), NewObject(), Integrity(), if_none_match=True)
+        await service.objects.put("bkt", "k", body(b"a"), NewObject(), Integrity(), if_none_match=True)
         with pytest.raises(PreconditionFailed):
-            await service.put("bkt", "k", body(b"b"), NewObject(), Integrity(), if_none_match=True)
+            await service.objects.put("bkt", "k", body(b"b"), NewObject(), Integrity(), if_none_match=True)
 
     run(go())
 
@@ -182,7 +183,7 @@ def test_if_none_match_star(service: ObjectService) -> None:
 def test_sweep_removes_orphans_after_crash(tmp_path: Path) -> None:
     svc = new_service(tmp_path, 1 << 30)
     run(svc.start())
-    run(svc.create_bucket("bkt"))
+    run(svc.objects.create_bucket("bkt"))
     run(put(svc, "k", b"kept"))
     # A write that crashed before its index commit leaves a file behind.
     orphan = svc.hot.path_of("0000000000000000deadbeef")
@@ -193,12 +194,12 @@ def test_sweep_removes_orphans_after_crash(tmp_path: Path) -> None:
     run(svc.start())
     assert not orphan.exists()
     assert svc.hot.used == 4
-    assert run(svc.read_all(run(svc.head("bkt", "k")))) == b"kept"
+    assert run(svc.objects.read_all(run(svc.objects.head("bkt", "k")))) == b"kept"
     close(svc)
     assert fsck.check(tmp_path) == []
 
 
-def test_fsck_reports_missing_and_resized_files(service: ObjectService, tmp_path: Path) -> None:
+def test_fsck_reports_missing_and_resized_files(service: Node, tmp_path: Path) -> None:
     meta = run(put(service, "k", b"abc"))
     path = service.hot.path_of(meta.chunks[0].file_id)
     path.write_bytes(b"abcd")
@@ -210,27 +211,27 @@ def test_fsck_reports_missing_and_resized_files(service: ObjectService, tmp_path
     service.index = type(service.index)(tmp_path / "index")
 
 
-def test_multipart_complete_uses_part_files_and_drops_unused(service: ObjectService, tmp_path: Path) -> None:
+def test_multipart_complete_uses_part_files_and_drops_unused(service: Node, tmp_path: Path) -> None:
     part1 = os.urandom(MIN_PART_SIZE)
 
     async def go():
-        upload = await service.multipart.create("bkt", "mp", NewObject())
-        p1 = await service.multipart.upload_part("bkt", "mp", upload.upload_id, 1, body(part1), Integrity())
-        p2 = await service.multipart.upload_part("bkt", "mp", upload.upload_id, 2, body(b"tail"), Integrity())
-        await service.multipart.upload_part("bkt", "mp", upload.upload_id, 3, body(b"unused"), Integrity())
-        meta = await service.multipart.complete(
+        upload = await service.objects.create_upload("bkt", "mp", NewObject())
+        p1 = await service.objects.upload_part("bkt", "mp", upload.upload_id, 1, body(part1), Integrity())
+        p2 = await service.objects.upload_part("bkt", "mp", upload.upload_id, 2, body(b"tail"), Integrity())
+        await service.objects.upload_part("bkt", "mp", upload.upload_id, 3, body(b"unused"), Integrity())
+        meta = await service.objects.complete_upload(
             "bkt", "mp", upload.upload_id, [ChosenPart(1, p1.etag), ChosenPart(2, p2.etag)]
         )
         want = hashlib.md5(bytes.fromhex(p1.etag) + bytes.fromhex(p2.etag)).hexdigest() + "-2"
         assert meta.etag == want
-        assert await service.read_all(meta) == part1 + b"tail"
-        assert await service.read_all(meta, ByteRange(MIN_PART_SIZE - 2, MIN_PART_SIZE + 2)) == part1[-2:] + b"ta"
+        assert await service.objects.read_all(meta) == part1 + b"tail"
+        assert await service.objects.read_all(meta, ByteRange(MIN_PART_SIZE - 2, MIN_PART_SIZE + 2)) == part1[-2:] + b"ta"
 
     run(go())
     assert len(hot_files(tmp_path)) == 2
 
 
-def test_complete_racing_a_flush_of_its_parts_uses_the_flushed_extents(service: ObjectService) -> None:
+def test_complete_racing_a_flush_of_its_parts_uses_the_flushed_extents(service: Node) -> None:
     """Complete reads the parts, then commits; a flush committing those parts
     in between renames their staged files into the cache. The object must
     point at the extents, not at files that no longer exist."""
@@ -245,29 +246,29 @@ def test_complete_racing_a_flush_of_its_parts_uses_the_flushed_extents(service: 
         return parts
 
     async def go():
-        upload = await service.multipart.create("bkt", "race", NewObject())
-        p1 = await service.multipart.upload_part("bkt", "race", upload.upload_id, 1, body(part1), Integrity())
-        p2 = await service.multipart.upload_part("bkt", "race", upload.upload_id, 2, body(b"end"), Integrity())
+        upload = await service.objects.create_upload("bkt", "race", NewObject())
+        p1 = await service.objects.upload_part("bkt", "race", upload.upload_id, 1, body(part1), Integrity())
+        p2 = await service.objects.upload_part("bkt", "race", upload.upload_id, 2, body(b"end"), Integrity())
         service.index.list_parts = list_parts_then_flush  # type: ignore[method-assign]
-        meta = await service.multipart.complete(
+        meta = await service.objects.complete_upload(
             "bkt", "race", upload.upload_id, [ChosenPart(1, p1.etag), ChosenPart(2, p2.etag)]
         )
         assert flushed and all(c.file_id is None and c.extent is not None for c in meta.chunks)
-        assert await service.read_all(meta) == part1 + b"end"
-        again = await service.head("bkt", "race")
+        assert await service.objects.read_all(meta) == part1 + b"end"
+        again = await service.objects.head("bkt", "race")
         assert again.chunks == meta.chunks
 
     run(go())
 
 
-def test_metadata_rewrite_racing_a_flush_keeps_the_flushed_extents(service: ObjectService) -> None:
+def test_metadata_rewrite_racing_a_flush_keeps_the_flushed_extents(service: Node) -> None:
     async def go():
         source = await put(service, "m", b"metadata only")
         await service.tiers.flush()  # the object now has an extent; `source` still names the file
-        meta = await service.rewrite_meta(source, NewObject("text/plain"))
+        meta = await service.objects.rewrite_meta(source, NewObject("text/plain"))
         assert meta.chunks[0].extent is not None and meta.chunks[0].file_id is None
         assert meta.content_type == "text/plain"
-        assert await service.read_all(meta) == b"metadata only"
+        assert await service.objects.read_all(meta) == b"metadata only"
 
     run(go())
 
@@ -275,7 +276,7 @@ def test_metadata_rewrite_racing_a_flush_keeps_the_flushed_extents(service: Obje
 def test_clean_restart_skips_the_sweep_and_keeps_the_byte_count(tmp_path: Path, monkeypatch) -> None:
     svc = new_service(tmp_path, 1 << 30)
     run(svc.start())
-    run(svc.create_bucket("bkt"))
+    run(svc.objects.create_bucket("bkt"))
     run(put(svc, "k", b"12345"))
     close(svc)
     svc = new_service(tmp_path, 1 << 30)
@@ -292,27 +293,31 @@ def test_clean_restart_skips_the_sweep_and_keeps_the_byte_count(tmp_path: Path, 
     close(svc)
 
 
-def test_read_in_flight_survives_a_delete(service: ObjectService) -> None:
+def test_read_in_flight_survives_a_delete(service: Node) -> None:
     data = os.urandom(3 * 1024 * 1024)
 
     async def go():
         meta = await put(service, "big", data)
-        stream = service.read(meta, ByteRange(0, len(data)))
+        stream = service.objects.stream(meta, ByteRange(0, len(data)))
         first = await stream.__anext__()
-        await service.delete("bkt", "big")
+        await service.objects.delete("bkt", "big")
         rest = [piece async for piece in stream]
         assert first + b"".join(rest) == data
 
     run(go())
 
 
-def test_fetch_returns_small_bodies_inline(service: ObjectService) -> None:
+def test_read_answers_small_hot_bodies_inline(service: Node) -> None:
     async def go():
         await put(service, "small", b"tiny")
-        await put(service, "large", b"x" * 100)
-        assert (await service.fetch("bkt", "small", 10))[1] == b"tiny"
-        assert (await service.fetch("bkt", "large", 10))[1] is None
+        await put(service, "large", b"x" * (SMALL_READ + 1))
+        small = await service.objects.read(Read("bkt", "small"))
+        assert (small.status, small.body, small.tally.hot) == (200, b"tiny", 4)
+        large = await service.objects.read(Read("bkt", "large"))
+        assert not isinstance(large.body, bytes)  # streamed
+        assert b"".join([block async for block in large.body]) == b"x" * (SMALL_READ + 1)
+        assert large.tally.hot == SMALL_READ + 1
         with pytest.raises(NoSuchKey):
-            await service.fetch("bkt", "missing", 10)
+            await service.objects.read(Read("bkt", "missing"))
 
     run(go())

@@ -15,7 +15,7 @@ from tiering.capacity import LocalDirStore
 from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Job
 from tiering.meta import ObjectMeta
-from tiering.objects import ObjectService
+from tiering.node import Node as TieringNode
 from tiering.residency import PinTooLarge
 from tiering.settings import TierSettings
 
@@ -35,10 +35,10 @@ class Node:
         self.loop = asyncio.new_event_loop()
         self.service = self._open()
 
-    def _open(self) -> ObjectService:
+    def _open(self) -> TieringNode:
         capacity = LocalDirStore(self.root.parent / "capacity")
         settings = TierSettings(hot_size=self.hot_size, flush_delay=3600.0, part_size=5 * MiB)
-        service = ObjectService(self.root, settings, capacity)
+        service = TieringNode(self.root, settings, capacity)
         self.run(service.start())
         return service
 
@@ -47,14 +47,14 @@ class Node:
 
     def put(self, bucket: str, key: str, data: bytes) -> ObjectMeta:
         integrity = Integrity(expected_size=len(data))
-        return self.run(self.service.put(bucket, key, _body(data), NewObject(), integrity))
+        return self.run(self.service.objects.put(bucket, key, _body(data), NewObject(), integrity))
 
     def get(self, bucket: str, key: str) -> bytes:
-        meta = self.run(self.service.head(bucket, key))
-        return self.run(self.service.read_all(meta))
+        meta = self.run(self.service.objects.head(bucket, key))
+        return self.run(self.service.objects.read_all(meta))
 
     def states(self, bucket: str, key: str) -> list[str]:
-        return self.service.tiers.residency.states(self.run(self.service.head(bucket, key)))
+        return self.service.tiers.residency.states(self.run(self.service.objects.head(bucket, key)))
 
     def restart(self) -> None:
         self.run(self.service.close())
@@ -74,28 +74,28 @@ def node(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_bucket_overrides_reach_the_layout(node: Node) -> None:
     service = node.service
-    node.run(service.create_bucket("plain", compression=False, part_size=6 * MiB))
-    node.run(service.create_bucket("default"))
+    node.run(service.objects.create_bucket("plain", compression=False, part_size=6 * MiB))
+    node.run(service.objects.create_bucket("default"))
     text = b"the same words again and again " * 40_000  # ~1.2 MB, compresses well
     node.put("plain", "t", text)
     node.put("default", "t", text)
     large = node.put("plain", "large", b"z" * (13 * MiB))
     assert [c.size for c in large.chunks] == [6 * MiB, 6 * MiB, 1 * MiB]
     node.run(service.tiers.flush())
-    plain = node.run(service.head("plain", "t")).chunks[0].extent
-    default = node.run(service.head("default", "t")).chunks[0].extent
+    plain = node.run(service.objects.head("plain", "t")).chunks[0].extent
+    default = node.run(service.objects.head("default", "t")).chunks[0].extent
     assert plain is not None and default is not None
     assert plain.codec == "none" and plain.stored == len(text)
     assert default.codec == "zstd" and default.stored < len(text) // 10
-    info = node.run(service.bucket("plain"))
-    changed = node.run(service.set_policy(replace(info, compression=None)))
+    info = node.run(service.objects.bucket("plain"))
+    changed = node.run(service.objects.set_policy(replace(info, compression=None)))
     assert service.policies.settings("plain").compression is True, "None follows the node again"
     assert changed.part_size == 6 * MiB
 
 
 def test_pin_pulls_cold_objects_in_and_eviction_spares_them(node: Node) -> None:
     service = node.service
-    node.run(service.create_bucket("data"))
+    node.run(service.objects.create_bucket("data"))
     for i in range(6):
         node.put("data", f"train/{i}", bytes([i]) * 100_000)
         node.put("data", f"val/{i}", bytes([i]) * 100_000)
@@ -129,7 +129,7 @@ def test_pin_pulls_cold_objects_in_and_eviction_spares_them(node: Node) -> None:
 
 def test_writes_and_reads_under_a_pin_stay_pinned(node: Node) -> None:
     service = node.service
-    node.run(service.create_bucket("hotset"))
+    node.run(service.objects.create_bucket("hotset"))
     node.run(service.tiers.residency.hold("hotset", ""))
     node.put("hotset", "a", b"a" * 50_000)
     node.run(service.tiers.flush())
@@ -146,7 +146,7 @@ def test_a_pin_larger_than_the_hot_tier_fails_and_says_so(tmp_path: Path) -> Non
     node = Node(tmp_path / "small", hot_size=1_000_000)
     try:
         service = node.service
-        node.run(service.create_bucket("big"))
+        node.run(service.objects.create_bucket("big"))
         for i in range(4):
             node.put("big", f"o{i}", bytes([i]) * 300_000)
         node.run(service.tiers.flush())

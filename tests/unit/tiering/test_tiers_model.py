@@ -26,7 +26,7 @@ from tiering.errors import NoSuchKey
 from tiering.index import Index
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import ChosenPart
-from tiering.objects import ObjectService
+from tiering.node import Node
 from tiering.recover import recover
 from tiering.settings import TierSettings
 
@@ -60,10 +60,10 @@ class TiersMachine(RuleBasedStateMachine):
         self.model: dict[str, tuple[bytes, dict[str, str]]] = {}
         self.version = 0
         self.service = self._open()
-        self.run(self.service.create_bucket("bkt"))
+        self.run(self.service.objects.create_bucket("bkt"))
 
-    def _open(self, data: str = "data") -> ObjectService:
-        service = ObjectService(self.root / data, SETTINGS, LocalDirStore(self.root / "capacity"))
+    def _open(self, data: str = "data") -> Node:
+        service = Node(self.root / data, SETTINGS, LocalDirStore(self.root / "capacity"))
         self.run(service.start())
         return service
 
@@ -77,30 +77,30 @@ class TiersMachine(RuleBasedStateMachine):
         self.version += 1
         data = body_of(key, size, self.version)
         meta = {"v": str(self.version)}
-        self.run(self.service.put("bkt", key, stream(data), NewObject(user_meta=meta),
+        self.run(self.service.objects.put("bkt", key, stream(data), NewObject(user_meta=meta),
                                   Integrity(expected_size=size)))
         self.model[key] = (data, meta)
 
     @rule(key=KEYS)
     def delete(self, key: str) -> None:
-        self.run(self.service.delete("bkt", key))
+        self.run(self.service.objects.delete("bkt", key))
         self.model.pop(key, None)
 
     @rule(key=KEYS)
     def rewrite_metadata(self, key: str) -> None:
         if key not in self.model:
             return
-        source = self.run(self.service.head("bkt", key))
+        source = self.run(self.service.objects.head("bkt", key))
         self.version += 1
         meta = {"v": str(self.version)}
-        self.run(self.service.rewrite_meta(source, NewObject(user_meta=meta)))
+        self.run(self.service.objects.rewrite_meta(source, NewObject(user_meta=meta)))
         self.model[key] = (self.model[key][0], meta)
 
     @rule(key=KEYS, sizes=st.lists(st.sampled_from([1, 1500, 2500]), min_size=1, max_size=3),
           flush_between=st.booleans())
     def multipart(self, key: str, sizes: list[int], flush_between: bool) -> None:
-        mp = self.service.multipart
-        upload = self.run(mp.create("bkt", key, NewObject()))
+        mp = self.service.objects
+        upload = self.run(mp.create_upload("bkt", key, NewObject()))
         chosen, parts = [], []
         for number, size in enumerate(sizes, 1):
             self.version += 1
@@ -115,7 +115,7 @@ class TiersMachine(RuleBasedStateMachine):
         # sizes: complete with the last part, and the others are dropped
         # (flushed ones included).
         chosen, parts = chosen[-1:], parts[-1:]
-        self.run(mp.complete("bkt", key, upload.upload_id, chosen))
+        self.run(mp.complete_upload("bkt", key, upload.upload_id, chosen))
         self.model[key] = (b"".join(parts), {})
 
     # -- tiering -------------------------------------------------------------
@@ -150,12 +150,12 @@ class TiersMachine(RuleBasedStateMachine):
         for key in ["k0", "k1", "k2", "k3", "k4", "k5", "dir/a", "dir/b"]:
             if key in self.model:
                 data, meta = self.model[key]
-                got = self.run(self.service.head("bkt", key))
-                assert self.run(self.service.read_all(got)) == data, key
+                got = self.run(self.service.objects.head("bkt", key))
+                assert self.run(self.service.objects.read_all(got)) == data, key
                 assert got.user_meta == meta, key
             else:
                 try:
-                    self.run(self.service.head("bkt", key))
+                    self.run(self.service.objects.head("bkt", key))
                 except NoSuchKey:
                     continue
                 raise AssertionError(f"{key} should not exist")
@@ -176,11 +176,11 @@ class TiersMachine(RuleBasedStateMachine):
                 index.close()
             rebuilt = self._open("rebuilt")
             try:
-                listed = self.run(rebuilt.list("bkt", max_keys=100))
+                listed = self.run(rebuilt.objects.list("bkt", max_keys=100))
                 assert sorted(e.key for e in listed.contents) == sorted(self.model)
                 for key, (data, meta) in self.model.items():
-                    got = self.run(rebuilt.head("bkt", key))
-                    assert self.run(rebuilt.read_all(got)) == data, key
+                    got = self.run(rebuilt.objects.head("bkt", key))
+                    assert self.run(rebuilt.objects.read_all(got)) == data, key
                     assert got.user_meta == meta, key
             finally:
                 self.run(rebuilt.close())

@@ -1,0 +1,113 @@
+"""Mounted buckets as a bucket backend: the same calls as managed buckets
+(``tiering.managed``), answered by ``Mounts`` (reads through the hot tier,
+writes through to the source on read-write mounts)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from packer.ranges import ByteRange
+from tiering.cluster.peers import HOT
+from tiering.digests import ingest
+from tiering.errors import NotHot, NotSupported
+from tiering.index import ListPage
+from tiering.inputs import Integrity, NewObject
+from tiering.meta import BucketInfo, ObjectMeta
+from tiering.mounts.buckets import Mounts
+from tiering.mounts.uploads import MountUploads
+from tiering.reads import SMALL_READ, Location, Read, ReadPlan, ReadTally, decide, plan
+
+
+class MountedBuckets:
+    """Reads and writes of the objects of mounted buckets."""
+
+    def __init__(self, mounts: Mounts, uploads: MountUploads) -> None:
+        self._mounts = mounts
+        self.uploads = uploads
+
+    # -- reads -------------------------------------------------------------
+
+    async def head(self, bucket: str, key: str) -> ObjectMeta:
+        return await self._mounts.head(bucket, key)
+
+    async def plan(self, read: Read) -> ReadPlan:
+        """An object not validated lately is described by one ranged GET of
+        its first bytes, which are its whole body when it is small: a cold
+        small read costs the source one request. A HEAD, or a GET with
+        conditions (whose answer may send no body), asks with a HEAD."""
+        small = SMALL_READ if read.body and not read.conditions else 0
+        meta, data = await self._mounts.open_for_read(read.bucket, read.key, small)
+        decision = decide(meta, read)
+        tally = ReadTally()
+        if not (read.body and decision.sends_body):
+            return plan(meta, read, decision, tally=tally)
+        wanted = decision.wanted
+        if data is not None:  # fetched from the source just now
+            tally.capacity += wanted.length
+            body = data if wanted.length == len(data) else data[wanted.start : wanted.end]
+            return plan(meta, read, decision, body, tally)
+        if read.peer == HOT:  # a peer's cooperative warm asks for hot bytes only
+            raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
+        chunks = self._mounts.read(meta, wanted, tally)
+        if wanted.length <= SMALL_READ:
+            return plan(meta, read, decision, b"".join([block async for block in chunks]), tally)
+        return plan(meta, read, decision, chunks, tally)
+
+    def locate(self, bucket: str, key: str, read: bool) -> Location:
+        """Read workers pass mounted reads on to the writer."""
+        return Location()
+
+    async def stream(
+        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
+    ) -> AsyncIterator[bytes]:
+        async for block in self._mounts.read(meta, wanted, tally if tally is not None else ReadTally()):
+            yield block
+
+    async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage:
+        return await self._mounts.list_objects(bucket, prefix, delimiter, marker, max_keys)
+
+    # -- writes (read-write mounts) ----------------------------------------
+
+    def writable(self, bucket: str) -> None:
+        """AccessDenied for a write to a read-only mount."""
+        self._mounts.writable(bucket)
+
+    async def put(
+        self,
+        info: BucketInfo,
+        key: str,
+        body: AsyncIterator[bytes],
+        new: NewObject,
+        integrity: Integrity,
+        *,
+        if_none_match: bool = False,
+        if_match: str | None = None,
+    ) -> ObjectMeta:
+        """A write through a read-write mount: streamed to the source as it
+        arrives (hashed on the way), completed only once the digests check."""
+        if if_none_match or if_match is not None:
+            raise NotSupported("Conditional writes to a mounted bucket are not supported")
+        upload = await self._mounts.open_upload(info.name, key, new)
+        try:
+            _, checksum = await ingest(body, integrity, upload.write)
+            await upload.complete()
+        except BaseException:
+            await upload.abort()
+            raise
+        meta = await self._mounts.committed(info.name, key)
+        return replace(meta, checksum=checksum)  # for the answer; the source keeps its own
+
+    async def rewrite_meta(self, info: BucketInfo, source: ObjectMeta, new: NewObject) -> ObjectMeta:
+        """CopyObject onto itself with REPLACE: the source has no metadata
+        update, so the object is written again with the new metadata."""
+        body = self.stream(source, ByteRange(0, source.size))
+        return await self.put(info, source.key, body, new, Integrity(expected_size=source.size))
+
+    async def delete(self, info: BucketInfo, key: str) -> None:
+        await self._mounts.delete(info.name, key)
+
+    async def delete_many(self, info: BucketInfo, keys: list[str]) -> None:
+        for key in keys:
+            await self._mounts.delete(info.name, key)
+

@@ -1,0 +1,97 @@
+"""One node's tiering, built in one place.
+
+:class:`Node` is the composition root of ``tiering``: it opens the index
+and the hot tier and wires every collaborator to the two or three others it
+uses, so no part of the data path is handed the whole graph. The gateway
+builds one Node per process (``gateway.storage.open_node``) and hands its
+pieces to the S3 app, the admin API and the read workers' lookups.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiering import pool
+from tiering.capacity import CapacityStore
+from tiering.cluster.peers import PeerClient
+from tiering.epochs import Epochs
+from tiering.hot import HotTier
+from tiering.index import Index
+from tiering.jobs import Jobs
+from tiering.managed import ManagedBuckets
+from tiering.meta import BucketInfo
+from tiering.mounts.backend import MountedBuckets
+from tiering.mounts.buckets import Mounts
+from tiering.mounts.uploads import MountUploads
+from tiering.multipart import Multipart
+from tiering.objects import ObjectService
+from tiering.policy import Policies
+from tiering.settings import TierSettings
+from tiering.staging import Stager
+from tiering.tiers import Tiers
+from tiering.warm import Warmer
+
+
+class Node:
+    """The index, the tiers and the services of one gateway's data."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        settings: TierSettings,
+        capacity: CapacityStore,
+        region: str = "us-east-1",
+        peers: PeerClient | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.region = region
+        self.settings = settings
+        # The other gateways over the same store, asked for an extent before
+        # the store on a miss (``tiering/cluster/peers.py``).
+        self.peers = peers
+        self.index = index = Index(data_dir / "index")
+        self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
+        self.policies = policies = Policies(index, settings)
+        self.tiers = tiers = Tiers(index, hot, capacity, settings, policies, region)
+        self.mounts = mounts = Mounts(index, hot, settings, region)
+        self.jobs = Jobs()
+        stager = Stager(index, hot, capacity, tiers.flusher, policies, settings)
+        self.managed = managed = ManagedBuckets(
+            index, hot, tiers, stager, policies, settings, Multipart(index, stager, tiers), peers
+        )
+        mounted = MountedBuckets(mounts, MountUploads(mounts))
+        self.epochs = epochs = Epochs(index, hot, mounts, tiers.reader, settings, self.find_bucket)
+        self.objects = ObjectService(
+            index, tiers, policies, mounts, managed, mounted, epochs, settings, region, self.find_bucket
+        )
+        self.warmer = Warmer(self.objects, index, hot, mounts, tiers.reader, settings)
+
+    def find_bucket(self, name: str) -> BucketInfo | None:
+        """A managed bucket or a mount by name; point reads, microseconds."""
+        return self.index.get_bucket(name) or self.mounts.bucket(name)
+
+    async def start(self) -> None:
+        """Remove what a crash left half-done, then start the tiers.
+
+        After a clean shutdown there is nothing to remove and the staged
+        byte count was saved, so start-up skips the sweep, which has to read
+        every index record (tens of seconds for millions of objects).
+        Committed writes not yet flushed are still in the flush queue: the
+        flusher takes them up again."""
+        await pool.run(self.hot.resume, self.index.referenced_files)
+        await self.tiers.residency.restore()
+        await self.tiers.start()
+        await self.mounts.start()
+        self.epochs.start()
+        if self.peers is not None:
+            await self.peers.start()
+
+    async def close(self) -> None:
+        if self.peers is not None:
+            await self.peers.close()
+        await self.jobs.stop()
+        await self.epochs.stop()
+        await self.mounts.close()
+        await self.tiers.stop()
+        await pool.run(self.index.close)
+        await pool.run(self.hot.mark_clean)
