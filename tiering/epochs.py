@@ -345,7 +345,7 @@ class Epochs:
     def _managed(self, epoch: Epoch) -> bool:
         """A mounted bucket's epoch is prefetched object by object, within
         its window only: its source is not ours to read ahead of the job."""
-        return self._self._mounts.get(epoch.bucket) is None
+        return self._mounts.get(epoch.bucket) is None
 
     def _ahead(self, epoch: Epoch, room: int) -> list[Entry]:
         """Upcoming objects past the window that are neither hot nor in
@@ -481,7 +481,7 @@ class Epochs:
         task.add_done_callback(self._tasks.discard)
 
     async def _fetch_mounted(self, epoch: Epoch, entry: Entry, room: int) -> None:
-        outcome = await self._self._mounts.warm(epoch.bucket, entry.key, room)
+        outcome = await self._mounts.warm(epoch.bucket, entry.key, room)
         epoch.prefetched_objects += 1
         epoch.prefetched_bytes += outcome.size
         if not entry.resolved or not entry.names:
