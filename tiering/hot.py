@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from tiering._hot_eviction import CacheEviction
 from tiering.digests import Digests
 from tiering.errors import SlowDown
 from tiering.eviction import EvictionAdvisor, Sieve
@@ -120,8 +121,11 @@ class StagingWriter:
         self._reserved = 0
 
 
-class HotTier:
-    """Staged and cached bytes under ``root`` within a byte budget."""
+class HotTier(CacheEviction):
+    """Staged and cached bytes under ``root`` within a byte budget.
+
+    Eviction passes (``evict``) are ``CacheEviction``'s, in
+    ``tiering._hot_eviction``; this class decides when one runs."""
 
     def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8) -> None:
         self.root = root
@@ -409,80 +413,6 @@ class HotTier:
             size = self._forget(old)
             if size is not None:
                 self._insert(new, size, pinned)
-
-    def evict(self, target: int | None = None) -> int:
-        """Evict unpinned cache files until the tier holds at most ``target``
-        bytes (the low watermark by default); bytes freed.
-
-        Without an advisor, in SIEVE order. With one, files no registered
-        future read wants go first (in SIEVE order), then wanted files,
-        the one needed furthest in the future first (Belady's rule), then,
-        if still over, whatever SIEVE picks."""
-        return self._evict_to(self.low if target is None else target)
-
-    def _evict_to(self, target: int) -> int:
-        target = max(target, 0)
-        advisor = self.advisor  # one advisor for the whole pass
-        if advisor is None:
-            return self._evict_victims(target, None)
-        freed = self._evict_victims(target, advisor.wanted)
-        freed += self._evict_furthest(target, advisor)
-        return freed + self._evict_victims(target, None)
-
-    def _done(self, target: int) -> bool:
-        """At or below ``target``, or nothing left to evict (lock held)."""
-        return self.staged + self.reserved + self.cached <= target or not self._sieve
-
-    def _evict_victims(self, target: int, skip: Callable[[str], bool] | None) -> int:
-        """Evict SIEVE victims (passing over names ``skip`` keeps) until done
-        or every queued name is skipped."""
-        freed = 0
-        while True:
-            with self._lock:
-                if self._done(target):
-                    break
-                picked = self._sieve.victim(skip)
-                if picked is None:
-                    break
-                name, size = picked
-                self._account_evicted(size)
-            self._unlink_cached(name)
-            freed += size
-        return freed
-
-    def _evict_furthest(self, target: int, advisor: EvictionAdvisor) -> int:
-        """Evict queued names in the advisor's furthest-first order until
-        done. The lock is held per name, never while the advisor's iterator
-        runs, so it may be a generator doing work of its own."""
-        with self._lock:
-            if self._done(target):
-                return 0
-        freed = 0
-        for name in advisor.furthest():
-            with self._lock:
-                if self._done(target):
-                    break
-                size = self._sieve.remove(name)  # None: not cached, pinned or filling
-                if size is not None:
-                    self._account_evicted(size)
-                done = self._done(target)
-            if size is not None:
-                self._unlink_cached(name)
-                freed += size
-            if done:
-                break
-        return freed
-
-    def _account_evicted(self, size: int) -> None:
-        """A file left the queue to be evicted (lock held)."""
-        self.cached -= size
-        self.evicted += size
-
-    def _unlink_cached(self, name: str) -> None:
-        try:
-            os.unlink(self.cache_path(name))
-        except FileNotFoundError:
-            pass
 
     # -- start and stop ----------------------------------------------------
 

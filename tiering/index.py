@@ -26,6 +26,7 @@ import msgpack
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from tiering._index_tiers import Ledger, TierRecords
+from tiering._index_uploads import UploadRecords
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
 from tiering.keys import (
     SEG_KEY,
@@ -93,8 +94,13 @@ class ListPage:
     last: str | None = None  # last key or common prefix returned (the next marker)
 
 
-class Index(TierRecords):
-    """rocksdict-backed namespace: buckets, objects, uploads and parts."""
+class Index(TierRecords, UploadRecords):
+    """rocksdict-backed namespace: buckets, objects, uploads and parts.
+
+    The records of multipart uploads and their parts are kept by
+    ``UploadRecords`` (``tiering._index_uploads``), those of the capacity
+    tier by ``TierRecords`` (``tiering._index_tiers``); this class owns the
+    database, its lock and the sequence counters they share."""
 
     def __init__(self, path: Path) -> None:
         # Owner only: the index holds mounts' source credentials.
@@ -159,10 +165,6 @@ class Index(TierRecords):
                 return
             yield k, it.value()
             it.next()
-
-    def has_uploads(self, bucket: str) -> bool:
-        """True while ``bucket`` has a multipart upload in progress."""
-        return self._any_with_prefix(ukey(bucket))
 
     def _any_with_prefix(self, prefix: bytes) -> bool:
         return next(self._scan(prefix, prefix), None) is not None
@@ -480,93 +482,6 @@ class Index(TierRecords):
         page.last = last
         return page
 
-    # -- multipart uploads -------------------------------------------------
-
-    def create_upload(self, upload: Upload) -> None:
-        with self._lock:
-            if self._db.get(bkey(upload.bucket)) is None:
-                raise NoSuchBucket(BucketName=upload.bucket)
-            batch = self._batch()
-            batch.put(ukey(upload.bucket, upload.key, upload.upload_id), upload.to_bytes())
-            self._write(batch)
-
-    def get_upload(self, bucket: str, key: str, upload_id: str) -> Upload | None:
-        raw = self._db.get(ukey(bucket, key, upload_id))
-        return Upload.from_bytes(raw) if raw is not None else None
-
-    def put_part(self, upload: Upload, part: Part, segment: SegmentInfo | None = None) -> Part | None | bool:
-        """Record a part (and the segment it was streamed into, if any);
-        return the part it replaced, or False if the upload is gone
-        (completed or aborted meanwhile)."""
-        with self._lock:
-            if self._db.get(ukey(upload.bucket, upload.key, upload.upload_id)) is None:
-                return False
-            raw = self._db.get(pkey(upload.upload_id, part.part_number))
-            previous = Part.from_bytes(raw) if raw is not None else None
-            batch = self._batch()
-            batch.put(pkey(upload.upload_id, part.part_number), part.to_bytes())
-            if segment is not None:
-                batch.put(gkey(segment.name), segment.to_bytes())
-            if any(c.file_id is not None for c in part.chunks):
-                queued = label(upload.bucket, upload.key, upload.upload_id, part.part_number)
-                batch.put(seqkey(b"F", self._next_seq(batch)), queued)
-            if previous is not None:
-                ledger = Ledger()
-                ledger.release(previous.chunks)
-                self._apply(batch, ledger)
-            self._write(batch)
-            return previous
-
-    def list_parts(self, upload_id: str, after: int = 0, limit: int = 10_000) -> list[Part]:
-        prefix = pkey(upload_id)
-        parts = []
-        for _, value in self._scan(pkey(upload_id, after + 1), prefix):
-            if len(parts) == limit:
-                break
-            parts.append(Part.from_bytes(value))
-        return parts
-
-    def delete_upload(self, upload: Upload) -> list[Part] | None:
-        """Remove an upload and its parts; return the parts (None if gone)."""
-        with self._lock:
-            if self._db.get(ukey(upload.bucket, upload.key, upload.upload_id)) is None:
-                return None
-            parts = self.list_parts(upload.upload_id)
-            batch = self._batch()
-            batch.delete(ukey(upload.bucket, upload.key, upload.upload_id))
-            ledger = Ledger()
-            for part in parts:
-                batch.delete(pkey(upload.upload_id, part.part_number))
-                ledger.release(part.chunks)
-            self._apply(batch, ledger)
-            self._write(batch)
-            return parts
-
-    def list_uploads(
-        self,
-        bucket: str,
-        prefix: str = "",
-        key_marker: str = "",
-        upload_id_marker: str = "",
-        limit: int = 1000,
-    ) -> tuple[list[Upload], bool]:
-        """Uploads ordered by key then upload id (ids sort by creation time)."""
-        base = ukey(bucket)
-        scope = base + prefix.encode()
-        start = base + max(prefix, key_marker).encode()
-        uploads: list[Upload] = []
-        for _, value in self._scan(start, scope):
-            upload = Upload.from_bytes(value)
-            if key_marker and (
-                upload.key < key_marker
-                or (upload.key == key_marker and (not upload_id_marker or upload.upload_id <= upload_id_marker))
-            ):
-                continue
-            if len(uploads) == limit:
-                return uploads, True
-            uploads.append(upload)
-        return uploads, False
-
     def referenced_files(self) -> set[str]:
         """Every hot-tier file id an object or a part refers to.
 
@@ -577,14 +492,6 @@ class Index(TierRecords):
             for _, value in self._scan(tag, tag):
                 ids.update(c["file_id"] for c in msgpack.unpackb(value, raw=False)["chunks"] if c.get("file_id"))
         return ids
-
-    def iter_uploads(self) -> Iterator[Upload]:
-        for _, value in self._scan(b"U", b"U"):
-            yield Upload.from_bytes(value)
-
-    def iter_parts(self) -> Iterator[Part]:
-        for _, value in self._scan(b"P", b"P"):
-            yield Part.from_bytes(value)
 
 
 def _entry(key: str, raw: bytes, _unpack=msgpack.unpackb, _new=ListEntry) -> ListEntry:

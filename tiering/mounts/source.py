@@ -50,11 +50,11 @@ class SourcePage:
     truncated: bool
 
 
-def _ms(when: datetime | None) -> int:
+def epoch_ms(when: datetime | None) -> int:
     return int(when.timestamp() * 1000) if when is not None else 0
 
 
-def _etag(raw: str | None) -> str:
+def unquoted_etag(raw: str | None) -> str:
     return (raw or "").strip('"')
 
 
@@ -66,8 +66,8 @@ def _object(key: str, answer: dict[str, Any]) -> SourceObject:
     return SourceObject(
         key=key,
         size=int(answer["ContentLength"]),
-        etag=_etag(answer.get("ETag")),
-        last_modified_ms=_ms(answer.get("LastModified")),
+        etag=unquoted_etag(answer.get("ETag")),
+        last_modified_ms=epoch_ms(answer.get("LastModified")),
         content_type=answer.get("ContentType") or "binary/octet-stream",
         headers={h: v for h, v in headers.items() if h in STORED_HEADERS},
         user_meta=dict(answer.get("Metadata") or {}),
@@ -128,8 +128,8 @@ class SourceBucket(S3Store):
             SourceObject(
                 key=item["Key"][cut:],
                 size=int(item["Size"]),
-                etag=_etag(item.get("ETag")),
-                last_modified_ms=_ms(item.get("LastModified")),
+                etag=unquoted_etag(item.get("ETag")),
+                last_modified_ms=epoch_ms(item.get("LastModified")),
             )
             for item in answer.get("Contents", ())
             if len(item["Key"]) > cut  # the prefix's own "directory" marker

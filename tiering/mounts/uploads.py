@@ -42,7 +42,7 @@ from tiering.errors import (
 from tiering.inputs import Integrity, NewObject
 from tiering.meta import Checksum, Mount, ObjectMeta, Part, Upload, now_ms
 from tiering.mounts.buckets import Mounts, unreachable
-from tiering.mounts.source import _etag, _ms
+from tiering.mounts.source import epoch_ms, unquoted_etag
 from tiering.multipart import ChosenPart, check_order, md5_of_parts
 
 PART_MEMORY = 1024**3  # bytes of mounted-upload parts held in memory at once
@@ -133,7 +133,7 @@ class MountUploads:
             answer = await self._ask(
                 name, lambda c: c.upload_part(key, upload_id, number, data, sent), upload_id=upload_id
             )
-        return Part(number, len(data), _etag(answer.get("ETag")), now_ms(), checksum=checksum)
+        return Part(number, len(data), unquoted_etag(answer.get("ETag")), now_ms(), checksum=checksum)
 
     async def _receive(self, body: AsyncIterator[bytes], integrity: Integrity) -> tuple[bytes, Checksum | None]:
         data = bytearray()
@@ -202,7 +202,7 @@ class MountUploads:
         for item in answer.get("Parts", ()):
             value = item.get(f"Checksum{algorithm}") if algorithm else None
             parts.append(Part(
-                int(item["PartNumber"]), int(item["Size"]), _etag(item.get("ETag")), _ms(item.get("LastModified")),
+                int(item["PartNumber"]), int(item["Size"]), unquoted_etag(item.get("ETag")), epoch_ms(item.get("LastModified")),
                 checksum=Checksum(algorithm, value, upload.checksum_type or "COMPOSITE") if value else None,
             ))
         return upload, parts, bool(answer.get("IsTruncated"))
@@ -213,7 +213,7 @@ class MountUploads:
         answer = await self._ask(name, lambda c: c.list_uploads(prefix, key_marker, upload_id_marker, limit))
         uploads = [
             Upload(
-                upload_id=item["UploadId"], bucket=name, key=item["Key"], initiated_ms=_ms(item.get("Initiated")),
+                upload_id=item["UploadId"], bucket=name, key=item["Key"], initiated_ms=epoch_ms(item.get("Initiated")),
                 checksum_algorithm=item.get("ChecksumAlgorithm"),
                 checksum_type=item.get("ChecksumType") if item.get("ChecksumAlgorithm") else None,
             )
