@@ -40,7 +40,7 @@ def check(data_dir: Path) -> list[str]:
                 elif chunk.extent.raw != chunk.size:
                     problems.append(f"{owner}: extent holds {chunk.extent.raw} bytes, piece {chunk.size}")
                 else:
-                    live[chunk.extent.segment] += chunk.extent.stored
+                    live[chunk.extent.segment] += chunk.extent.weight
 
         for meta in index.iter_objects():
             owner = f"object {meta.bucket}/{meta.key}"

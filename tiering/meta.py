@@ -111,6 +111,14 @@ class Extent(_Record):
     crc: int = 0
 
     @property
+    def weight(self) -> int:
+        """What this extent adds to its segment's live count: its stored
+        bytes, and one for an empty entry, so that a segment whose only
+        entries in use are empty (an empty object's piece) is never taken
+        for unused and deleted under it."""
+        return self.stored or 1
+
+    @property
     def place(self) -> tuple[str, int, int]:
         """Identity of the stored bytes. The length is part of it: an empty
         entry has the same offset as the entry after it."""
@@ -269,8 +277,8 @@ class Part(_Record):
 class SegmentInfo(_Record):
     """What the index knows of one segment in the capacity tier.
 
-    ``live`` counts the stored bytes of entries some current object or open
-    upload still uses; ``pins`` counts footer records that must survive
+    ``live`` counts the stored bytes (one for an empty entry: ``Extent.weight``)
+    of entries some current object or open upload still uses; ``pins`` counts footer records that must survive
     (current manifests, tombstones, bucket events). A segment with neither
     can be deleted; one with little live data is rewritten by compaction.
     """

@@ -116,7 +116,7 @@ class Multipart:
         part = Part(number, staged.size, staged.md5_hex, when, staged.chunks, staged.checksum)
         segment = staged.segment
         if segment is not None:
-            segment = replace(segment, live=sum(c.extent.stored for c in part.chunks if c.extent))
+            segment = replace(segment, live=sum(c.extent.weight for c in part.chunks if c.extent))
         try:
             previous = await pool.run(self._index.put_part, upload, part, segment)
         except BaseException:

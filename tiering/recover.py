@@ -105,7 +105,7 @@ async def recover(
         objects.append(meta)
         pins[name] += 1
         for chunk in meta.chunks:
-            live[chunk.extent.segment] += chunk.extent.stored  # type: ignore[union-attr]
+            live[chunk.extent.segment] += chunk.extent.weight  # type: ignore[union-attr]
         report.bytes += meta.size
     for name, footer in footers.items():
         # Tombstones and bucket events stay pinned: compaction decides.

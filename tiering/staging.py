@@ -151,7 +151,7 @@ class Stager:
         On failure the new files (or streamed segment) are removed, so
         nothing is left behind."""
         if segment is not None:
-            segment = replace(segment, live=sum(c.extent.stored for c in meta.chunks if c.extent))
+            segment = replace(segment, live=sum(c.extent.weight for c in meta.chunks if c.extent))
         try:
             meta, old = await pool.run(self._index.put_object, meta, segment=segment, **conditions)
         except BaseException:

@@ -51,7 +51,7 @@ class Ledger:
         for chunk in gone:
             ext = chunk.extent
             if ext is not None and ext.place not in kept:
-                self.live[ext.segment] -= ext.stored
+                self.live[ext.segment] -= ext.weight
 
     def unpin(self, meta: ObjectMeta | None) -> None:
         if meta is not None and meta.manifest is not None:
@@ -180,7 +180,7 @@ class TierRecords:
                 before = item.meta.chunks if item.meta is not None else item.part.chunks  # type: ignore[union-attr]
                 for old, new in zip(before, chunks, strict=True):
                     if old.file_id is not None and new.extent is not None:
-                        live += new.extent.stored
+                        live += new.extent.weight
                         adopted.append((old.file_id, new.extent.cache_name))
             for qseq in records:
                 batch.delete(seqkey(b"Q", qseq))
@@ -261,7 +261,7 @@ class TierRecords:
                     if ext is not None and ext.segment in gone:
                         new = moved[ext.place]
                         renames.append((ext.cache_name, new.cache_name))
-                        live += new.stored
+                        live += new.weight
                         chunk = replace(chunk, extent=new)
                     chunks.append(chunk)
                 ledger.unpin(meta)
@@ -383,9 +383,9 @@ class TierRecords:
                     ext = chunk.extent
                     if ext is not None and ext.place not in kept:
                         if ext.segment == name:
-                            live += ext.stored
+                            live += ext.weight
                         else:
-                            ledger.live[ext.segment] += ext.stored
+                            ledger.live[ext.segment] += ext.weight
             for tomb in footer.tombstones:
                 top = max(top, tomb.seq)
                 pins += 1
