@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tiering._index_tiers import Ledger
 from tiering.errors import NoSuchBucket
+from tiering.index_tiers import Ledger
 from tiering.keys import bkey, gkey, label, pkey, seqkey, ukey
 from tiering.meta import Part, SegmentInfo, Upload
 

@@ -23,13 +23,13 @@ from dataclasses import replace
 
 from packer import format as seg
 from tiering import pool
-from tiering._index_tiers import FlushItem
 from tiering.capacity import CapacityStore
 from tiering.cluster.writing import SoleWriter, Writing
 from tiering.errors import CapacityError, ServiceUnavailable
 from tiering.fetch import segment_path
 from tiering.hot import HotTier
 from tiering.index import Index
+from tiering.index_tiers import FlushItem
 from tiering.jobs import Job
 from tiering.meta import Chunk, SegmentInfo, now_ms
 from tiering.policy import Policies

@@ -25,9 +25,9 @@ from typing import NamedTuple
 import msgpack
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from tiering._index_tiers import Ledger, TierRecords
 from tiering._index_uploads import UploadRecords
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
+from tiering.index_tiers import Ledger, TierRecords
 from tiering.keys import (
     SEG_KEY,
     SEP,
@@ -99,7 +99,7 @@ class Index(TierRecords, UploadRecords):
 
     The records of multipart uploads and their parts are kept by
     ``UploadRecords`` (``tiering._index_uploads``), those of the capacity
-    tier by ``TierRecords`` (``tiering._index_tiers``); this class owns the
+    tier by ``TierRecords`` (``tiering.index_tiers``); this class owns the
     database, its lock and the sequence counters they share."""
 
     def __init__(self, path: Path) -> None:
