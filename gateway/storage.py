@@ -21,6 +21,7 @@ def capacity_store(config: Config) -> CapacityStore:
         access_key=config.capacity_access_key,
         secret_key=config.capacity_secret_key,
         part_size=config.part_size,
+        connections=tier_settings(config).store_connections,
     )
 
 

@@ -38,6 +38,7 @@ PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes 
 
 SEGMENTS = "segments/"
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
+SMALL_GET = 1024 * 1024  # an extent GET of at most this many bytes takes a small-GET slot
 
 
 def segment_path(name: str) -> str:
@@ -133,9 +134,13 @@ def _retrieve(future: asyncio.Future[bytes]) -> None:
 class ExtentReader:
     """Cache-first reads of extents, filling the hot tier on misses."""
 
-    def __init__(self, capacity: CapacityStore, hot: HotTier, concurrency: int) -> None:
+    def __init__(self, capacity: CapacityStore, hot: HotTier, concurrency: int, small_gets: int = 64) -> None:
         self._capacity = capacity
         self._hot = hot
+        # GETs in flight, by size: small extents (small objects, read by many
+        # readers at once, each waiting one round trip) get many slots, large
+        # ones few, so memory stays bounded either way (TierSettings).
+        self._small_gets = asyncio.Semaphore(small_gets)
         self._gets = asyncio.Semaphore(concurrency)
         # Runs of fetch_many held in memory (each up to ``span`` bytes). Not
         # ``_gets``: a run keeps its buffer after its GET, while its extents
@@ -228,8 +233,9 @@ class ExtentReader:
         """GET the extent alone until its bytes verify, ``_ATTEMPTS`` times
         in all (``tried`` already made, by a run)."""
         ref = _entry_ref(ext)
+        gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         for attempt in range(tried + 1, _ATTEMPTS + 1):
-            async with self._gets:
+            async with gets:
                 if report is not None:
                     report.requests += 1
                 stored = await self._capacity.get_range(segment_path(ext.segment), ext.offset, ext.offset + ext.stored)

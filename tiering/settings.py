@@ -21,7 +21,20 @@ class TierSettings:
     low_watermark: float = 0.80  # ... down to this one
     compact_threshold: float = 0.5  # rewrite segments whose live fraction falls below
     compact_interval: float = 60.0  # seconds between compaction passes
-    fetch_concurrency: int = 8  # capacity-tier GETs in flight per node
+    # Large capacity-tier GETs (extents over 1 MiB, runs of neighbours) in
+    # flight per node, and the pieces one read fetches ahead of the one it sends.
+    fetch_concurrency: int = 8
+    # Small capacity-tier GETs (extents of at most 1 MiB: small objects) in
+    # flight per node. Many readers of small objects each wait one store
+    # round trip, so they need many GETs at once; 64 of 1 MiB hold at most
+    # 64 MiB, as 8 large ones of 8 MiB do.
+    small_gets: int = 64
+
+    @property
+    def store_connections(self) -> int:
+        """Connections a store client keeps: every GET the reader lets
+        through at once, and room for uploads and listings beside them."""
+        return self.small_gets + 2 * self.fetch_concurrency
     write_through: bool = False  # the policy a new bucket gets
     # How long a write-through PUT waits for the flush: below the 60 s read
     # timeout of botocore and most S3 clients, so they see the 503.

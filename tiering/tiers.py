@@ -91,7 +91,7 @@ class Tiers:
             else None
         )
         self.writing: Writing = self.cluster if self.cluster is not None else SoleWriter(index)
-        self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency)
+        self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency, settings.small_gets)
         self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.writing)
         self.compactor = Compactor(index, hot, capacity, settings, layout, self.writing)
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)

@@ -29,6 +29,7 @@ def open_capacity(
     access_key: str | None = None,
     secret_key: str | None = None,
     concurrency: int = 8,
+    connections: int = 16,
     part_size: int = 8 * 1024 * 1024,
 ) -> CapacityStore:
     """The store named by ``url`` (not started yet).
@@ -61,6 +62,7 @@ def open_capacity(
             access_key=access_key,
             secret_key=secret_key,
             concurrency=concurrency,
+            connections=connections,
             part_size=part_size,
         )
     raise ValueError(f"capacity URL {url!r}: expected file:///dir or s3://bucket[/prefix]")

@@ -167,8 +167,8 @@ async def read_body(response: dict[str, Any]) -> bytes:
 class S3Store:
     """Objects under ``s3://bucket/prefix/``; see ``tiering.capacity.CapacityStore``.
 
-    ``concurrency`` bounds the parts in flight per upload (and sizes the
-    connection pool); ``page_size`` is the MaxKeys of each listing request;
+    ``concurrency`` bounds the parts in flight per upload; ``connections``
+    sizes the connection pool (at least twice ``concurrency``); ``page_size`` is the MaxKeys of each listing request;
     ``max_attempts``, ``backoff_base`` and ``backoff_cap`` shape the retries.
     """
 
@@ -182,6 +182,7 @@ class S3Store:
         access_key: str | None = None,
         secret_key: str | None = None,
         concurrency: int = 8,
+        connections: int = 16,
         part_size: int = 8 * 1024 * 1024,
         page_size: int = 1000,
         max_attempts: int = 6,
@@ -208,6 +209,7 @@ class S3Store:
         self.region = region
         self.part_size = part_size
         self.concurrency = concurrency
+        self.connections = max(connections, concurrency * 2)
         self.page_size = page_size
         self.max_attempts = max_attempts
         self.backoff_base = backoff_base
@@ -241,7 +243,7 @@ class S3Store:
     def client_kwargs(self) -> dict[str, Any]:
         """The arguments of the botocore client: its config, endpoint and keys."""
         config = AioConfig(
-            max_pool_connections=max(self.concurrency * 2, 16),
+            max_pool_connections=self.connections,
             connect_timeout=_CONNECT_TIMEOUT,
             read_timeout=_READ_TIMEOUT,
             # One attempt per botocore call: _call owns the retry policy.

@@ -92,7 +92,8 @@ class Mounts:
         return SourceBucket(
             mount.bucket, mount.prefix, endpoint=mount.endpoint, region=mount.region,
             access_key=mount.access_key, secret_key=mount.secret_key,
-            concurrency=self._settings.fetch_concurrency, part_size=self._settings.part_size,
+            concurrency=self._settings.fetch_concurrency, connections=self._settings.store_connections,
+            part_size=self._settings.part_size,
             max_attempts=3,
         )
 
