@@ -56,6 +56,7 @@ from tiering.index import Index, ListEntry, ListPage, successor
 from tiering.inputs import NewObject
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.mounts.listing_cache import ListingCache
+from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.names import check_bucket_name
 from tiering.readahead import stream
@@ -85,6 +86,7 @@ class Mounts:
         self._sources: dict[str, SourceBucket] = {}
         self._flight: SingleFlight[bytes] = SingleFlight()
         self.listings = ListingCache()
+        self.revalidator = Revalidator(index, self.client, self._forget)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -109,6 +111,7 @@ class Mounts:
                 log.warning("mount %s: %s; serving what is cached until it answers", mount.name, exc)
 
     async def close(self) -> None:
+        await self.revalidator.close()
         for source in self._sources.values():
             await source.close()
 
@@ -184,7 +187,7 @@ class Mounts:
         """The object as last validated, asking the source (HEAD) when the
         validation has expired (or never happened)."""
         known = await pool.run(self._index.get_mounted, name, key)
-        if known is not None and _fresh(self._mounts[name], known):
+        if known is not None and self._current(name, known, cached=True):
             return _as_meta(name, known)
 
         async def ask() -> tuple[SourceObject, bytes | None]:
@@ -192,6 +195,20 @@ class Mounts:
 
         found, _ = await self._revalidate(name, key, known, ask)
         return _as_meta(name, found)
+
+    def _current(self, name: str, known: MountedObject, cached: bool) -> bool:
+        """May ``known`` be answered now? Yes while its validation holds;
+        past it, when its bytes are ``cached`` and the mount serves stale
+        data, yes too, with a revalidation queued behind the answer
+        (``tiering/mounts/revalidate.py``): a read never waits for one.
+        A mount that does not serve stale data asks the source first."""
+        mount = self._mounts[name]
+        if _fresh(mount, known):
+            return True
+        if not (cached and mount.serve_stale):
+            return False
+        self.revalidator.add(name, known.key)
+        return True
 
     async def _revalidate(
         self,
@@ -261,7 +278,8 @@ class Mounts:
         if small <= 0:
             return await self.head(name, key), None
         known = await pool.run(self._index.get_mounted, name, key)
-        if known is not None and _fresh(self._mounts[name], known):
+        first_cached = known is not None and self._hot.is_cached(piece_name(name, key, known.etag, 0))
+        if known is not None and self._current(name, known, first_cached):
             return _as_meta(name, known), None
         probe = min(small, self._settings.part_size)
 
