@@ -5,8 +5,9 @@ the index, the hot tier's bookkeeping and the epochs stay in the writer: the
 worker asks the writer where an object's bytes are, and the writer answers
 from its index, records the hit and moves the epoch readers, as for a read
 of its own. An answer is the object's record and the hot-tier files that
-hold all its bytes; "elsewhere" when some are not hot or the bucket is
-mounted (the worker then passes the whole request to the writer); or the
+hold all its bytes; "elsewhere" when some are not hot or a mounted object
+is due for revalidation (the worker then passes the whole request to the
+writer); or the
 S3 error of a missing bucket or key. Being the writer's answer, it is never
 stale: a PUT the writer acknowledged is found by the next lookup.
 

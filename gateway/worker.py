@@ -8,12 +8,13 @@ connections over them; the writer only holds the port, so that its event
 loop is free for the workers' lookups and the requests they pass on.
 
 A worker verifies and answers GetObject and HeadObject itself when the
-object is all in the hot tier: it asks the writer where the bytes are
+object is all in the hot tier (a managed object, or a mounted one whose
+validation holds): it asks the writer where the bytes are
 (``gateway.lookup``), then reads the files with pread in its own pool. The
 writer's answer is current, so a GET on a worker sees every write the
 writer acknowledged, and the writer counts the hit and moves the epoch
 readers as for its own reads. Every other request (writes, listings, misses,
-mounted buckets, multipart) the worker passes to the writer unchanged over a
+mounted objects due for revalidation, multipart) the worker passes to the writer unchanged over a
 Unix socket (``gateway.forward``), where the writer's S3 app authenticates
 and answers it. A file that goes away between the lookup and the open
 (evicted, or renamed by a flush) sends the request to the writer too; a file
@@ -115,7 +116,7 @@ class RemoteObjects:
             raise NoSuchBucket(BucketName=read.bucket)
         if where.missing == "NoSuchKey":
             raise NoSuchKey(Key=read.key)
-        if where.record is None:  # not all hot, or mounted: the writer answers
+        if where.record is None:  # not all hot, or due for revalidation: the writer answers
             raise Elsewhere()
         meta, files = ObjectMeta.from_bytes(where.record), list(where.files)
         decision = decide(meta, read)

@@ -166,8 +166,8 @@ class ObjectService:
         all looked up in one pool call (see ``ManagedBuckets.locate``). A
         read (a GET, not a HEAD) moves the epoch readers, as a GET here does."""
         backends = [self._backend(bucket) for bucket, _, _ in wanted]
-        for (bucket, key, read), backend in zip(wanted, backends, strict=True):
-            if read and backend is self._managed:
+        for bucket, key, read in wanted:
+            if read:
                 self._epochs.observe(bucket, key)
 
         def locate() -> list[Location]:

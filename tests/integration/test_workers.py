@@ -294,3 +294,25 @@ def test_another_gateways_request_is_answered_by_the_writer(gw: Gateway) -> None
         hot = peer_get("/peered/large", {PEER_HEADER: HOT, "Range": "bytes=1048576-2097151"})
         assert hot.status_code == 206 and hot.content == large[1048576:2097152]
         assert peer_get("/peered/small", {PEER_HEADER: HOT}).content == small
+
+
+def test_hot_objects_of_a_mounted_bucket_are_served_by_the_workers(gw: Gateway, moto_endpoint: str) -> None:
+    import boto3
+
+    source = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    source.create_bucket(Bucket="workers-src")
+    data = os.urandom(64 * 1024)
+    source.put_object(Bucket="workers-src", Key="train/0", Body=data)
+    mounted = gw.admin("POST", "/mounts", json={
+        "name": "workers-mnt", "source": "s3://workers-src", "endpoint": moto_endpoint,
+        "access_key": "testing", "secret_key": "testing", "freshness": "immutable"})
+    assert mounted.status_code == 201, mounted.text
+    s3 = make_client(gw.endpoint)
+    assert s3.get_object(Bucket="workers-mnt", Key="train/0")["Body"].read() == data  # cold: the writer
+    before = writer_and_workers_cpu(gw)
+    reader = fresh(gw)
+    for _ in range(300):
+        assert reader.get("workers-mnt", "train/0") == (200, data)
+    assert s3.get_object(Bucket="workers-mnt", Key="train/0", Range="bytes=10-19")["Body"].read() == data[10:20]
+    assert_served_by_workers(gw, before)

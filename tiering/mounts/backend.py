@@ -55,8 +55,10 @@ class MountedBuckets:
         return plan(meta, read, decision, chunks, tally)
 
     def locate(self, bucket: str, key: str, read: bool) -> Location:
-        """Read workers pass mounted reads on to the writer."""
-        return Location()
+        """Blocking: a read worker serves a mounted object itself when it is
+        validated and all in the hot tier; anything else goes to the writer."""
+        found = self._mounts.locate(bucket, key)
+        return Location(record=found[0], files=found[1]) if found is not None else Location()
 
     async def stream(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True

@@ -210,6 +210,23 @@ class Mounts:
         self.revalidator.add(name, known.key)
         return True
 
+    def locate(self, name: str, key: str) -> tuple[bytes, tuple[tuple[str, int], ...]] | None:
+        """Blocking: for a read worker, the record of ``key`` and the hot-tier
+        files of all its pieces, as (path, size), when its validation holds
+        and every piece is cached; None otherwise (the writer serves it, and
+        queues a revalidation when one is due)."""
+        mount = self._mounts.get(name)
+        known = self._index.get_mounted(name, key)
+        if mount is None or known is None or not _fresh(mount, known):
+            return None
+        part = self._settings.part_size
+        files = []
+        for index, piece in enumerate(self.piece_names(name, known)):
+            if not self._hot.touch_cached(piece):
+                return None
+            files.append((str(self._hot.cache_path(piece)), min(part, known.size - index * part)))
+        return _as_meta(name, known).to_bytes(), tuple(files)
+
     async def _revalidate(
         self,
         name: str,
