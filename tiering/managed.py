@@ -22,7 +22,7 @@ from tiering.conditions import Conditions, check
 from tiering.errors import NoSuchBucket, NoSuchKey, NotHot
 from tiering.hot import HotTier
 from tiering.index import Index, ListPage
-from tiering.inputs import Integrity, NewObject
+from tiering.inputs import NewObject, Write
 from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, now_ms
 from tiering.multipart import Multipart
 from tiering.policy import Policies
@@ -232,25 +232,17 @@ class ManagedBuckets:
         """Every managed bucket takes writes (on its writer node: see
         ``Tiers.writing_to``)."""
 
-    async def put(
-        self,
-        info: BucketInfo,
-        key: str,
-        body: AsyncIterator[bytes],
-        new: NewObject,
-        integrity: Integrity,
-        *,
-        if_none_match: bool = False,
-        if_match: str | None = None,
-    ) -> ObjectMeta:
-        bucket = info.name
+    async def put(self, info: BucketInfo, write: Write) -> ObjectMeta:
+        bucket, key = info.name, write.key
         async with self._tiers.writing_to(bucket):
-            if if_none_match and self._index.get_object(bucket, key) is not None:
+            if write.if_none_match and self._index.get_object(bucket, key) is not None:
                 # Checked again atomically at commit; failing early saves the upload.
                 check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
-            staged = await self._stager.stage(body, integrity, Piece(bucket, key, 0))
-            meta = staged.as_object(bucket, key, new)
-            meta = await self._stager.commit(meta, staged.segment, if_none_match=if_none_match, if_match=if_match)
+            staged = await self._stager.stage(write.body, write.integrity, Piece(bucket, key, 0))
+            meta = staged.as_object(bucket, key, write.new)
+            meta = await self._stager.commit(
+                meta, staged.segment, if_none_match=write.if_none_match, if_match=write.if_match
+            )
             await self._stager.settle(info, meta)
             return meta
 

@@ -19,7 +19,7 @@ from tiering import pool
 from tiering.epochs import Epochs
 from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, NoSuchBucket
 from tiering.index import Index, ListPage
-from tiering.inputs import Integrity, NewObject
+from tiering.inputs import Integrity, NewObject, Write
 from tiering.meta import BucketInfo, ObjectMeta, Part, Upload, now_ms
 from tiering.mounts.buckets import Mounts
 from tiering.multipart import ChosenPart, check_create, check_part
@@ -59,8 +59,7 @@ class Buckets(Protocol):
     def locate(self, bucket: str, key: str, read: bool) -> Location: ...
     async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage: ...
     def writable(self, bucket: str) -> None: ...
-    async def put(self, info: BucketInfo, key: str, body: AsyncIterator[bytes], new: NewObject,
-                  integrity: Integrity, *, if_none_match: bool = False, if_match: str | None = None) -> ObjectMeta: ...
+    async def put(self, info: BucketInfo, write: Write) -> ObjectMeta: ...
     async def rewrite_meta(self, info: BucketInfo, source: ObjectMeta, new: NewObject) -> ObjectMeta: ...
     async def delete(self, info: BucketInfo, key: str) -> None: ...
     async def delete_many(self, info: BucketInfo, keys: list[str]) -> None: ...
@@ -204,7 +203,7 @@ class ObjectService:
         backend, info = await self._writable(bucket, key)
         if integrity.expected_size is not None and integrity.expected_size > MAX_PUT_SIZE:
             raise EntityTooLarge(ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PUT_SIZE)
-        return await backend.put(info, key, body, new, integrity, if_none_match=if_none_match, if_match=if_match)
+        return await backend.put(info, Write(key, body, new, integrity, if_none_match, if_match))
 
     async def copy(
         self,
@@ -221,7 +220,7 @@ class ObjectService:
         algorithm = checksum_algorithm or (source.checksum.algorithm if source.checksum else None)
         body = self.stream(source, ByteRange(0, source.size))
         integrity = Integrity(checksum_algorithm=algorithm, expected_size=source.size)
-        return await backend.put(info, key, body, new, integrity)
+        return await backend.put(info, Write(key, body, new, integrity))
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""

@@ -12,7 +12,7 @@ from tiering.cluster.peers import HOT
 from tiering.digests import ingest
 from tiering.errors import NotHot, NotSupported
 from tiering.index import ListPage
-from tiering.inputs import Integrity, NewObject
+from tiering.inputs import Integrity, NewObject, Write
 from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
 from tiering.mounts.uploads import MountUploads
@@ -75,36 +75,26 @@ class MountedBuckets:
         """AccessDenied for a write to a read-only mount."""
         self._mounts.writable(bucket)
 
-    async def put(
-        self,
-        info: BucketInfo,
-        key: str,
-        body: AsyncIterator[bytes],
-        new: NewObject,
-        integrity: Integrity,
-        *,
-        if_none_match: bool = False,
-        if_match: str | None = None,
-    ) -> ObjectMeta:
+    async def put(self, info: BucketInfo, write: Write) -> ObjectMeta:
         """A write through a read-write mount: streamed to the source as it
         arrives (hashed on the way), completed only once the digests check."""
-        if if_none_match or if_match is not None:
+        if write.if_none_match or write.if_match is not None:
             raise NotSupported("Conditional writes to a mounted bucket are not supported")
-        upload = await self._mounts.open_upload(info.name, key, new)
+        upload = await self._mounts.open_upload(info.name, write.key, write.new)
         try:
-            _, checksum = await ingest(body, integrity, upload.write)
+            _, checksum = await ingest(write.body, write.integrity, upload.write)
             await upload.complete()
         except BaseException:
             await upload.abort()
             raise
-        meta = await self._mounts.committed(info.name, key)
+        meta = await self._mounts.committed(info.name, write.key)
         return replace(meta, checksum=checksum)  # for the answer; the source keeps its own
 
     async def rewrite_meta(self, info: BucketInfo, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: the source has no metadata
         update, so the object is written again with the new metadata."""
         body = self.stream(source, ByteRange(0, source.size))
-        return await self.put(info, source.key, body, new, Integrity(expected_size=source.size))
+        return await self.put(info, Write(source.key, body, new, Integrity(expected_size=source.size)))
 
     async def delete(self, info: BucketInfo, key: str) -> None:
         await self._mounts.delete(info.name, key)

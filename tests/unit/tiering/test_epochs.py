@@ -1,17 +1,29 @@
 """The epoch scheduler without a network: reader positions, the upcoming
 order, epochs queued behind each other, and the eviction it advises, which
-on a known sequence makes the same choices as Belady's optimal policy."""
+on a known sequence makes the same choices as Belady's optimal policy; and
+the prefetcher of a real node keeping ahead of sixteen readers of a store a
+round trip away."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+from collections.abc import AsyncIterator
+from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
+from tiering.capacity import LocalDirStore
 from tiering.epoch_order import Entry, Epoch
 from tiering.epochs import Epochs
 from tiering.eviction import Sieve
+from tiering.inputs import Integrity, NewObject
 from tiering.meta import Extent
+from tiering.node import Node
+from tiering.reads import Read
+from tiering.settings import TierSettings
 
 
 class _Hot:
@@ -179,3 +191,65 @@ def test_past_a_hot_window_the_prefetch_goes_on_as_far_as_the_room_allows() -> N
         hot.cached |= {f"file-{key}" for key in ahead}
         assert epochs._ahead(epoch, 40) == []
     run(body)
+
+
+class _FarStore(LocalDirStore):
+    """A capacity store a round trip away: every GET waits 20 ms first."""
+
+    async def get_range(self, name: str, start: int, end: int) -> bytes:
+        await asyncio.sleep(0.020)
+        return await super().get_range(name, start, end)
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+@pytest.mark.parametrize("pattern", ["shared queue", "interleaved"])
+def test_the_prefetch_keeps_ahead_of_sixteen_readers_of_a_far_store(tmp_path: Path, pattern: str) -> None:
+    """400 objects of 64 KiB, flushed and evicted; an epoch registered with
+    16 readers; 16 tasks read it through ``ObjectService.read`` (what a GET
+    calls), either all pulling the next key from one shared queue (DataLoader
+    workers) or each its interleaved share. The prefetch must move on with
+    the readers: most reads find their object hot, the prefetcher brings far
+    more than its first window, and the readers fetch few objects themselves."""
+    count, readers, size = 400, 16, 64 * 1024
+
+    async def main() -> tuple[Epoch, int, int]:
+        node = Node(tmp_path / "data", TierSettings(flush_delay=3600.0), _FarStore(tmp_path / "capacity"))
+        await node.start()
+        try:
+            await node.objects.create_bucket("train")
+            keys = [f"img/{i:04d}.jpg" for i in range(count)]
+            for key in keys:
+                await node.objects.put("train", key, _one(os.urandom(size)), NewObject(),
+                                       Integrity(expected_size=size))
+            await node.tiers.flush()
+            await node.tiers.residency.evict("train", "")
+            order = random.Random(7).sample(keys, count)
+            epoch = await node.epochs.register("train", order, readers=readers)
+            queue = list(reversed(order))
+            shares = [list(reversed(order[r::readers])) for r in range(readers)]
+            hot = fetched = 0
+
+            async def reader(r: int) -> None:
+                nonlocal hot, fetched
+                mine = queue if pattern == "shared queue" else shares[r]
+                while mine:
+                    plan = await node.objects.read(Read("train", mine.pop()))
+                    assert isinstance(plan.body, bytes) and len(plan.body) == size
+                    hot += plan.tally.capacity == 0
+                    fetched += plan.tally.capacity > 0
+
+            await asyncio.gather(*(reader(r) for r in range(readers)))
+            return epoch, hot, fetched
+        finally:
+            await node.close()
+
+    epoch, hot, fetched = asyncio.run(main())
+    status = epoch.view()
+    seen = {k: status[k] for k in ("hits", "misses", "prefetched_objects")} | {"hot": hot, "fetched": fetched}
+    assert status["state"] == "finished" and status["consumed"] == count
+    assert status["hits"] >= 0.75 * count, seen
+    assert hot >= 0.75 * count and fetched <= 0.25 * count, seen
+    assert status["prefetched_objects"] >= 0.75 * count, seen  # far past the first window (64)
