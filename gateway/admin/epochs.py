@@ -58,10 +58,13 @@ class EpochView(BaseModel):
     positions: list[int] = Field(description="Per reader: the last position read (-N..-1 before its first).")
     consumed: int
     hits: int = Field(description="Reads that found the object hot.")
+    late: int = Field(description="Reads of an object the prefetch was still fetching: they joined its fetch.")
     misses: int
-    hit_ratio: float | None
+    hit_ratio: float | None = Field(description="Hits over hits, late reads and misses.")
     prefetched_objects: int
     prefetched_bytes: int
+    ahead_objects: int = Field(description="Objects hot in a row ahead of the readers: how far prefetch leads.")
+    in_flight_objects: int = Field(description="Objects the prefetch is fetching now.")
     lookahead_objects: int = Field(description="The window now, adapted to the read rate.")
     lookahead_bytes: int
     missing_objects: int = Field(description="Keys named that did not exist when the epoch was registered.")

@@ -165,6 +165,32 @@ def test_a_cold_small_read_costs_the_source_one_request_and_counts_as_a_miss(
     assert stats_warm["hot"]["bytes"] - stats_cold["hot"]["bytes"] == 300_000
 
 
+def test_concurrent_cold_reads_of_one_object_share_one_request(
+    gw: Gateway, client, moto_endpoint: str  # type: ignore[no-untyped-def]
+) -> None:
+    import threading
+
+    body = b"2" * 200_000
+    direct(moto_endpoint).put_object(Bucket="datasets", Key="imagenet/fresh/shared", Body=body)
+    before = source_stats(gw, "imagenet")
+    got: list[bytes] = []
+    barrier = threading.Barrier(8)
+
+    def read() -> None:
+        s3 = make_client(gw.endpoint)
+        barrier.wait()
+        got.append(s3.get_object(Bucket="imagenet", Key="fresh/shared")["Body"].read())
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = source_stats(gw, "imagenet")
+    assert got == [body] * 8
+    assert (after["gets"] - before["gets"], after["heads"] - before["heads"]) == (1, 0)
+
+
 def test_s3fs_reads_through_the_mount(gw: Gateway, dataset: dict[str, bytes]) -> None:
     fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=gw.endpoint,
                            client_kwargs={"region_name": "us-east-1"}, use_listings_cache=False)

@@ -85,6 +85,7 @@ class Mounts:
         self._mounts: dict[str, Mount] = {}
         self._sources: dict[str, SourceBucket] = {}
         self._flight: SingleFlight[bytes] = SingleFlight()
+        self._probes: SingleFlight[tuple[MountedObject, bytes | None]] = SingleFlight()
         self.listings = ListingCache()
         self.revalidator = Revalidator(index, self.client, self._forget)
 
@@ -314,13 +315,18 @@ class Mounts:
                 )
             return found, data
 
-        found, data = await self._revalidate(name, key, known, ask)
+        # Readers (and the epoch prefetcher) asking for one cold object at
+        # once share one request to the source; only the first caches it.
+        (found, data), leader = await self._probes.run(
+            (name, key), lambda: self._revalidate(name, key, known, ask)
+        )
         if data is None or (found.size > probe and len(data) < self._settings.part_size):
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
-        try:
-            await pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
-        except OSError as exc:
-            log.warning("could not cache %s/%s: %s", name, key, exc)
+        if leader:
+            try:
+                await pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
+            except OSError as exc:
+                log.warning("could not cache %s/%s: %s", name, key, exc)
         return _as_meta(name, found), data if found.size <= probe else None
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
