@@ -60,7 +60,9 @@ def temp_dir(tag: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def gateway(data_dir: Path, startup_timeout: float = 300.0, extra_args: tuple[str, ...] = ()) -> Iterator[Gateway]:
+def gateway(
+    data_dir: Path, startup_timeout: float = 300.0, extra_args: tuple[str, ...] = (), root: Path = ROOT
+) -> Iterator[Gateway]:
     """A `tierstore serve` subprocess on free loopback ports.
 
     Like tests.servers.Gateway.start(), but waits longer for /health: with a
@@ -75,7 +77,7 @@ def gateway(data_dir: Path, startup_timeout: float = 300.0, extra_args: tuple[st
             [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1",
              "--port", str(gw.port), "--admin-port", str(gw.admin_port),
              "--data-dir", str(data_dir), *extra_args],
-            env=gw.env(), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+            env=gw.env(), stdout=log, stderr=subprocess.STDOUT, cwd=root,  # `-m gateway` of that checkout
         )
     try:
         wait_http(f"{gw.admin_url}/health", timeout=startup_timeout, proc=gw.proc)
