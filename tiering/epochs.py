@@ -4,11 +4,16 @@ each object hot before it is asked for and to evict by the known future.
 A trainer registers an epoch: a bucket and its keys in the order they will
 be read, split over ``readers`` that each read an interleaved share (reader
 ``r`` reads positions ``r, r + N, r + 2N, ...``: what a DataLoader's workers
-or a job's ranks do with a shared sampler). The gateway follows each
-reader's position from its GETs and keeps the next objects of every reader
-in flight, within a lookahead window of objects and bytes that grows with
-the observed read rate. Epochs registered for a bucket while one runs are
-queued behind it, so the end of an epoch already warms the start of the next.
+or a job's ranks do with a shared sampler; workers that take the next key of
+one shared queue read the order roughly so, which serves as well). The
+gateway follows each reader's position from its GETs and keeps the next
+objects of every reader in flight, within a lookahead window of objects and
+bytes that grows with the observed read rate, more of them at once than the
+readers fetch, so that it gets ahead of them; on a managed bucket, bulk runs
+of packed objects go on past the window. Each object counts as prefetched,
+and leaves the in-flight set, when it lands. Epochs registered for a bucket
+while one runs are queued behind it, so the end of an epoch already warms
+the start of the next.
 
 Eviction follows the future: the hot tier asks ``wanted`` (is a cache file
 in some registered future?) and ``furthest`` (the wanted ones, the one
@@ -22,13 +27,16 @@ reading cannot wedge it: positions only move by what is observed, a read far
 behind a reader's position is a restart, and an epoch nobody has read from
 for ``idle_timeout`` seconds is abandoned (its hints dropped). A finished,
 ended or abandoned epoch stops asking for anything.
+
+This module keeps the epochs, their readers' positions and the eviction
+advice, and runs the prefetch rounds; what each round fetches, and the
+fetches themselves, are ``tiering.prefetch``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import secrets
 import threading
@@ -37,13 +45,14 @@ from collections.abc import Callable, Iterable
 
 from tiering import pool
 from tiering.epoch_order import Entry, Epoch, future_of
-from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey, ServiceUnavailable
+from tiering.errors import InvalidArgument, NoSuchBucket
 from tiering.fetch import ExtentReader
 from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
 from tiering.order import MAX_KEYS
+from tiering.prefetch import Prefetcher, is_hot
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.epochs")
@@ -51,17 +60,18 @@ log = logging.getLogger("tierstore.epochs")
 KEEP_FINISHED = 50  # finished epochs kept for GET /epochs/{id}
 _RESOLVE_BATCH = 2048
 INLINE_REPLAN = 100_000  # positions recomputed on the event loop (a few ms); more go to the pool
-NEIGHBOUR_REACH = 4 * 1024 * 1024  # bytes either side of a needed extent fetched along with it
-EXTRA_LIMIT = 256 * 1024 * 1024  # bytes of neighbours one prefetch round adds
-MUST_GAP = 256 * 1024  # runs of the readers' next objects: small, to land within a round trip
-MUST_SPAN = 4 * 1024 * 1024
-BULK_GAP = 1024 * 1024  # runs of packed neighbours: large, bandwidth over latency
-BULK_SPAN = 32 * 1024 * 1024
+# A round walks the window (up to lookahead_objects positions, about 0.4 us
+# each): one per read took 40 % of the event loop with 16 readers at about
+# 800 reads a second and a window of 2,000; one per 5 ms at most, little.
+ROUND_GAP = 0.005
 
 
 class Epochs:
-    """Registered epochs of one node, their prefetcher, and the eviction
-    advice they give the hot tier (``wanted`` / ``furthest``)."""
+    """Registered epochs of one node: queued and active in turn per bucket,
+    their readers' positions (from ``observe``), the eviction advice they
+    give the hot tier (``wanted`` / ``furthest``), and the loop that runs
+    the prefetcher's rounds (``tiering.prefetch.Prefetcher``, which it
+    holds)."""
 
     def __init__(
         self,
@@ -75,18 +85,16 @@ class Epochs:
         self._index = index
         self._hot = hot
         self._mounts = mounts
-        self._reader = reader
         self._find_bucket = find_bucket
         self._epochs: dict[str, Epoch] = {}
         self._lock = threading.Lock()  # guards _future: the hot tier reads it from pool threads
         self._future: dict[str, float] = {}  # cache name -> when it is next needed (smaller: sooner)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._inflight: set[str] = set()  # keys being prefetched
-        self._gate = asyncio.Semaphore(max(2, settings.fetch_concurrency))
-        self._tasks: set[asyncio.Task[None]] = set()
         self._stale = False  # the future needs recomputing (see _replan)
-        self._ahead_done: set[str] = set()  # epochs with nothing left to fetch past their window
+        self._prefetch = Prefetcher(
+            hot, mounts, reader, settings.fetch_concurrency, wake=self._wake.set, named=self._named
+        )
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -96,10 +104,10 @@ class Epochs:
 
     async def stop(self) -> None:
         self._hot.advisor = None
-        tasks = [t for t in [self._task, *self._tasks] if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        if self._task is not None:
+            self._task.cancel()  # first: a round could start fetches the prefetcher's stop would miss
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._prefetch.stop()
 
     # -- registration ----------------------------------------------------------
 
@@ -179,10 +187,10 @@ class Epochs:
     def _close(self, epoch: Epoch, state: str) -> None:
         epoch.state = state
         epoch.finished = time.time()
-        self._ahead_done.discard(epoch.id)
-        following = [e for e in self._epochs.values() if e.bucket == epoch.bucket and e.state == "queued"]
-        if following:
-            self._activate(min(following, key=lambda e: e.created))
+        epoch.lead = 0
+        following = self._following(epoch.bucket)
+        if following is not None:
+            self._activate(following)
         self._replan()
 
     def _trim(self) -> None:
@@ -213,9 +221,10 @@ class Epochs:
             if position is None:
                 continue
             entry = epoch.entries[position]
-            hot = self._hot
-            if entry.resolved and not entry.missing and all(hot.is_cached(n) for n in entry.names):
+            if is_hot(self._hot, entry):
                 epoch.hits += 1
+            elif (bucket, key) in self._prefetch.inflight:
+                epoch.late += 1  # the reader joins the prefetch's GET (a mount's source sees two)
             else:
                 epoch.misses += 1
             reader = position % epoch.readers
@@ -224,11 +233,8 @@ class Epochs:
             else:
                 epoch.positions[reader] = max(epoch.positions[reader], position)
             epoch.consumed.add(position)
-            self._ahead_done.discard(epoch.id)  # the horizon moved
-            now = time.monotonic()
-            elapsed = max(now - epoch._rate_at, 1e-3)
-            epoch._rate = 0.9 * epoch._rate + 0.1 * (1.0 / elapsed)
-            epoch._rate_at = epoch.last_read = now
+            epoch.last_read = now = time.monotonic()
+            epoch.count_read(now)
             if len(epoch.consumed) == len(epoch.entries):
                 self._close(epoch, "finished")
             else:
@@ -250,8 +256,8 @@ class Epochs:
     def _replan(self) -> None:
         """Recompute when each cache file is next needed (after an epoch
         starts or ends). Up to ``INLINE_REPLAN`` positions this is done at
-        once; beyond, the prefetcher does it in the pool at its next round
-        (the advice is a round late, never wrong about what is read)."""
+        once; beyond, the next prefetch round does it in the pool (the
+        advice is a round late, never wrong about what is read)."""
         chains = self._chains()
         if sum(len(e.entries) for chain in chains for e in chain) <= INLINE_REPLAN:
             self._set_future(future_of([[(e.entries, e.consumed) for e in chain] for chain in chains]))
@@ -271,6 +277,11 @@ class Epochs:
 
     def _chains(self) -> list[list[Epoch]]:
         return [self._chain(bucket) for bucket in {e.bucket for e in self._epochs.values() if e.live}]
+
+    def _following(self, bucket: str) -> Epoch | None:
+        """The epoch of ``bucket`` queued next: the first registered."""
+        following = [e for e in self._epochs.values() if e.bucket == bucket and e.state == "queued"]
+        return min(following, key=lambda e: e.created) if following else None
 
     def _next_use(self, bucket: str, key: str) -> float | None:
         """When ``key`` is next read over the bucket's chain (None: never)."""
@@ -297,14 +308,18 @@ class Epochs:
                 else:
                     self._future[name] = when
 
-    # -- the prefetcher ----------------------------------------------------------
+    # -- prefetch rounds (what they fetch: tiering.prefetch) ---------------------
 
     async def _run(self) -> None:
+        last = 0.0
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.5):  # not wait_for: see Flusher.run
                     await self._wake.wait()
+            if (wait := last + ROUND_GAP - time.monotonic()) > 0:
+                await asyncio.sleep(wait)  # the reads and landings of the gap make one round
             self._wake.clear()
+            last = time.monotonic()
             try:
                 await self._round()
             except asyncio.CancelledError:
@@ -320,178 +335,20 @@ class Epochs:
             if epoch.live and now - epoch.last_read > epoch.idle_timeout:
                 log.info("epoch %s abandoned: no read for %.0f s", epoch.id, epoch.idle_timeout)
                 self._close(epoch, "abandoned")
-        hot = self._hot
-        room = max(0, hot.high - hot.fixed)
+        room = max(0, self._hot.high - self._hot.fixed)
         for epoch in [e for e in self._epochs.values() if e.state == "active"]:
-            self._adapt(epoch)
-            plan, left = self._plan(epoch, min(epoch.lookahead_bytes, room // 2))
-            following = [e for e in self._epochs.values() if e.state == "queued" and e.bucket == epoch.bucket]
-            if left < epoch.window and following:  # the end of this epoch warms the start of the next
-                nxt = min(following, key=lambda e: e.created)
-                plan += self._plan(nxt, epoch.lookahead_bytes, epoch.window - left)[0]
-            if plan:
-                await self._fetch(epoch, plan, room)
-            elif not self._tasks and epoch.id not in self._ahead_done and self._managed(epoch):
-                # The window is hot and nothing is in flight: go on past it,
-                # as far as the room allows, while the readers have not
-                # caught up (else the bulk phase stopped at the window's
-                # neighbours, wherever the first round's timing left it).
-                ahead = await pool.run(self._ahead, epoch, room)
-                if ahead:
-                    self._spawn_batch(epoch, ahead, gap=BULK_GAP, span=BULK_SPAN)
-                else:
-                    self._ahead_done.add(epoch.id)  # until a read moves a reader
+            await self._prefetch.round(epoch, self._following(epoch.bucket), room)
 
-    def _managed(self, epoch: Epoch) -> bool:
-        """A mounted bucket's epoch is prefetched object by object, within
-        its window only: its source is not ours to read ahead of the job."""
-        return self._mounts.get(epoch.bucket) is None
-
-    def _ahead(self, epoch: Epoch, room: int) -> list[Entry]:
-        """Upcoming objects past the window that are neither hot nor in
-        flight, in read order, before the horizon the room allows and up to
-        EXTRA_LIMIT bytes. O(horizon): called in the pool."""
-        hot = self._hot
-        horizon = epoch.horizon(room)
-        ahead: list[Entry] = []
-        nbytes = 0
-        for position in itertools.islice(epoch.upcoming(), epoch.window, None):
-            if position >= horizon + epoch.readers:  # every reader's cursor is past it
-                break
-            entry = epoch.entries[position]
-            if position >= horizon or entry.missing or entry.key in self._inflight:
-                continue
-            if entry.resolved and entry.names and all(hot.is_cached(n) for n in entry.names):
-                continue
-            ahead.append(entry)
-            nbytes += entry.size
-            if nbytes > EXTRA_LIMIT:
-                break
-        return ahead
-
-    def _adapt(self, epoch: Epoch) -> None:
-        """Window in objects: enough to cover about two seconds of reads at
-        the observed rate, at least 4 per reader, at most the epoch's cap."""
-        want = int(epoch._rate * 2.0) + 4 * epoch.readers
-        epoch.window = max(4 * epoch.readers, min(epoch.lookahead_objects, want))
-
-    def _plan(self, epoch: Epoch, budget: int, limit: int | None = None) -> tuple[list[tuple[Epoch, int]], int]:
-        """Upcoming positions within the window whose files are not hot, and
-        how many upcoming positions the window held (fewer near the end)."""
-        hot = self._hot
-        plan: list[tuple[Epoch, int]] = []
-        nbytes = 0
-        seen = 0
-        for position in itertools.islice(epoch.upcoming(), limit if limit is not None else epoch.window):
-            seen += 1
-            entry = epoch.entries[position]
-            if entry.missing:
-                continue
-            nbytes += entry.size
-            if nbytes > budget and plan:
-                break
-            if entry.key in self._inflight:
-                continue
-            if entry.resolved and entry.names and all(hot.is_cached(n) for n in entry.names):
-                continue
-            plan.append((epoch, position))
-        return plan, seen
-
-    async def _fetch(self, epoch: Epoch, plan: list[tuple[Epoch, int]], room: int) -> None:
-        """Start fetches for ``plan`` (in the background, bounded)."""
-        if self._mounts.get(epoch.bucket) is not None:
-            for owner, position in plan:
-                entry = owner.entries[position]
-                self._spawn(entry.key, self._fetch_mounted(owner, entry, room))
-            return
-        # Managed: the readers' next objects first, in small runs of their
-        # own (a reader is about to ask for them); then a bulk batch of the
-        # epoch's other upcoming objects packed next to them (within the room
-        # the hot tier has for this epoch), so a ranged GET brings a run of
-        # them. The bulk batch queues behind the small one for GET slots.
-        hot = self._hot
-        must = [owner.entries[position] for owner, position in plan]
-        self._spawn_batch(epoch, must, gap=MUST_GAP, span=MUST_SPAN)
-        chosen = {(owner.id, position): owner for owner, position in plan}
-        extra: list[Entry] = []
-        extra_bytes = 0
-        for owner in {owner.id: owner for owner, _ in plan}.values():
-            horizon = owner.horizon(room)
-            mine = [ext for o, position in plan if o is owner for ext in o.entries[position].extents]
-            for near in owner.neighbours(mine, NEIGHBOUR_REACH):
-                if extra_bytes > EXTRA_LIMIT:
-                    break
-                entry = owner.entries[near]
-                if ((owner.id, near) in chosen or near in owner.consumed or near >= horizon
-                        or entry.key in self._inflight or all(hot.is_cached(n) for n in entry.names)):
-                    continue
-                chosen[(owner.id, near)] = owner
-                extra.append(entry)
-                extra_bytes += entry.size
-        if extra:
-            self._spawn_batch(epoch, extra, gap=BULK_GAP, span=BULK_SPAN)
-
-    def _spawn(self, key: str, work: object) -> None:
-        self._inflight.add(key)
-
-        async def run() -> None:
-            try:
-                async with self._gate:
-                    await work  # type: ignore[misc]
-            except (NoSuchKey, ServiceUnavailable) as exc:
-                log.debug("prefetch of %s skipped: %s", key, exc)
-            except Exception:  # noqa: BLE001
-                log.exception("prefetch of %s failed", key)
-            finally:
-                self._inflight.discard(key)
-                self._wake.set()
-
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _spawn_batch(self, epoch: Epoch, entries: list[Entry], gap: int, span: int) -> None:
-        """Fetch ``entries`` in the background with ``fetch_many``; batches
-        started earlier take the GET slots first."""
-        hot = self._hot
-        extents = [ext for entry in entries for ext in entry.extents if not hot.is_cached(ext.cache_name)]
-        if not extents:
-            return
-        keys = [entry.key for entry in entries]
-        self._inflight.update(keys)
-        reader = self._reader
-
-        async def run() -> None:
-            try:
-                async with self._gate:
-                    report = await reader.fetch_many(extents, gap=gap, span=span)
-                epoch.prefetched_objects += len(keys) - report.errors
-                epoch.prefetched_bytes += report.bytes
-                if report.error is not None:  # the readers will fetch (and report) them themselves
-                    log.warning("prefetch for epoch %s: %d extents not fetched: %s",
-                                epoch.id, report.errors, report.error)
-            except Exception:  # noqa: BLE001
-                log.exception("prefetch of %d objects failed", len(keys))
-            finally:
-                self._inflight.difference_update(keys)
-                self._wake.set()
-
-        task = asyncio.create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _fetch_mounted(self, epoch: Epoch, entry: Entry, room: int) -> None:
-        outcome = await self._mounts.warm(epoch.bucket, entry.key, room)
-        epoch.prefetched_objects += 1
-        epoch.prefetched_bytes += outcome.size
-        if not entry.resolved or not entry.names:
-            await pool.run(_resolve_mounted, self._index, self._mounts, epoch.bucket, [entry])
-            position = epoch.position_of(entry.key)
-            if position is not None:
-                when = float(self._offset(epoch) + position)
-                with self._lock:
-                    for name in entry.names:
-                        self._future[name] = min(when, self._future.get(name, when))
+    async def _named(self, epoch: Epoch, entry: Entry) -> None:
+        """The prefetcher fetched a mounted object before it was known: look
+        its cache files up, and add them to the future at its position."""
+        await pool.run(_resolve_mounted, self._index, self._mounts, epoch.bucket, [entry])
+        now = epoch.position_of(entry.key)
+        if now is not None:
+            when = float(self._offset(epoch) + now)
+            with self._lock:
+                for name in entry.names:
+                    self._future[name] = min(when, self._future.get(name, when))
 
     def _offset(self, epoch: Epoch) -> int:
         """Positions of the live epochs of its bucket read before it."""

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tiering import fsck
 from tiering.capacity import LocalDirStore
 from tiering.epoch_order import Entry, Epoch
 from tiering.epochs import Epochs
@@ -172,24 +173,75 @@ def test_packed_neighbours_are_found_once_within_reach_and_the_horizon_follows_t
     assert epoch.horizon(room=1000) == 30
 
 
-def test_past_a_hot_window_the_prefetch_goes_on_as_far_as_the_room_allows() -> None:
-    """With the window's objects hot and nothing in flight, the next
-    objects past it, in read order, up to the horizon, are what to fetch;
-    hot ones and those in flight are left out; nothing once all are hot."""
+def test_readers_of_one_shared_queue_move_the_positions_in_read_order() -> None:
+    """Sixteen workers that each take the next key of one queue read the
+    order almost, not exactly, in turn: every read moves a position, none
+    is taken for a restart, and what is upcoming is what nobody read yet."""
+    def body() -> None:
+        epochs = _epochs()
+        epoch = epochs.adopt(_epoch([f"k{i}" for i in range(200)], readers=16))
+        rng = random.Random(3)
+        for start in range(0, 96, 16):  # reads begin in bursts, a little out of order
+            burst = list(range(start, start + 16))
+            rng.shuffle(burst)
+            for position in burst:
+                epochs.observe("b", f"k{position}")
+        assert epoch.positions == list(range(80, 96))
+        assert list(epoch.upcoming())[:20] == list(range(96, 116))
+        epochs.observe("b", "k97")
+        epochs.observe("b", "k96")
+        assert set(list(epoch.upcoming())[:16]) == set(range(98, 114))
+        assert (epoch.hits, epoch.late, epoch.misses) == (0, 0, 98)
+    run(body)
+
+
+def _packed(count: int) -> list[Entry]:
+    """Objects of 100 bytes: the odd ones packed in one segment, the even
+    ones each in a segment of its own."""
+    entries = []
+    for i in range(count):
+        ext = Extent("packed", i * 100, 100, 100) if i % 2 else Extent(f"alone{i}", 0, 100, 100)
+        entries.append(Entry(f"k{i}", size=100, names=(ext.cache_name,), extents=(ext,), resolved=True))
+    return entries
+
+
+def test_the_window_plans_what_is_neither_hot_nor_in_flight_and_says_how_far_ahead_it_is() -> None:
     def body() -> None:
         hot = _Hot()
         epochs = _epochs(hot)
-        epoch = epochs.adopt(_epoch([f"k{i}" for i in range(100)], readers=2))
-        epochs._adapt(epoch)
-        order = list(epoch.upcoming())
-        window, horizon = order[: epoch.window], epoch.horizon(40)
-        hot.cached |= {f"file-k{p}" for p in window}
-        epochs._inflight.add(f"k{order[epoch.window]}")
-        ahead = [e.key for e in epochs._ahead(epoch, 40)]
-        assert ahead == [f"k{p}" for p in order[epoch.window + 1:] if p < horizon]
-        assert len(ahead) == horizon - epoch.window - 1
-        hot.cached |= {f"file-{key}" for key in ahead}
-        assert epochs._ahead(epoch, 40) == []
+        epoch = epochs.adopt(Epoch(id="e", bucket="b", entries=_packed(100), readers=2, lookahead_bytes=1 << 30,
+                                   lookahead_objects=64, idle_timeout=60))
+        epochs._prefetch.adapt(epoch)
+        assert epoch.window == 8, "4 per reader before any read"
+        hot.cached |= {epoch.entries[p].names[0] for p in (0, 1, 2, 4)}
+        epochs._prefetch.inflight.add(("b", "k5"))
+        plan = [p for _, p in epochs._prefetch.plan(epoch, budget=1 << 30, slots=2)]
+        assert plan == [3, 6], "3 and 6; 5 is in flight; at most two at once"
+        assert epoch.lead == 3, "0, 1 and 2 hot in a row ahead of the readers"
+        assert [p for _, p in epochs._prefetch.plan(epoch, budget=1 << 30, slots=8, concede=4)] == [6, 7]
+    run(body)
+
+
+def test_past_the_window_bulk_takes_objects_in_read_order_with_their_packed_neighbours() -> None:
+    """Up to the horizon the room allows: the next objects past the window,
+    in read order, that are neither hot nor in flight, each with what is
+    packed next to it (one ranged GET brings it along), unless a reader
+    asks for that sooner (the window); nothing more once all are hot."""
+    def body() -> None:
+        hot = _Hot()
+        epochs = _epochs(hot)
+        epoch = epochs.adopt(Epoch(id="e", bucket="b", entries=_packed(100), readers=2, lookahead_bytes=1 << 30,
+                                   lookahead_objects=64, idle_timeout=60))
+        epochs._prefetch.adapt(epoch)
+        horizon = epoch.horizon(4000)
+        assert (epoch.window, horizon) == (8, 40)
+        hot.cached.add(epoch.entries[12].names[0])
+        epochs._prefetch.inflight.add(("b", "k10"))
+        ahead = [int(e.key[1:]) for e in epochs._prefetch.ahead(epoch, horizon, budget=1 << 30)]
+        assert ahead == [8, 9, *range(11, 40, 2), *range(14, 40, 2)]
+        assert [int(e.key[1:]) for e in epochs._prefetch.ahead(epoch, horizon, budget=250)] == [8, 9, *range(11, 40, 2)]
+        hot.cached |= {epoch.entries[p].names[0] for p in ahead}
+        assert epochs._prefetch.ahead(epoch, horizon, budget=1 << 30) == []
     run(body)
 
 
@@ -205,51 +257,102 @@ async def _one(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-@pytest.mark.parametrize("pattern", ["shared queue", "interleaved"])
-def test_the_prefetch_keeps_ahead_of_sixteen_readers_of_a_far_store(tmp_path: Path, pattern: str) -> None:
-    """400 objects of 64 KiB, flushed and evicted; an epoch registered with
-    16 readers; 16 tasks read it through ``ObjectService.read`` (what a GET
-    calls), either all pulling the next key from one shared queue (DataLoader
-    workers) or each its interleaved share. The prefetch must move on with
-    the readers: most reads find their object hot, the prefetcher brings far
-    more than its first window, and the readers fetch few objects themselves."""
-    count, readers, size = 400, 16, 64 * 1024
+def _read_hinted(root: Path, pattern: str, step: float, hot_size: int, count: int = 400) -> dict[str, object]:
+    """``count`` objects of 64 KiB, flushed and evicted; an epoch registered
+    for 16 readers; 16 tasks read it through ``ObjectService.read`` (what a
+    GET calls), all pulling the next key from one shared queue (DataLoader
+    workers) or each its interleaved share, taking ``step`` seconds per
+    object. The epoch's status when the last read ends, with the reads the
+    tally saw served hot, the capacity GETs, the most objects the status
+    ever showed hot ahead of the readers, and what the prefetcher had
+    brought once its last fetch ended. The data dir checks clean after."""
+    readers, size = 16, 64 * 1024
 
-    async def main() -> tuple[Epoch, int, int]:
-        node = Node(tmp_path / "data", TierSettings(flush_delay=3600.0), _FarStore(tmp_path / "capacity"))
+    async def main() -> dict[str, object]:
+        settings = TierSettings(flush_delay=3600.0, hot_size=hot_size)
+        node = Node(root / "data", settings, _FarStore(root / "capacity"))
         await node.start()
         try:
             await node.objects.create_bucket("train")
             keys = [f"img/{i:04d}.jpg" for i in range(count)]
-            for key in keys:
+            for i, key in enumerate(keys):
                 await node.objects.put("train", key, _one(os.urandom(size)), NewObject(),
                                        Integrity(expected_size=size))
+                if i % 50 == 49:  # staged writes must fit a small hot tier
+                    await node.tiers.flush()
             await node.tiers.flush()
             await node.tiers.residency.evict("train", "")
+            gets = node.tiers.capacity.stats.gets
             order = random.Random(7).sample(keys, count)
             epoch = await node.epochs.register("train", order, readers=readers)
             queue = list(reversed(order))
             shares = [list(reversed(order[r::readers])) for r in range(readers)]
-            hot = fetched = 0
+            hot = lead = 0
+
+            async def sample() -> None:
+                nonlocal lead
+                while True:
+                    lead = max(lead, int(epoch.view()["ahead_objects"]))  # type: ignore[call-overload]
+                    await asyncio.sleep(0.005)
 
             async def reader(r: int) -> None:
-                nonlocal hot, fetched
+                nonlocal hot
                 mine = queue if pattern == "shared queue" else shares[r]
                 while mine:
                     plan = await node.objects.read(Read("train", mine.pop()))
                     assert isinstance(plan.body, bytes) and len(plan.body) == size
-                    hot += plan.tally.capacity == 0
-                    fetched += plan.tally.capacity > 0
+                    hot += plan.tally.hot == size and plan.tally.capacity == 0
+                    await asyncio.sleep(step)  # the training step
 
+            sampler = asyncio.create_task(sample())
             await asyncio.gather(*(reader(r) for r in range(readers)))
-            return epoch, hot, fetched
+            sampler.cancel()
+            status = epoch.view() | {"hot": hot, "gets": node.tiers.capacity.stats.gets - gets, "lead": lead}
+            for _ in range(500):
+                if not epoch.in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            return status | {"brought": epoch.prefetched_objects}
         finally:
             await node.close()
 
-    epoch, hot, fetched = asyncio.run(main())
-    status = epoch.view()
-    seen = {k: status[k] for k in ("hits", "misses", "prefetched_objects")} | {"hot": hot, "fetched": fetched}
+    status = asyncio.run(main())
+    assert fsck.check(root / "data") == []
+    return status
+
+
+@pytest.mark.parametrize("pattern", ["shared queue", "interleaved"])
+def test_the_prefetch_keeps_ahead_of_sixteen_readers_of_a_far_store(tmp_path: Path, pattern: str) -> None:
+    """Readers that take a 20 ms step per object ask for 800 objects a
+    second, as many as sixteen readers that each wait a 20 ms GET per
+    object. With a hot tier that holds less than half the data set, the
+    prefetch must keep moving ahead of them, a room at a time: nearly every
+    read finds its object hot, the prefetcher brings in far more than its
+    first window (64 objects), and the store sees no more GETs than one
+    per object, as an unhinted epoch would."""
+    count = 400
+    status = _read_hinted(tmp_path, pattern, step=0.020, hot_size=12 * 1024 * 1024, count=count)
+    seen = {k: status[k] for k in ("hits", "late", "misses", "prefetched_objects", "hot", "gets", "lead")}
     assert status["state"] == "finished" and status["consumed"] == count
-    assert status["hits"] >= 0.75 * count, seen
-    assert hot >= 0.75 * count and fetched <= 0.25 * count, seen
-    assert status["prefetched_objects"] >= 0.75 * count, seen  # far past the first window (64)
+    assert status["hits"] >= 0.75 * count and status["hot"] >= 0.75 * count, seen
+    assert status["misses"] <= 0.1 * count, seen
+    assert status["prefetched_objects"] >= 0.75 * count, seen
+    assert status["lead"] >= 16, seen  # ahead_objects: at least one object per reader, at times
+    assert status["gets"] <= count, seen
+
+
+def test_readers_faster_than_the_store_wait_on_the_prefetch_and_the_status_says_so(tmp_path: Path) -> None:
+    """Readers with no step read hot objects faster than the store can
+    bring them (here the node's CPU verifying and caching them is the
+    limit): they catch up with the prefetch and wait on its GETs. Few fetch
+    anything themselves; their waits are counted as late, not as hits or
+    misses; what the prefetch brought is counted as it lands, not once a
+    whole batch has (which left the count at the first window, 64, until
+    after the epoch), and it ends up bringing nearly every object."""
+    count = 400
+    status = _read_hinted(tmp_path, "shared queue", step=0.0, hot_size=64 * 1024**3, count=count)
+    seen = {k: status[k] for k in ("hits", "late", "misses", "prefetched_objects", "brought", "gets")}
+    assert status["state"] == "finished" and status["hits"] + status["late"] + status["misses"] == count
+    assert status["misses"] <= 0.1 * count and status["late"] >= 0.25 * count, seen
+    assert status["prefetched_objects"] >= 0.4 * count and status["brought"] >= 0.9 * count, seen
+    assert status["gets"] <= count, seen
