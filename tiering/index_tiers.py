@@ -18,6 +18,7 @@ from tiering.keys import (
     FOLLOW_KEY,
     SEG_KEY,
     SEQ_KEY,
+    WEIGHTED_KEY,
     bkey,
     bucket_from_event,
     follow_key,
@@ -91,6 +92,35 @@ class TierRecords:
     # The flusher and the compactor never run at the same time (the tier
     # service serialises them); user writes race with both, so every commit
     # below re-reads each record and applies only to the version it read.
+
+    def live_weighted(self) -> bool:
+        """Whether the segments' live counts already count an empty entry as
+        one (``Extent.weight``); an index written before that may count
+        segments whose only live entries are empty as unused."""
+        return self._db.get(WEIGHTED_KEY) is not None
+
+    def recount_live(self) -> int:
+        """Set every segment's live count from the objects and parts that
+        use it, by ``Extent.weight``, and mark the index as counted so; the
+        number of segments whose count changed. One scan of every object
+        and part record: run once, when an older index is opened."""
+        with self._lock:
+            live: defaultdict[str, int] = defaultdict(int)
+            for prefix, decode in ((b"O", ObjectMeta.from_bytes), (b"P", Part.from_bytes)):
+                for _, raw in self._scan(prefix, prefix):
+                    for chunk in decode(raw).chunks:
+                        if chunk.extent is not None:
+                            live[chunk.extent.segment] += chunk.extent.weight
+            batch = self._batch()
+            changed = 0
+            for _, raw in self._scan(b"G", b"G"):
+                info = SegmentInfo.from_bytes(raw)
+                if info.live != live[info.name]:
+                    batch.put(gkey(info.name), replace(info, live=live[info.name]).to_bytes())
+                    changed += 1
+            batch.put(WEIGHTED_KEY, b"")
+            self._write(batch)
+            return changed
 
     def new_segment_name(self) -> str:
         """A name no segment has had, durable before the segment exists."""

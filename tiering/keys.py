@@ -14,6 +14,7 @@ Key prefixes (NUL separates names; numbers are big-endian):
     M<mount>                           -> Mount: a mounted bucket's source and settings
     N<mount>\\0<key>                    -> MountedObject: what the mount last knew of a key
     Sseq, Sseg                         -> the last sequence number, the last segment number
+    Swgt                               -> present once segments' live counts use Extent.weight
     Sfol<term, 4>                      -> the last segment of that term this node applied
                                           (``FOLLOW_CLOSED`` once all of it is)
 """
@@ -71,6 +72,7 @@ def gkey(segment: str) -> bytes:
 
 SEQ_KEY = b"Sseq"
 SEG_KEY = b"Sseg"
+WEIGHTED_KEY = b"Swgt"  # live counts recounted with Extent.weight (empty entries count one)
 FOLLOW_KEY = b"Sfol"  # + a write term (4 bytes): the last segment of it this node applied
 FOLLOW_CLOSED = "~"  # a term's follow point once all of it is applied (sorts after every name)
 TERM_SHIFT = 40  # a segment's name is (term << 40 | sequence) in 16 hex digits

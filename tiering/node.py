@@ -9,6 +9,7 @@ pieces to the S3 app, the admin API and the read workers' lookups.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from tiering import pool
@@ -30,6 +31,8 @@ from tiering.settings import TierSettings
 from tiering.staging import Stager
 from tiering.tiers import Tiers
 from tiering.warm import Warmer
+
+log = logging.getLogger("tierstore.node")
 
 
 class Node:
@@ -79,6 +82,13 @@ class Node:
         Committed writes not yet flushed are still in the flush queue: the
         flusher takes them up again."""
         await pool.run(self.hot.resume, self.index.referenced_files)
+        if not self.index.live_weighted():
+            # Before empty entries counted one, a segment whose only live
+            # entries were empty looked unused: count them again, once,
+            # before compaction can run.
+            changed = await pool.run(self.index.recount_live)
+            if changed:
+                log.info("recounted the live bytes of %d segments (empty entries now count)", changed)
         await self.tiers.residency.restore()
         await self.tiers.start()
         await self.mounts.start()

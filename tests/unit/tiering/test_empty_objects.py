@@ -45,3 +45,43 @@ def test_compaction_keeps_the_segment_of_an_empty_object_rewritten(tmp_path: Pat
         assert fsck.check(tmp_path / "data") == []
 
     asyncio.run(go())
+
+
+def test_an_index_from_before_is_recounted_once_at_start(tmp_path: Path) -> None:
+    """An index written before empty entries counted one: its segment of
+    empty live entries shows 0 live bytes; the next start recounts it."""
+    from dataclasses import replace
+
+    from tiering.keys import WEIGHTED_KEY, gkey
+
+    async def go() -> None:
+        def open_node() -> Node:
+            return Node(tmp_path / "data", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
+
+        node = open_node()
+        await node.start()
+        await node.objects.create_bucket("bkt")
+        await node.objects.put("bkt", "dir/", _empty(), NewObject(), Integrity(expected_size=0))
+        await node.tiers.flush()
+        meta = await node.objects.head("bkt", "dir/")
+        segment = meta.chunks[0].extent.segment  # type: ignore[union-attr]
+        info = node.index.get_segment(segment)
+        assert info is not None and info.live == 1
+        # As the index of an older gateway left it.
+        node.index._db.put(gkey(segment), replace(info, live=0).to_bytes())  # noqa: SLF001
+        node.index._db.delete(WEIGHTED_KEY)  # noqa: SLF001
+        await node.close()
+
+        node = open_node()
+        await node.start()
+        try:
+            assert node.index.live_weighted()
+            recounted = node.index.get_segment(segment)
+            assert recounted is not None and recounted.live == 1
+            await node.tiers.compact(threshold=0.5)
+            assert node.index.get_segment(segment) is not None, "kept: an object still uses it"
+        finally:
+            await node.close()
+        assert fsck.check(tmp_path / "data") == []
+
+    asyncio.run(go())
