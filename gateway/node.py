@@ -23,7 +23,7 @@ class Node:
     :meth:`start` and :meth:`stop`, its tiering (``tiering.node.Node``:
     the object service and everything behind it).
 
-    ``service`` and ``context`` (what the S3 handlers get) are None while
+    ``tiering`` and ``context`` (what the S3 handlers get) are None while
     the service is down: before start, during start-up and from the
     beginning of stop. They are plain attributes, read once per request,
     and only :meth:`start` and :meth:`stop` set them.
@@ -33,7 +33,7 @@ class Node:
         self.config = config
         self.metrics = Metrics()
         self.access_log = AccessLog(config.access_log)
-        self.service: Tiering | None = None
+        self.tiering: Tiering | None = None
         self.context: Context | None = None
         # With read workers, nothing answers on the S3 port until they
         # listen (gateway/server.py says when).
@@ -51,21 +51,21 @@ class Node:
     async def start(self) -> None:
         """Open the data directory and start the object service."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        service = open_node(self.config)
+        tiering = open_node(self.config)
         try:
-            await service.start()
+            await tiering.start()
         except (ForeignSegments, CapacityError) as exc:
             # Not serving is the safe answer; say why in one line.
-            await service.close()
+            await tiering.close()
             raise StartupError(str(exc)) from exc
-        self.service = service
-        self.context = Context(self.config, service.objects)
+        self.tiering = tiering
+        self.context = Context(self.config, tiering.objects)
 
     async def stop(self) -> None:
         """Close the object service."""
         # Dropped first: while the service closes, the S3 app and the admin
         # API answer 503 rather than reach into an index being closed.
         self.context = None
-        service, self.service = self.service, None
-        if service is not None:
-            await service.close()
+        tiering, self.tiering = self.tiering, None
+        if tiering is not None:
+            await tiering.close()

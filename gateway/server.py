@@ -1,7 +1,7 @@
 """Process start-up: one event loop serving the S3 port and the admin port.
 
 :func:`serve` is the gateway's composition root: it builds the node
-(``gateway.node.Node``: configuration, metrics, access log, object service)
+(``gateway.node.Node``: configuration, metrics, access log, the tiering node)
 once, and hands it to the S3 app, the admin API and, with ``--workers``, the
 read workers' lookup server. It runs two servers (``gateway.listener``) side
 by side. Order, and why:
@@ -121,8 +121,8 @@ async def _start_read_workers(
     from gateway.worker import WorkerSetup
     from gateway.workers import read_workers, socket_dir
 
-    service = node.service
-    if service is None:
+    tiering = node.tiering
+    if tiering is None:
         raise StartupError("read workers need the gateway's object service")
     sockets = stack.enter_context(socket_dir())
     writer_path = str(sockets / "writer.sock")
@@ -133,7 +133,7 @@ async def _start_read_workers(
     writer_server = listener.http_server(s3_app, config, s3=True)
     task = await stack.enter_async_context(listener.running(writer_server, writer_sock, "writer socket"))
     setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path)
-    await stack.enter_async_context(read_workers(setup, service.objects, node.metrics.observe, config.workers))
+    await stack.enter_async_context(read_workers(setup, tiering.objects, node.metrics.observe, config.workers))
     node.workers_listening()  # /health: 503 until now
     return task
 

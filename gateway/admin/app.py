@@ -57,7 +57,7 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
     async def ready() -> JSONResponse:
         """Readiness: the index is open and the capacity store answers
         (within 2 s). 503 names the check that failed."""
-        service = node.service
+        service = node.tiering
         checks = {"index": "ok" if service is not None else "closed"}
         if service is not None:
             reachable = await service.tiers.reachable(READY_TIMEOUT)
@@ -82,13 +82,13 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
     async def tiers() -> dict[str, object]:
         """Hot tier (budget, used, staged, cached, pinned, watermarks) and
         capacity tier (segments, bytes, live ratio, flush queue, requests)."""
-        return asdict(await ctx.service().tiers.status())
+        return asdict(await ctx.tiering().tiers.status())
 
     @api.get("/stats", tags=["stats"], responses=responses("Unavailable"))
     async def stats() -> dict[str, Any]:
         """Requests and bytes by S3 operation with latency percentiles,
         hot-tier hit ratio (objects and bytes), capacity-store traffic."""
-        capacity = asdict(ctx.service().tiers.capacity.stats)  # counters: no index scan needed
+        capacity = asdict(ctx.tiering().tiers.capacity.stats)  # counters: no index scan needed
         body = node.metrics.stats()
         body["capacity"] = {
             "bytes_read": capacity.pop("bytes_read"),
@@ -105,7 +105,7 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
     )
     async def prometheus() -> Response:
         """Prometheus metrics (text exposition format)."""
-        service = node.service
+        service = node.tiering
         status = asdict(await service.tiers.status()) if service is not None else None
         jobs_by_state = service.jobs.count_by_state() if service is not None else None
         body = node.metrics.render(status, jobs_by_state)  # well under a millisecond

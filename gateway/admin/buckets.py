@@ -67,7 +67,7 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.get("/buckets", tags=["buckets"], response_model=BucketList)
     async def list_buckets() -> BucketList:
         """Every bucket with its effective policy."""
-        service = ctx.service()
+        service = ctx.tiering()
         return BucketList(buckets=[_view(service, b) for b in await service.objects.list_buckets()])
 
     @api.post(
@@ -80,7 +80,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def create_bucket(new: NewBucket) -> Bucket:
         """Create a managed bucket with a policy (unset fields follow the
         node's settings)."""
-        service = ctx.service()
+        service = ctx.tiering()
         _check(service, new)
         fields = new.model_dump(exclude={"name", "pinned"}, exclude_none=True)
         try:
@@ -96,7 +96,7 @@ def router(ctx: AdminContext) -> APIRouter:
              responses=responses("NoSuchBucket"))
     async def get_bucket(name: str) -> Bucket:
         """A bucket and its effective policy."""
-        service = ctx.service()
+        service = ctx.tiering()
         try:
             return _view(service, await service.objects.bucket(name))
         except NoSuchBucket:
@@ -107,7 +107,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def patch_bucket(name: str, policy: BucketPolicy) -> Bucket:
         """Change a bucket's policy, e.g. ``{"write_through": true}``. New
         writes follow it; data already written keeps its layout."""
-        service = ctx.service()
+        service = ctx.tiering()
         _check(service, policy)
         try:
             info = await service.objects.bucket(name)
@@ -124,7 +124,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def delete_bucket(name: str) -> Response:
         """Delete an empty bucket (and its pins)."""
         try:
-            await ctx.service().objects.delete_bucket(name)
+            await ctx.tiering().objects.delete_bucket(name)
         except NoSuchBucket:
             raise _no_bucket(name) from None
         except BucketNotEmpty:
@@ -138,7 +138,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def locate(bucket: str, key: str) -> ObjectLocation:
         """Where one object lives: staged, cached in the hot tier, or only in
         the capacity store, chunk by chunk with its segment and extent."""
-        service = ctx.service()
+        service = ctx.tiering()
         try:
             meta = await service.objects.head(bucket, key)
         except NoSuchBucket:
@@ -157,14 +157,14 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.get("/pins", tags=["pins"], response_model=PinList)
     async def list_pins() -> PinList:
         """Every pinned bucket/prefix (start a pin with ``POST /jobs/pin``)."""
-        pins = ctx.service().policies.pins()
+        pins = ctx.tiering().policies.pins()
         return PinList(pins=[Pin(bucket=b, prefix=p) for b, p in pins])
 
     @api.delete("/pins", tags=["pins"], status_code=204, responses=responses("NoSuchPin"))
     async def delete_pin(bucket: str, prefix: str = "") -> Response:
         """Unpin: what the pin covered stays cached but may be evicted again."""
         try:
-            await ctx.service().tiers.residency.unpin(bucket, prefix)
+            await ctx.tiering().tiers.residency.unpin(bucket, prefix)
         except KeyError:
             raise AdminError("NoSuchPin", f"{bucket}/{prefix} is not pinned") from None
         return Response(status_code=204)

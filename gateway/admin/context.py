@@ -18,7 +18,7 @@ class NodeStatus(Protocol):
     def started(self) -> bool: ...
 
     @property
-    def service(self) -> Node | None: ...
+    def tiering(self) -> Node | None: ...
 
     @property
     def metrics(self) -> Metrics: ...
@@ -29,9 +29,9 @@ class AdminContext:
     config: Config
     node: NodeStatus
 
-    def service(self) -> Node:
+    def tiering(self) -> Node:
         """The tiering node, or 503 while the gateway starts or stops."""
-        service = self.node.service
-        if service is None:
+        tiering = self.node.tiering
+        if tiering is None:
             raise AdminError("Unavailable", "the gateway is starting or stopping; retry shortly")
-        return service
+        return tiering

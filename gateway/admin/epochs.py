@@ -88,7 +88,7 @@ def router(ctx: AdminContext) -> APIRouter:
     api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
 
     def find(epoch_id: str) -> Epoch:
-        found = ctx.service().epochs.get(epoch_id)
+        found = ctx.tiering().epochs.get(epoch_id)
         if found is None:
             raise AdminError("NoSuchEpoch", f"no epoch {epoch_id!r} (finished ones are kept until 50 newer end)")
         return found
@@ -100,7 +100,7 @@ def router(ctx: AdminContext) -> APIRouter:
         at once, or after the bucket's running epoch (whose end then warms
         its start). The gateway keeps each reader's next objects in flight
         and evicts by this future order."""
-        service = ctx.service()
+        service = ctx.tiering()
         try:
             await service.objects.bucket(new.bucket)
             # Hashing or expanding millions of keys takes seconds: in the pool.
@@ -122,7 +122,7 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.get("/epochs", tags=["epochs"], response_model=EpochList)
     async def list_epochs() -> EpochList:
         """Live epochs and the most recent finished ones, newest first."""
-        return EpochList(epochs=[epoch_view(e) for e in ctx.service().epochs.all()])
+        return EpochList(epochs=[epoch_view(e) for e in ctx.tiering().epochs.all()])
 
     @api.get("/epochs/{epoch_id}", tags=["epochs"], response_model=EpochView, responses=responses("NoSuchEpoch"))
     async def get_epoch(epoch_id: str) -> EpochView:
@@ -134,6 +134,6 @@ def router(ctx: AdminContext) -> APIRouter:
         """End an epoch: its hints are dropped (what it warmed stays cached
         and evictable); a queued epoch of the bucket starts."""
         find(epoch_id)
-        return epoch_view(ctx.service().epochs.end(epoch_id))  # type: ignore[arg-type]
+        return epoch_view(ctx.tiering().epochs.end(epoch_id))  # type: ignore[arg-type]
 
     return api

@@ -44,7 +44,7 @@ def router(ctx: AdminContext) -> APIRouter:
     api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
 
     async def start(kind: str, params: Mapping[str, Any], work: Work, wait: bool, response: Response) -> JobView:
-        service = ctx.service()
+        service = ctx.tiering()
         job = service.jobs.start(kind, params, work)
         if wait:
             await service.jobs.wait(job.id, WAIT_LIMIT)
@@ -53,7 +53,7 @@ def router(ctx: AdminContext) -> APIRouter:
 
     async def known_bucket(name: str) -> None:
         try:
-            await ctx.service().objects.bucket(name)
+            await ctx.tiering().objects.bucket(name)
         except NoSuchBucket:
             raise AdminError("NoSuchBucket", f"bucket {name!r} does not exist") from None
 
@@ -61,7 +61,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def flush(response: Response, wait: bool = False) -> JobView:
         """Write every staged object and pending footer record to the
         capacity store now. Progress counts objects and bytes."""
-        tiers = ctx.service().tiers
+        tiers = ctx.tiering().tiers
 
         async def work(job: Job) -> dict[str, Any]:
             await tiers.flush(job)
@@ -75,7 +75,7 @@ def router(ctx: AdminContext) -> APIRouter:
     ) -> JobView:
         """Delete unused segments and rewrite those whose live fraction is
         under ``threshold`` (default: the configured one)."""
-        tiers = ctx.service().tiers
+        tiers = ctx.tiering().tiers
         threshold = request.threshold if request else None
 
         async def work(job: Job) -> dict[str, Any]:
@@ -93,7 +93,7 @@ def router(ctx: AdminContext) -> APIRouter:
         request = request or EvictRequest()
         if request.bucket is not None:
             await known_bucket(request.bucket)
-        residency = ctx.service().tiers.residency
+        residency = ctx.tiering().tiers.residency
 
         async def work(job: Job) -> dict[str, Any]:
             return asdict(await residency.evict(request.bucket, request.prefix, job))
@@ -107,9 +107,9 @@ def router(ctx: AdminContext) -> APIRouter:
         the hot tier, where it is never evicted. Fails, keeping what it
         pinned, when the data does not fit."""
         await known_bucket(request.bucket)
-        if ctx.service().mounts.get(request.bucket) is not None:
+        if ctx.tiering().mounts.get(request.bucket) is not None:
             raise AdminError("InvalidRequest", f"{request.bucket!r} is a mount: pins apply to managed buckets")
-        residency = ctx.service().tiers.residency
+        residency = ctx.tiering().tiers.residency
 
         async def work(job: Job) -> dict[str, Any]:
             return asdict(await residency.pin(request.bucket, request.prefix, job))
@@ -124,7 +124,7 @@ def router(ctx: AdminContext) -> APIRouter:
         mounted bucket. A set larger than the hot tier is warmed as far as
         it fits; the result says what was left out."""
         await known_bucket(request.bucket)
-        service = ctx.service()
+        service = ctx.tiering()
         keys = request.keys
         try:
             if request.manifest is not None:
@@ -156,10 +156,10 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.get("/jobs", tags=["jobs"], response_model=JobList)
     async def list_jobs() -> JobList:
         """Running jobs and the most recent finished ones, newest first."""
-        return JobList(jobs=[job_view(job) for job in ctx.service().jobs.list()])
+        return JobList(jobs=[job_view(job) for job in ctx.tiering().jobs.list()])
 
     def find(job_id: str) -> Job:
-        job = ctx.service().jobs.get(job_id)
+        job = ctx.tiering().jobs.get(job_id)
         if job is None:
             raise AdminError("NoSuchJob", f"no job {job_id!r} (finished jobs are kept until 100 newer ones end)")
         return job
@@ -175,7 +175,7 @@ def router(ctx: AdminContext) -> APIRouter:
         """Stop a running job; what it already did stays done."""
         job = find(job_id)
         try:
-            await ctx.service().jobs.cancel(job.id)
+            await ctx.tiering().jobs.cancel(job.id)
         except JobFinished as exc:
             raise AdminError("JobFinished", str(exc)) from None
         return job_view(job)
@@ -199,6 +199,6 @@ def _peer_client(ctx: AdminContext, request: WarmRequest) -> PeerClient | None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise AdminError("InvalidRequest", f"peer {node}: {url!r} is not an http(s) URL")
-    if ctx.service().mounts.get(request.bucket) is not None:
+    if ctx.tiering().mounts.get(request.bucket) is not None:
         raise AdminError("InvalidRequest", f"{request.bucket!r} is a mount: cooperative warm applies to managed buckets")
     return peer_client(config, endpoints)

@@ -44,7 +44,7 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.get("/mounts", tags=["mounts"], response_model=MountList)
     async def list_mounts() -> MountList:
         """Every mounted bucket (secret keys shown as ***)."""
-        mounts = ctx.service().mounts
+        mounts = ctx.tiering().mounts
         return MountList(mounts=[mount_view(m, mounts.stats(m.name)) for m in mounts.all()])
 
     @api.post("/mounts", tags=["mounts"], status_code=201, response_model=MountView,
@@ -67,7 +67,7 @@ def router(ctx: AdminContext) -> APIRouter:
             serve_stale=new.serve_stale, read_write=new.read_write, listing_ttl=new.listing_ttl,
         )
         try:
-            mounts = ctx.service().mounts
+            mounts = ctx.tiering().mounts
             return mount_view(await mounts.mount(record), mounts.stats(record.name))
         except InvalidBucketName:
             raise AdminError("InvalidBucketName", f"invalid bucket name {new.name!r}") from None
@@ -81,7 +81,7 @@ def router(ctx: AdminContext) -> APIRouter:
     @api.get("/mounts/{name}", tags=["mounts"], response_model=MountView, responses=responses("NoSuchMount"))
     async def get_mount(name: str) -> MountView:
         """One mount, with the requests this node made of its source."""
-        mounts = ctx.service().mounts
+        mounts = ctx.tiering().mounts
         found = mounts.get(name)
         if found is None:
             raise AdminError("NoSuchMount", f"no mount {name!r}")
@@ -92,7 +92,7 @@ def router(ctx: AdminContext) -> APIRouter:
         """Unmount: the gateway bucket goes, with what it cached; the source
         is not touched."""
         try:
-            await ctx.service().mounts.unmount(name)
+            await ctx.tiering().mounts.unmount(name)
         except NoSuchBucket:
             raise AdminError("NoSuchMount", f"no mount {name!r}") from None
         return Response(status_code=204)

@@ -18,7 +18,7 @@ SCHEMA_PAGES = {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/status")}
 
 class _NotStarted:
     started = False
-    service = None
+    tiering = None
     metrics = Metrics()
 
 

@@ -1,7 +1,7 @@
 """The CLI, and process start-up (serve() and the admin API) with a fake data plane.
 
 The real node and ``S3App`` are not needed here: ``FakeS3App`` stands for
-both (the node's start/stop/started/service, and a raw ASGI app), so these
+both (the node's start/stop/started/tiering, and a raw ASGI app), so these
 tests pin down what ``serve()`` promises: both ports answer, /health follows
 the data plane, /config needs the token, and ``stop`` shuts everything down
 in order.
@@ -50,7 +50,7 @@ class FakeS3App:
     """Stands in for gateway.node.Node and gateway.app.S3App: answers every
     request with 200."""
 
-    service = None
+    tiering = None
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -901,7 +901,7 @@ def test_admin_answers_503_while_the_service_closes(tmp_path: Path) -> None:
 
     async def go() -> tuple[int, str]:
         await node.start()
-        service = node.service
+        service = node.tiering
         assert service is not None
         release = asyncio.Event()
         close = service.close

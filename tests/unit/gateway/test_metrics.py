@@ -350,7 +350,7 @@ def test_s3app_records_operations_bytes_tiers_and_disconnects(tmp_path: Path) ->
             assert (await _call(app, "GET", "/bkt", "list-type=2"))[0] == 200
             assert (await _call(app, "GET", "/bkt/missing"))[0] == 404
             assert (await _call(app, "PATCH", "/bkt/small"))[0] == 405
-            service = node.service
+            service = node.tiering
             assert service is not None
             await service.tiers.flush()
             await service.tiers.residency.evict()
