@@ -1,4 +1,5 @@
-"""Two checkouts of tierstore side by side: hot GETs, rounds alternating.
+"""Two checkouts of tierstore and the stack's ceiling side by side: hot
+GETs, rounds alternating.
 
 On a shared, noisy machine a figure from one run says little about a change;
 two gateways measured in turns, round after round, share the noise. This
@@ -12,26 +13,35 @@ from ``--threads`` threads, each with its own keep-alive connection and
 SigV4. Per round and gateway: GETs/s and the gateway's CPU per GET (user +
 system from /proc). Reported: the median of each, and new / old.
 
-Run:  .venv/bin/python benchmarks/ab.py --old ../old-checkout [--rounds 8]
+Each round also runs the same GETs against ``bare``: an ASGI app on
+uvicorn that answers every request with the same ``--size`` bytes
+(benchmarks/_bare_app.py), the most any app on this stack can do; each
+gateway's CPU per GET is also given as a multiple of the bare app's in the
+same rounds. Without ``--old``, only this checkout and the bare app run.
+
+Run:  .venv/bin/python benchmarks/ab.py [--old ../old-checkout] [--rounds 8]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 from _common import client, gateway, machine, process_cpu, table, temp_dir
 from _compare_client import SignedClient
 
-from tests.servers import Gateway
+from tests.servers import Gateway, children, free_port, stop_process, wait_http
 
 BUCKET = "ab-hot"
 
@@ -45,7 +55,27 @@ def fill(gw: Gateway, objects: int, size: int) -> None:
         assert signed.get(BUCKET, f"k{i:06d}")[0] == 200
 
 
-def hot_round(gw: Gateway, gets: int, threads: int, objects: int) -> tuple[float, float]:
+@dataclasses.dataclass
+class Bare:
+    """benchmarks/_bare_app.py as a subprocess: what hot_round needs of a server."""
+
+    port: int
+    proc: subprocess.Popen
+
+
+@contextlib.contextmanager
+def bare_app(size: int) -> Iterator[Bare]:
+    port = free_port()
+    script = Path(__file__).with_name("_bare_app.py")
+    proc = subprocess.Popen([sys.executable, str(script), str(port), str(size)])
+    try:
+        wait_http(f"http://127.0.0.1:{port}/", timeout=60, proc=proc)
+        yield Bare(port, proc)
+    finally:
+        stop_process(proc, timeout=15)
+
+
+def hot_round(gw: Gateway | Bare, gets: int, threads: int, objects: int) -> tuple[float, float]:
     """(GETs per second, gateway CPU microseconds per GET) of one round."""
     keys = [f"k{random.randrange(objects):06d}" for _ in range(gets)]
     chunks = [keys[i::threads] for i in range(threads)]
@@ -61,51 +91,59 @@ def hot_round(gw: Gateway, gets: int, threads: int, objects: int) -> tuple[float
                 failures.append(f"{key}: {status}")
 
     workers = [threading.Thread(target=run, args=(c, k)) for c, k in zip(clients, chunks, strict=True)]
-    cpu, start = process_cpu(gw.proc.pid), time.perf_counter()
+    pids = [gw.proc.pid, *children(gw.proc.pid)]  # the writer and its read workers
+    cpu, start = sum(map(process_cpu, pids)), time.perf_counter()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    wall, used = time.perf_counter() - start, process_cpu(gw.proc.pid) - cpu
+    wall, used = time.perf_counter() - start, sum(map(process_cpu, pids)) - cpu
     assert not failures, failures[:3]
     return gets / wall, used / gets * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--old", type=Path, required=True, help="the checkout to compare against")
+    ap.add_argument("--old", type=Path, help="the checkout to compare against (none: this one and bare only)")
     ap.add_argument("--new", type=Path, default=_common.ROOT, help="the checkout measured (default: this one)")
     ap.add_argument("--objects", type=int, default=200)
     ap.add_argument("--size", type=int, default=64 * 1024)
     ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--gets", type=int, default=3000, help="GETs per round and gateway")
+    ap.add_argument("--gets", type=int, default=3000, help="GETs per round and server")
     ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--workers", type=int, default=1, help="the gateways' --workers (1)")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
-    results: dict[str, list[tuple[float, float]]] = {"old": [], "new": []}
+    checkouts = [("new", args.new)] + ([("old", args.old)] if args.old else [])
+    names = [name for name, _ in checkouts] + ["bare"]
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+    extra = ("--workers", str(args.workers))
     with temp_dir("ab") as tmp, contextlib.ExitStack() as stack:
-        gws = {
-            name: stack.enter_context(gateway(tmp / name, root=root.resolve()))
-            for name, root in (("old", args.old), ("new", args.new))
+        servers: dict[str, Gateway | Bare] = {
+            name: stack.enter_context(gateway(tmp / name, root=root.resolve(), extra_args=extra))
+            for name, root in checkouts
         }
-        for gw in gws.values():
-            fill(gw, args.objects, args.size)
+        for gw in servers.values():
+            fill(gw, args.objects, args.size)  # type: ignore[arg-type]
+        servers["bare"] = stack.enter_context(bare_app(args.size))
         for round_ in range(args.rounds):
-            order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
+            order = names if round_ % 2 == 0 else names[::-1]
             for name in order:
-                results[name].append(hot_round(gws[name], args.gets, args.threads, args.objects))
+                results[name].append(hot_round(servers[name], args.gets, args.threads, args.objects))
+    median_rate = {name: statistics.median(r for r, _ in results[name]) for name in names}
+    median_cpu = {name: statistics.median(c for _, c in results[name]) for name in names}
     rows = []
-    for name in ("old", "new"):
-        rates, cpus = zip(*results[name], strict=True)
-        rows.append([name, f"{statistics.median(rates):,.0f}", f"{statistics.median(cpus):,.0f}",
-                     f"{min(cpus):,.0f}-{max(cpus):,.0f}"])
-    rate = statistics.median(r for r, _ in results["new"]) / statistics.median(r for r, _ in results["old"])
-    cpu = statistics.median(c for _, c in results["new"]) / statistics.median(c for _, c in results["old"])
+    for name in names:
+        cpus = [c for _, c in results[name]]
+        rows.append([name, f"{median_rate[name]:,.0f}", f"{median_cpu[name]:,.0f}",
+                     f"{min(cpus):,.0f}-{max(cpus):,.0f}", f"{median_cpu[name] / median_cpu['bare']:.2f}x"])
     print(machine())
     print(f"hot GETs of {args.size:,}-byte objects, {args.threads} threads, {args.rounds} alternating rounds "
-          f"of {args.gets:,} GETs")
-    print(table(["checkout", "GETs/s (median)", "CPU us/GET (median)", "CPU us/GET (range)"], rows))
-    print(f"new / old: {rate:.2f}x GETs/s, {cpu:.2f}x CPU per GET")
+          f"of {args.gets:,} GETs, --workers {args.workers}")
+    print(table(["server", "GETs/s (median)", "CPU us/GET (median)", "CPU us/GET (range)", "CPU x bare"], rows))
+    if args.old:
+        print(f"new / old: {median_rate['new'] / median_rate['old']:.2f}x GETs/s, "
+              f"{median_cpu['new'] / median_cpu['old']:.2f}x CPU per GET")
     return 0
 
 

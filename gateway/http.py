@@ -7,6 +7,7 @@ No framework objects per request: the S3 hot path builds one small
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import secrets
 from collections.abc import AsyncIterator
@@ -113,11 +114,15 @@ def _parse_query(raw: str) -> dict[str, str]:
     return dict(pairs)
 
 
+# A body in one piece (a hot small object is read into a bytearray).
+WHOLE = (bytes, bytearray)
+
+
 @dataclass(slots=True)
 class Response:
     status: int = 200
     headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes | AsyncIterator[bytes] = b""
+    body: bytes | bytearray | AsyncIterator[bytes] = b""
     content_type: str | None = None
 
     async def first_block(self) -> None:
@@ -127,7 +132,7 @@ class Response:
         answer, an extent stays corrupt) then becomes an S3 error answer
         rather than a 200 whose body is cut short. The body is closed when
         this raises."""
-        if isinstance(self.body, bytes):
+        if isinstance(self.body, WHOLE):
             return
         rest = self.body
         try:
@@ -148,7 +153,7 @@ class Response:
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
         if self.content_type is not None:
             headers.append((b"content-type", self.content_type.encode("latin-1")))
-        if isinstance(self.body, bytes):
+        if isinstance(self.body, WHOLE):
             if not any(k == b"content-length" for k, _ in headers):
                 headers.append((b"content-length", str(len(self.body)).encode()))
             await send({"type": "http.response.start", "status": self.status, "headers": headers})
@@ -185,8 +190,13 @@ def has_body(scope: dict[str, Any]) -> bool:
 
 
 def new_request_id() -> str:
-    """x-amz-request-id (and x-amz-id-2): 16 hex digits, as S3's."""
-    return secrets.token_hex(8).upper()
+    """x-amz-request-id (and x-amz-id-2): 16 hex digits, as S3's. Unique
+    per process (a counter) and across processes (a random start): one
+    random draw per process, not a system call per request."""
+    return f"{next(_request_ids) & 0xFFFFFFFFFFFFFFFF:016X}"
+
+
+_request_ids = itertools.count(int.from_bytes(secrets.token_bytes(8), "big"))
 
 
 async def _prepended(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -130,6 +130,7 @@ class HotTier(CacheEviction):
     def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8) -> None:
         self.root = root
         self.cache_root = root / "cache"
+        self._staged_root, self._cache_root_str = str(root), str(self.cache_root)  # for read_now
         self.budget = budget
         self.high = int(budget * high)
         self.low = int(budget * low)
@@ -304,6 +305,37 @@ class HotTier(CacheEviction):
             return _pread_all(fd, size, 0)
         finally:
             os.close(fd)
+
+    def read_now(self, file_id: str | None, cache_name: str | None, size: int) -> bytearray | None:
+        """The ``size`` bytes of a staged file (``file_id``) or of a cached
+        extent (``cache_name``), if the page cache holds them all: read with
+        ``RWF_NOWAIT``, which fails rather than wait for the disk, so it may
+        run on the event loop (an open, a read from memory, a close: under
+        ten microseconds for 64 KiB). None when any byte would need the
+        disk, or the file is gone or of another size: the caller then takes
+        the pool path, which waits for the disk and drops torn files."""
+        path = (os.path.join(self._staged_root, file_id[-2:], file_id) if file_id is not None
+                else self._cache_path_str(cache_name))  # type: ignore[arg-type]
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            if cache_name is not None and os.fstat(fd).st_size != size:
+                return None
+            data = bytearray(size)
+            if size and os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
+                return None  # partly in memory: the pool path reads the rest
+        except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
+            return None
+        finally:
+            os.close(fd)
+        if cache_name is not None and not self.touch_cached(cache_name):
+            return None  # dropped by an eviction meanwhile: not counted as a hit here
+        return data
+
+    def _cache_path_str(self, name: str) -> str:
+        return os.path.join(self._cache_root_str, f"{zlib.crc32(name.encode()) & 0xFF:02x}", name)
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
         """Cache an extent's raw bytes (pinned: never evicted); False when

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
 import msgpack
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import Options, Rdict, WriteOptions
 
 from tiering._index_uploads import UploadRecords
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
@@ -55,6 +55,7 @@ from tiering.meta import (
     Upload,
     now_ms,
 )
+from tiering.record_cache import Batch, RecordCache
 
 
 def successor(prefix: str) -> str:
@@ -102,7 +103,7 @@ class Index(TierRecords, UploadRecords):
     tier by ``TierRecords`` (``tiering.index_tiers``); this class owns the
     database, its lock and the sequence counters they share."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, cached_records: int = 0) -> None:
         # Owner only: the index holds mounts' source credentials.
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         options = Options(raw_mode=True)
@@ -111,6 +112,8 @@ class Index(TierRecords, UploadRecords):
         self._sync = WriteOptions()
         self._sync.sync = True
         self._lock = threading.Lock()
+        # Decoded object and mounted-object records (tiering/record_cache.py).
+        self.records = RecordCache(cached_records)
         raw = self._db.get(SEQ_KEY)
         self._seq = int.from_bytes(raw, "big") if raw else 0
         raw = self._db.get(SEG_KEY)
@@ -127,18 +130,25 @@ class Index(TierRecords, UploadRecords):
 
     # -- helpers -----------------------------------------------------------
 
-    def _write(self, batch: WriteBatch) -> None:
-        self._db.write(batch, self._sync)
+    def _write(self, batch: Batch, sync: bool = True) -> None:
+        """Commit ``batch`` (synced to the WAL unless ``sync`` is False);
+        the records it wrote leave the record cache once it is in."""
+        if sync:
+            self._db.write(batch.raw, self._sync)
+        else:
+            self._db.write(batch.raw)
+        if batch.touched:
+            self.records.drop(batch.touched)
 
-    def _batch(self) -> WriteBatch:
-        return WriteBatch(raw_mode=True)
+    def _batch(self) -> Batch:
+        return Batch()
 
-    def _next_seq(self, batch: WriteBatch) -> int:
+    def _next_seq(self, batch: Batch) -> int:
         self._seq += 1
         batch.put(SEQ_KEY, self._seq.to_bytes(8, "big"))
         return self._seq
 
-    def _apply(self, batch: WriteBatch, ledger: Ledger) -> None:
+    def _apply(self, batch: Batch, ledger: Ledger) -> None:
         for name in ledger.live.keys() | ledger.pins.keys():
             raw = self._db.get(gkey(name))
             if raw is None:
@@ -147,7 +157,7 @@ class Index(TierRecords, UploadRecords):
             info = replace(info, live=info.live + ledger.live[name], pins=info.pins + ledger.pins[name])
             batch.put(gkey(name), info.to_bytes())
 
-    def _pending(self, batch: WriteBatch, record: dict[str, object]) -> None:
+    def _pending(self, batch: Batch, record: dict[str, object]) -> None:
         """Queue a footer record (tombstone, bucket event) for the next
         segment. A new record gets the next sequence number; one carried over
         from a retired segment keeps its own, so it cannot outrank a write
@@ -244,15 +254,23 @@ class Index(TierRecords, UploadRecords):
             return known
 
     def get_mounted(self, mount: str, key: str) -> MountedObject | None:
-        raw = self._db.get(nkey(mount, key))
-        return MountedObject.from_bytes(raw) if raw is not None else None
+        return self._cached_read(nkey(mount, key), MountedObject.from_bytes)  # type: ignore[no-any-return]
+
+    def cached_mounted(self, mount: str, key: str) -> MountedObject | None:
+        """The mounted object's record if the record cache holds it (no
+        database read: safe on the event loop), else None."""
+        return self.records.get(nkey(mount, key))  # type: ignore[no-any-return]
 
     def put_mounted(self, mount: str, obj: MountedObject) -> None:
         # Not synced: a lost record costs one revalidation, never data.
-        self._db.put(nkey(mount, obj.key), obj.to_bytes())
+        raw_key = nkey(mount, obj.key)
+        self._db.put(raw_key, obj.to_bytes())
+        self.records.drop((raw_key,))
 
     def delete_mounted(self, mount: str, key: str) -> None:
-        self._db.delete(nkey(mount, key))
+        raw_key = nkey(mount, key)
+        self._db.delete(raw_key)
+        self.records.drop((raw_key,))
 
     # -- pins (node-local cache policy: not in footers) ----------------------
 
@@ -285,8 +303,26 @@ class Index(TierRecords, UploadRecords):
     # -- objects -----------------------------------------------------------
 
     def get_object(self, bucket: str, key: str) -> ObjectMeta | None:
-        raw = self._db.get(okey(bucket, key))
-        return ObjectMeta.from_bytes(raw) if raw is not None else None
+        return self._cached_read(okey(bucket, key), ObjectMeta.from_bytes)  # type: ignore[no-any-return]
+
+    def cached_object(self, bucket: str, key: str) -> ObjectMeta | None:
+        """The object's record if the record cache holds it (no database
+        read: safe on the event loop), else None."""
+        return self.records.get(okey(bucket, key))  # type: ignore[no-any-return]
+
+    def _cached_read(self, raw_key: bytes, decode: Callable[[bytes], object]) -> object | None:
+        """A record through the record cache, kept there once decoded."""
+        records = self.records
+        found = records.get(raw_key)
+        if found is not None:
+            return found
+        seen = records.commits
+        raw = self._db.get(raw_key)
+        if raw is None:
+            return None
+        found = decode(raw)
+        records.keep(raw_key, found, seen)
+        return found
 
     def get_object_record(self, bucket: str, key: str) -> bytes | None:
         """The object's record as stored (``ObjectMeta.to_bytes``)."""
@@ -380,7 +416,7 @@ class Index(TierRecords, UploadRecords):
             self._write(batch)
             return old
 
-    def _bury(self, batch: WriteBatch, ledger: Ledger, old: ObjectMeta) -> None:
+    def _bury(self, batch: Batch, ledger: Ledger, old: ObjectMeta) -> None:
         """A deleted version: its extents die, and a tombstone goes to the
         capacity tier so a rebuild from footers cannot bring it back."""
         ledger.release(old.chunks)

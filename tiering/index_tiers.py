@@ -32,9 +32,10 @@ from tiering.keys import (
 from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, Part, SegmentInfo, Upload
 
 if TYPE_CHECKING:
-    from rocksdict import Rdict, WriteBatch
+    from rocksdict import Rdict
 
     from packer.format import Footer
+    from tiering.record_cache import Batch
 
 
 class Ledger:
@@ -81,9 +82,9 @@ class TierRecords:
     _segments: int
 
     if TYPE_CHECKING:
-        def _batch(self) -> WriteBatch: ...
-        def _write(self, batch: WriteBatch) -> None: ...
-        def _apply(self, batch: WriteBatch, ledger: Ledger) -> None: ...
+        def _batch(self) -> Batch: ...
+        def _write(self, batch: Batch, sync: bool = True) -> None: ...
+        def _apply(self, batch: Batch, ledger: Ledger) -> None: ...
         def _scan(self, start: bytes, prefix: bytes) -> Iterable[tuple[bytes, bytes]]: ...
         def get_upload(self, bucket: str, key: str, upload_id: str) -> Upload | None: ...
         def get_object(self, bucket: str, key: str) -> ObjectMeta | None: ...
@@ -335,7 +336,7 @@ class TierRecords:
                 batch.put(record_key, record.to_bytes())
                 pending += 1
                 if pending == 10_000:
-                    self._db.write(batch)
+                    self._write(batch, sync=False)
                     batch, pending = self._batch(), 0
             self._seq = max(self._seq, seq)
             self._segments = max(self._segments, segment_count)

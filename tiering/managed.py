@@ -27,7 +27,18 @@ from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, now_ms
 from tiering.multipart import Multipart
 from tiering.policy import Policies
 from tiering.readahead import Source, stream
-from tiering.reads import SMALL_READ, Decision, Location, Read, ReadPlan, ReadTally, decide, plan
+from tiering.reads import (
+    NOW_READ,
+    SMALL_READ,
+    Decision,
+    Location,
+    Read,
+    ReadPlan,
+    ReadTally,
+    decide,
+    hot_plan,
+    plan,
+)
 from tiering.segments import Piece
 from tiering.settings import TierSettings
 from tiering.staging import Stager
@@ -74,6 +85,30 @@ class ManagedBuckets:
             return NoSuchBucket(BucketName=bucket)
         return NoSuchKey(Key=key)
 
+    def plan_now(self, read: Read) -> ReadPlan | None:
+        """The plan of ``read`` from memory alone, on the event loop: its
+        record from the record cache and, for a body, a small object's bytes
+        from the page cache (``HotTier.read_now``). None when either is not
+        there: :meth:`plan` answers it through the pool."""
+        meta = self._index.cached_object(read.bucket, read.key)
+        if meta is None:
+            return None
+        decision = decide(meta, read)
+        if not (read.body and decision.sends_body):
+            return plan(meta, read, decision)
+        if meta.size > NOW_READ:
+            return None
+        hot = self._hot
+        pieces = []
+        for c in meta.chunks:
+            data = hot.read_now(c.file_id, None if c.file_id is not None else c.extent.cache_name,  # type: ignore[union-attr]
+                                c.size)
+            if data is None:
+                return None
+            pieces.append(data)
+        self._tiers.reader.hits += 1
+        return hot_plan(meta, read, decision, pieces[0] if len(pieces) == 1 else b"".join(pieces))
+
     async def plan(self, read: Read) -> ReadPlan:
         """Decide ``read`` and, for a small object all in the hot tier, read
         its body, in one pool call: a hot GET costs one hand-off. Larger or
@@ -84,9 +119,7 @@ class ManagedBuckets:
             return plan(meta, read, decision, tally=tally)
         wanted = decision.wanted
         if data is not None:
-            tally.hot += wanted.length
-            body = data if wanted.length == len(data) else data[wanted.start : wanted.end]
-            return plan(meta, read, decision, body, tally)
+            return hot_plan(meta, read, decision, data)
         if read.peer == HOT and not self.is_hot(meta, wanted):
             raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
         chunks = self.stream(meta, wanted, tally, ask_peers=read.peer is None)

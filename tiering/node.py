@@ -52,7 +52,7 @@ class Node:
         # The other gateways over the same store, asked for an extent before
         # the store on a miss (``tiering/cluster/peers.py``).
         self.peers = peers
-        self.index = index = Index(data_dir / "index")
+        self.index = index = Index(data_dir / "index", settings.record_cache)
         self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
         self.policies = policies = Policies(index, settings)
         self.tiers = tiers = Tiers(index, hot, capacity, settings, policies, region)

@@ -52,6 +52,7 @@ class Buckets(Protocol):
 
     uploads: Uploads
 
+    def plan_now(self, read: Read) -> ReadPlan | None: ...
     async def plan(self, read: Read) -> ReadPlan: ...
     async def head(self, bucket: str, key: str) -> ObjectMeta: ...
     def stream(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None,
@@ -145,7 +146,11 @@ class ObjectService:
         prefetcher looks ahead of this read while it runs."""
         if read.body and read.peer is None:
             self._epochs.observe(read.bucket, read.key)
-        return await self._backend(read.bucket).plan(read)
+        backend = self._backend(read.bucket)
+        # A hot small object is answered from memory on the event loop; the
+        # rest (and anything that would wait for the disk) through the pool.
+        now = backend.plan_now(read)
+        return now if now is not None else await backend.plan(read)
 
     async def head(self, bucket: str, key: str) -> ObjectMeta:
         return await self._backend(bucket).head(bucket, key)

@@ -211,6 +211,29 @@ class Mounts:
         self.revalidator.add(name, known.key)
         return True
 
+    def known_now(self, name: str, key: str) -> ObjectMeta | None:
+        """On the event loop, from memory: the object as last validated
+        when its record is in the record cache and it may be answered now
+        (:meth:`_current`, which may queue a revalidation); else None."""
+        known = self._index.cached_mounted(name, key)
+        if known is None or name not in self._mounts:
+            return None
+        if not self._current(name, known, self._hot.is_cached(piece_name(name, key, known.etag, 0))):
+            return None
+        return _as_meta(name, known)
+
+    def read_now(self, meta: ObjectMeta) -> bytes | None:
+        """On the event loop: the whole of a small object from the page
+        cache (``HotTier.read_now``), or None when any piece is not there."""
+        part = self._settings.part_size
+        pieces = []
+        for index, piece in enumerate(self.piece_names(meta.bucket, meta)):
+            data = self._hot.read_now(None, piece, min(part, meta.size - index * part))
+            if data is None:
+                return None
+            pieces.append(data)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
     def locate(self, name: str, key: str) -> tuple[bytes, tuple[tuple[str, int], ...]] | None:
         """Blocking: for a read worker, the record of ``key`` and the hot-tier
         files of all its pieces, as (path, size), when its validation holds

@@ -46,6 +46,7 @@ class Revalidator:
         self._client = client
         self._forget = forget
         self._pending: dict[str, set[str]] = {}  # mount -> keys waiting
+        self._asking: dict[str, set[str]] = {}  # mount -> keys of the round running now
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._resting: dict[str, float] = {}  # mount -> monotonic time its source may be asked again
         self.rounds = 0  # listing pages asked for (for tests and the status)
@@ -54,6 +55,8 @@ class Revalidator:
         """Queue ``key`` of mount ``name``; its task starts if none runs."""
         if self._resting.get(name, 0.0) > time.monotonic():
             return  # the source failed just now; a read after the rest queues it again
+        if key in self._asking.get(name, ()):
+            return  # its page is being asked for: reads meanwhile need no second one
         self._pending.setdefault(name, set()).add(key)
         if name not in self._tasks:
             self._tasks[name] = asyncio.create_task(self._run(name), name=f"revalidate {name}")
@@ -71,12 +74,14 @@ class Revalidator:
     async def _run(self, name: str) -> None:
         try:
             while keys := self._pending.pop(name, None):
+                self._asking[name] = keys
                 await self._revalidate(name, sorted(keys))
         except CapacityError as exc:
             log.warning("mount %s: revalidation failed (%s); serving what is cached", name, exc)
             self._pending.pop(name, None)
             self._resting[name] = time.monotonic() + RETRY_AFTER
         finally:
+            self._asking.pop(name, None)
             self._tasks.pop(name, None)
 
     async def _revalidate(self, name: str, keys: list[str]) -> None:
@@ -97,6 +102,7 @@ class Revalidator:
             stale = await pool.run(self._renew, name, page.objects, covered)
             for known in stale:
                 await self._forget(name, known)
+            self._asking[name].difference_update(covered)
 
     def _renew(self, name: str, listed: list[SourceObject], covered: list[str]) -> list[MountedObject]:
         """Blocking: renew the validation of every known key ``listed`` shows

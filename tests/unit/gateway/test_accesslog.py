@@ -7,13 +7,22 @@ import io
 import json
 import logging
 import re
+import time
+import weakref
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.accesslog import FORMATS, AccessLog, install_handler, text_value
+from gateway.accesslog import (
+    FLUSH_BYTES,
+    FORMATS,
+    AccessLog,
+    BatchedStderr,
+    install_handler,
+    text_value,
+)
 
 FIELDS = ["time", "request_id", "remote", "op", "bucket", "key", "status", "error",
           "bytes_in", "bytes_out", "tier", "duration_ms"]
@@ -206,9 +215,39 @@ def test_install_handler_writes_bare_lines_once() -> None:
         assert isinstance(handler, logging.StreamHandler)
         handler.setStream(stream)
         _write(AccessLog("json", logger=logger))
+        handler.flush()
         (line,) = stream.getvalue().splitlines()
         assert json.loads(line)["op"] == "GetObject"  # no level or logger-name prefix
     finally:
         for h in list(logger.handlers):
             logger.removeHandler(h)
+        logger.propagate = True
+
+
+def test_default_handler_writes_in_batches_and_loses_nothing() -> None:
+    """Lines wait for the next flush (timer, size or stop), then all arrive, in order."""
+    logger = logging.getLogger("tierstore.access.test-batches")
+    install_handler(logger)
+    handler = logger.handlers[0]
+    assert isinstance(handler, BatchedStderr)
+    stream = io.StringIO()
+    handler.setStream(stream)
+    log = AccessLog("text", logger=logger)
+    try:
+        _write(log, key="first")
+        _write(log, key="second")
+        deadline = time.monotonic() + 5
+        while stream.getvalue().count("\n") < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the flusher thread writes within FLUSH_SECONDS
+        lines = stream.getvalue().splitlines()
+        assert [parse_text(line)["key"] for line in lines] == ["first", "second"]
+        big = "k" * 1000
+        for _ in range(FLUSH_BYTES // 1000 + 1):  # past FLUSH_BYTES: written at once, no timer needed
+            handler.add(big)
+        assert stream.getvalue().count(big) == FLUSH_BYTES // 1000 + 1
+        handler.add("last")
+        logging.shutdown([weakref.ref(handler)])  # what a clean stop does: flushes
+        assert stream.getvalue().endswith("last\n")
+    finally:
+        logger.removeHandler(handler)
         logger.propagate = True

@@ -300,7 +300,7 @@ def _read_hinted(root: Path, pattern: str, step: float, hot_size: int, count: in
                 mine = queue if pattern == "shared queue" else shares[r]
                 while mine:
                     plan = await node.objects.read(Read("train", mine.pop()))
-                    assert isinstance(plan.body, bytes) and len(plan.body) == size
+                    assert isinstance(plan.body, bytes | bytearray) and len(plan.body) == size
                     hot += plan.tally.hot == size and plan.tally.capacity == 0
                     await asyncio.sleep(step)  # the training step
 

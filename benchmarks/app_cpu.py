@@ -1,0 +1,145 @@
+"""CPU of the S3 app alone on a hot GET: no sockets, no uvicorn, one thread.
+
+A gateway's data plane (``gateway.node.Node``, its S3 app, metrics and the
+access log in text format, written to /dev/null) is built in this process
+over a temp data dir; ``--objects`` objects of ``--size`` bytes are written
+and read once (hot). Then, in ``--rounds`` rounds, the app is called
+directly with ``--gets`` GETs of random keys, each a signed ASGI scope as
+uvicorn would pass it (the headers a lean SigV4 client sends), and the
+thread's CPU time per GET is taken (``time.thread_time``). Only the loop's
+thread works: a hot GET never leaves it, and a GET that does (a miss, a
+read the page cache cannot serve at once) is counted with its pool time
+(process CPU is reported too).
+
+Far steadier than measuring a server from outside on a shared machine, so
+it is the measure for changes to the app's own hot path; the whole stack's
+figure (with uvicorn and the kernel) is benchmarks/ab.py's.
+
+Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import _common  # first: puts the repo root on sys.path
+from _common import ACCESS_KEY, REGION, SECRET_KEY, machine, temp_dir
+
+from gateway.app import S3App
+from gateway.config import Config
+from gateway.node import Node
+from tiering.inputs import Integrity, NewObject
+
+BUCKET = "app-cpu"
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+
+
+def signed_scope(key: str, host: str) -> dict[str, Any]:
+    """The ASGI scope of a GET as a lean SigV4 client sends it (header auth)."""
+    path = f"/{BUCKET}/{key}"
+    amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    scope = f"{amz_date[:8]}/{REGION}/s3/aws4_request"
+    signed = "host;x-amz-content-sha256;x-amz-date"
+    headers_block = f"host:{host}\nx-amz-content-sha256:{EMPTY_SHA256}\nx-amz-date:{amz_date}\n"
+    canonical = "\n".join(["GET", path, "", headers_block, signed, EMPTY_SHA256])
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    signing_key = ("AWS4" + SECRET_KEY).encode()
+    for part in (amz_date[:8], REGION, "s3", "aws4_request"):
+        signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers = [
+        (b"host", host.encode()),
+        (b"accept-encoding", b"identity"),
+        (b"x-amz-date", amz_date.encode()),
+        (b"x-amz-content-sha256", EMPTY_SHA256.encode()),
+        (b"authorization", f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, "
+                           f"SignedHeaders={signed}, Signature={signature}".encode()),
+    ]
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "headers": headers, "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 9100),
+    }
+
+
+async def _body(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
+    with temp_dir("app-cpu") as tmp:
+        config = Config(data_dir=tmp / "data", credentials={ACCESS_KEY: SECRET_KEY}, region=REGION)
+        node = Node(config)
+        app = S3App(config, node, node.metrics, node.access_log)
+        await node.start()
+        try:
+            service = node.tiering.objects  # type: ignore[union-attr]
+            await service.create_bucket(BUCKET)
+            keys = [f"k{i:06d}" for i in range(args.objects)]
+            for key in keys:
+                data = os.urandom(args.size)
+                await service.put(BUCKET, key, _body(data), NewObject(), Integrity(expected_size=len(data)))
+            statuses: list[int] = []
+
+            async def receive() -> dict[str, Any]:
+                return {"type": "http.request", "body": b"", "more_body": False}
+
+            async def send(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    statuses.append(message["status"])
+
+            for key in keys:  # read once: hot, and the records cached
+                await app(signed_scope(key, "127.0.0.1:9100"), receive, send)
+            rounds = []
+            for _ in range(args.rounds):
+                scopes = [signed_scope(random.choice(keys), "127.0.0.1:9100") for _ in range(args.gets)]
+                statuses.clear()
+                thread, process = time.thread_time(), time.process_time()
+                for scope in scopes:
+                    await app(scope, receive, send)
+                thread, process = time.thread_time() - thread, time.process_time() - process
+                bad = [s for s in statuses if s != 200]
+                if bad:
+                    raise SystemExit(f"{len(bad)} GETs answered {sorted(set(bad))}")
+                rounds.append((thread / args.gets * 1e6, process / args.gets * 1e6))
+            return rounds
+        finally:
+            await node.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--objects", type=int, default=200)
+    ap.add_argument("--size", type=int, default=64 * 1024)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--gets", type=int, default=5000, help="GETs per round")
+    args = ap.parse_args(argv)
+    _common.exit_cleanly_on_sigterm()
+    stderr = sys.stderr
+    with open(os.devnull, "w") as sink:
+        sys.stderr = sink  # the access log's default destination
+        try:
+            rounds = asyncio.run(measure(args))
+        finally:
+            sys.stderr = stderr
+    thread = [t for t, _ in rounds]
+    process = [p for _, p in rounds]
+    print(machine())
+    print(f"S3 app alone, hot GETs of {args.size:,}-byte objects, {args.rounds} rounds of {args.gets:,}: "
+          f"loop thread CPU {statistics.median(thread):.1f} us/GET (median; {min(thread):.1f}-{max(thread):.1f}), "
+          f"process {statistics.median(process):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
