@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, unquote_to_bytes
@@ -88,7 +89,7 @@ def split_query(raw_query: str) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
-def candidate_uris(raw_path: str) -> list[str]:
+def candidate_uris(raw_path: str) -> Iterator[str]:
     """The path as sent, then re-encoded once, for clients that sign one but send the other.
 
     S3 neither normalizes the path (no '//' or '.' removal) nor double-encodes
@@ -97,8 +98,10 @@ def candidate_uris(raw_path: str) -> list[str]:
     encoded, which only the re-encoded form matches.
     """
     as_sent = raw_path or "/"
-    reencoded = quote(unquote_to_bytes(utf8(as_sent)), safe="/")
-    return [as_sent] if reencoded == as_sent else [as_sent, reencoded]
+    yield as_sent
+    reencoded = quote(unquote_to_bytes(utf8(as_sent)), safe="/")  # only when the first did not match
+    if reencoded != as_sent:
+        yield reencoded
 
 
 def iso(when: datetime) -> str:

@@ -174,7 +174,7 @@ def _resource_paths(raw_path: str, host_bucket: str) -> list[str]:
     """
     if host_bucket:
         return [f"/{host_bucket}{uri}" for uri in candidate_uris(raw_path)]
-    uris = candidate_uris(raw_path)
+    uris = list(candidate_uris(raw_path))
     if raw_path.count("/") == 1 and len(raw_path) > 1:
         uris.insert(0, raw_path + "/")
     return uris

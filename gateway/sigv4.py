@@ -15,6 +15,7 @@ HTTP stack writes for the str values it signs).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import re
 from collections.abc import Callable, Mapping
@@ -144,15 +145,16 @@ def _claim_from_header(headers: Mapping[str, str], now: datetime) -> _Claim:
     algorithm, _, rest = headers["authorization"].strip().partition(" ")
     if algorithm != ALGORITHM:  # e.g. SigV4a
         raise S3Error("InvalidRequest", _NOT_V4)
-    parts: dict[str, str] = {}
-    for item in rest.split(","):
-        name, sep, value = item.strip().partition("=")
-        if sep:
-            parts[name.strip()] = value.strip()
-    if not all(parts.get(k) for k in ("Credential", "SignedHeaders", "Signature")):
-        raise _header_malformed("the authorization header requires three components: "
-                                "Credential, SignedHeaders, and Signature.")
-    access_key, date, region = _parse_credential(parts["Credential"], _header_malformed)
+    # Everything but the signature is the same for a client's requests of a
+    # day: parsed once (clients put the signature last).
+    signed_part, _, last = rest.rpartition(",")
+    name, _, signature_value = last.strip().partition("=")
+    if name == "Signature" and signature_value and "Signature=" not in signed_part:
+        access_key, date, region, signed_headers = _signed_part(signed_part)
+    else:
+        parts = _auth_parts(rest)
+        access_key, date, region, signed_headers = _components(parts)
+        signature_value = parts["Signature"]
     amz_date, when = _header_time(headers)
     if abs(now - when) > MAX_SKEW:
         raise S3Error("RequestTimeTooSkewed", "The difference between the request time and "
@@ -160,10 +162,33 @@ def _claim_from_header(headers: Mapping[str, str], now: datetime) -> _Claim:
                       ServerTime=iso(now), MaxAllowedSkewMilliseconds=900000)
     if date != amz_date[:8]:
         raise _header_malformed("Invalid credential date. Date is not the same as X-Amz-Date.")
-    return _Claim(access_key, date, region, amz_date,
-                  _signed_headers(parts["SignedHeaders"], _header_malformed),
-                  parts["Signature"], _payload_hash(headers.get("x-amz-content-sha256")),
-                  presigned=False)
+    return _Claim(access_key, date, region, amz_date, signed_headers, signature_value,
+                  _payload_hash(headers.get("x-amz-content-sha256")), presigned=False)
+
+
+def _auth_parts(text: str) -> dict[str, str]:
+    """``name=value`` items of an Authorization header, separated by commas."""
+    parts: dict[str, str] = {}
+    for item in text.split(","):
+        name, sep, value = item.strip().partition("=")
+        if sep:
+            parts[name.strip()] = value.strip()
+    return parts
+
+
+@functools.lru_cache(maxsize=1024)
+def _signed_part(text: str) -> tuple[str, str, str, tuple[str, ...]]:
+    """:func:`_components` of the items before the signature (cached)."""
+    return _components(_auth_parts(text) | {"Signature": "-"})
+
+
+def _components(parts: dict[str, str]) -> tuple[str, str, str, tuple[str, ...]]:
+    """Access key, date, region and signed header names of an Authorization header."""
+    if not all(parts.get(k) for k in ("Credential", "SignedHeaders", "Signature")):
+        raise _header_malformed("the authorization header requires three components: "
+                                "Credential, SignedHeaders, and Signature.")
+    access_key, date, region = _parse_credential(parts["Credential"], _header_malformed)
+    return access_key, date, region, _signed_headers(parts["SignedHeaders"], _header_malformed)
 
 
 def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
