@@ -25,7 +25,8 @@ a row on one request (method, target, Range): with 2, the third try passes,
 so a test of retries cannot flake. ``only(method, target)`` (``get_object``,
 ``put``, ``multipart``, ``listing`` below) limits faults to some operations.
 ``proxy.rates`` may be replaced at any time; ``injected`` counts faults by
-kind, ``forwarded`` the requests sent on. Standard library only.
+kind, ``forwarded`` the requests sent on, ``requests`` lists every request
+received as (method, target, Range). Standard library only.
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ class FaultProxy:
         self.random = random.Random(seed)
         self.injected: collections.Counter[str] = collections.Counter()
         self.forwarded = 0
+        self.requests: list[tuple[str, str, str]] = []
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy", daemon=True)
@@ -278,6 +280,7 @@ class FaultProxy:
         """What the client gets for ``request``, and whether its connection
         stays open after that."""
         method, target = request.lines[0].split(" ")[:2]
+        self.requests.append((method, target, request.header("range")))
         kind, delayed = self._draw(method, target, request.header("range"))
         if delayed:
             self.injected["latency"] += 1

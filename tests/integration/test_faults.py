@@ -359,3 +359,42 @@ def test_zz_no_traceback_logged(gw: Gateway) -> None:
     assert "Traceback" not in log, log[-5000:]
     assert "error=InternalError" not in log, log[-5000:]
     assert not re.search(r"request [0-9A-F]+ failed", log), log[-5000:]
+
+
+def test_a_cold_small_object_costs_the_store_one_request(
+    gw: Gateway, client, fbucket: str, proxy: FaultProxy, moto_endpoint: str
+) -> None:
+    """Counted at the store's door: a flushed and evicted small object is one
+    ranged GET, no HEAD or probe before it; the second read none. The same
+    for an object of a mounted bucket read for the first time. (Requests
+    with a query are the flusher's and compaction's listings, not reads.)"""
+
+    def reads(since: int) -> list[tuple[str, str, str]]:
+        return [r for r in proxy.requests[since:] if "?" not in r[1]]
+
+    data = pattern(65_536, 3)
+    client.put_object(Bucket=fbucket, Key="cold/one", Body=data)
+    gw.flush()
+    gw.evict()
+    before = len(proxy.requests)
+    assert client.get_object(Bucket=fbucket, Key="cold/one")["Body"].read() == data
+    asked = reads(before)
+    assert [(method, bool(range_)) for method, _, range_ in asked] == [("GET", True)], asked
+    assert client.get_object(Bucket=fbucket, Key="cold/one")["Body"].read() == data
+    assert reads(before) == asked
+
+    source = f"{fbucket}-src"
+    store = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                         aws_secret_access_key="testing", region_name="us-east-1")
+    store.create_bucket(Bucket=source)
+    store.put_object(Bucket=source, Key="one", Body=data)
+    mounted = gw.admin("POST", "/mounts", json={"name": f"{fbucket}-m", "source": f"s3://{source}",
+                                                 "endpoint": proxy.endpoint, "access_key": "testing",
+                                                 "secret_key": "testing"})
+    assert mounted.status_code == 201, mounted.text
+    before = len(proxy.requests)
+    assert client.get_object(Bucket=f"{fbucket}-m", Key="one")["Body"].read() == data
+    asked = reads(before)
+    assert [(method, bool(range_)) for method, _, range_ in asked] == [("GET", True)], asked
+    assert client.get_object(Bucket=f"{fbucket}-m", Key="one")["Body"].read() == data
+    assert reads(before) == asked
