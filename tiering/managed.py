@@ -28,7 +28,6 @@ from tiering.multipart import Multipart
 from tiering.policy import Policies
 from tiering.readahead import Source, stream
 from tiering.reads import (
-    NOW_READ,
     SMALL_READ,
     Decision,
     Location,
@@ -38,6 +37,7 @@ from tiering.reads import (
     decide,
     hot_plan,
     plan,
+    plan_from_memory,
 )
 from tiering.segments import Piece
 from tiering.settings import TierSettings
@@ -91,23 +91,19 @@ class ManagedBuckets:
         from the page cache (``HotTier.read_now``). None when either is not
         there: :meth:`plan` answers it through the pool."""
         meta = self._index.cached_object(read.bucket, read.key)
-        if meta is None:
-            return None
-        decision = decide(meta, read)
-        if not (read.body and decision.sends_body):
-            return plan(meta, read, decision)
-        if meta.size > NOW_READ:
-            return None
-        hot = self._hot
+        return plan_from_memory(meta, read, self._read_now) if meta is not None else None
+
+    def _read_now(self, meta: ObjectMeta) -> bytes | bytearray | None:
+        """The whole object from the page cache (``HotTier.read_now``), or None."""
         pieces = []
         for c in meta.chunks:
-            data = hot.read_now(c.file_id, None if c.file_id is not None else c.extent.cache_name,  # type: ignore[union-attr]
-                                c.size)
+            cache_name = c.extent.cache_name if c.file_id is None else None  # type: ignore[union-attr]
+            data = self._hot.read_now(c.file_id, cache_name, c.size)
             if data is None:
                 return None
             pieces.append(data)
         self._tiers.reader.hits += 1
-        return hot_plan(meta, read, decision, pieces[0] if len(pieces) == 1 else b"".join(pieces))
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     async def plan(self, read: Read) -> ReadPlan:
         """Decide ``read`` and, for a small object all in the hot tier, read

@@ -14,7 +14,7 @@ with :func:`decide`, so they agree on every status and range.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from packer.ranges import ByteRange
@@ -171,6 +171,21 @@ def plan(meta: ObjectMeta, read: Read, decision: Decision, body: Body | None = N
         condition=decision.condition,
         parts_count=(len(meta.part_sizes) or 1) if read.part_number is not None else None,
     )
+
+
+def plan_from_memory(
+    meta: ObjectMeta, read: Read, read_now: Callable[[ObjectMeta], bytes | bytearray | None]
+) -> ReadPlan | None:
+    """The plan of ``read`` of ``meta`` (a record from memory) when it needs
+    no byte of the object, or the object is small and ``read_now`` has all
+    of it in memory; None otherwise. The ``plan_now`` of both backends."""
+    decision = decide(meta, read)
+    if not (read.body and decision.sends_body):
+        return plan(meta, read, decision)
+    if meta.size > NOW_READ:
+        return None
+    data = read_now(meta)
+    return hot_plan(meta, read, decision, data) if data is not None else None
 
 
 def hot_plan(meta: ObjectMeta, read: Read, decision: Decision, data: bytes | bytearray) -> ReadPlan:

@@ -17,15 +17,14 @@ from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
 from tiering.mounts.uploads import MountUploads
 from tiering.reads import (
-    NOW_READ,
     SMALL_READ,
     Location,
     Read,
     ReadPlan,
     ReadTally,
     decide,
-    hot_plan,
     plan,
+    plan_from_memory,
 )
 
 
@@ -45,15 +44,7 @@ class MountedBuckets:
         """The plan of ``read`` from memory alone, on the event loop (the
         record cache, the page cache); None when :meth:`plan` must answer."""
         meta = self._mounts.known_now(read.bucket, read.key)
-        if meta is None:
-            return None
-        decision = decide(meta, read)
-        if not (read.body and decision.sends_body):
-            return plan(meta, read, decision)
-        if meta.size > NOW_READ:
-            return None
-        data = self._mounts.read_now(meta)
-        return hot_plan(meta, read, decision, data) if data is not None else None
+        return plan_from_memory(meta, read, self._mounts.read_now) if meta is not None else None
 
     async def plan(self, read: Read) -> ReadPlan:
         """An object not validated lately is described by one ranged GET of

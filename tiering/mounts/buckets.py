@@ -222,7 +222,7 @@ class Mounts:
             return None
         return _as_meta(name, known)
 
-    def read_now(self, meta: ObjectMeta) -> bytes | None:
+    def read_now(self, meta: ObjectMeta) -> bytes | bytearray | None:
         """On the event loop: the whole of a small object from the page
         cache (``HotTier.read_now``), or None when any piece is not there."""
         part = self._settings.part_size
