@@ -115,15 +115,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gets", type=int, default=3000, help="GETs per round and server")
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--workers", type=int, default=1, help="the gateways' --workers (1)")
+    ap.add_argument("--old-workers", type=int, help="--workers of the --old gateway (default: --workers); "
+                    "with --old ., one checkout's two settings side by side")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
     checkouts = [("new", args.new)] + ([("old", args.old)] if args.old else [])
     names = [name for name, _ in checkouts] + ["bare"]
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
-    extra = ("--workers", str(args.workers))
+    workers = {"new": args.workers, "old": args.old_workers or args.workers}
     with temp_dir("ab") as tmp, contextlib.ExitStack() as stack:
         servers: dict[str, Gateway | Bare] = {
-            name: stack.enter_context(gateway(tmp / name, root=root.resolve(), extra_args=extra))
+            name: stack.enter_context(gateway(tmp / name, root=root.resolve(),
+                                              extra_args=("--workers", str(workers[name]))))
             for name, root in checkouts
         }
         for gw in servers.values():
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{min(cpus):,.0f}-{max(cpus):,.0f}", f"{median_cpu[name] / median_cpu['bare']:.2f}x"])
     print(machine())
     print(f"hot GETs of {args.size:,}-byte objects, {args.threads} threads, {args.rounds} alternating rounds "
-          f"of {args.gets:,} GETs, --workers {args.workers}")
+          f"of {args.gets:,} GETs, --workers {workers['new']} (new), {workers['old']} (old)")
     print(table(["server", "GETs/s (median)", "CPU us/GET (median)", "CPU us/GET (range)", "CPU x bare"], rows))
     if args.old:
         print(f"new / old: {median_rate['new'] / median_rate['old']:.2f}x GETs/s, "
