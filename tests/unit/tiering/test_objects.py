@@ -22,6 +22,7 @@ from tiering.errors import (
     PreconditionFailed,
     SlowDown,
 )
+from tiering.conditions import WriteConditions
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import MIN_PART_SIZE, ChosenPart
 from tiering.node import Node
@@ -173,9 +174,10 @@ def test_budget_refuses_with_slowdown(tmp_path: Path) -> None:
 
 def test_if_none_match_star(service: Node) -> None:
     async def go():
-        await service.objects.put("bkt", "k", body(b"a"), NewObject(), Integrity(), if_none_match=True)
+        once = WriteConditions(if_none_match=True)
+        await service.objects.put("bkt", "k", body(b"a"), NewObject(), Integrity(), once)
         with pytest.raises(PreconditionFailed):
-            await service.objects.put("bkt", "k", body(b"b"), NewObject(), Integrity(), if_none_match=True)
+            await service.objects.put("bkt", "k", body(b"b"), NewObject(), Integrity(), once)
 
     run(go())
 
