@@ -323,3 +323,22 @@ def test_read_answers_small_hot_bodies_inline(service: Node) -> None:
             await service.objects.read(Read("bkt", "missing"))
 
     run(go())
+
+
+def test_tags_set_on_a_staged_object_reach_its_manifest(service: Node, tmp_path: Path) -> None:
+    """Retagging a staged object makes a new record of the same files; the
+    flush then writes the tagged version's manifest, and the index, the
+    footers (as recovery reads them) and the files agree."""
+    async def go():
+        first = await put(service, "k", b"tagged bytes")
+        tagged = await service.objects.retag("bkt", "k", {"a": "1"})
+        assert tagged.staged and tagged.chunks == first.chunks and tagged.seq > first.seq
+        await service.tiers.flush()
+        flushed = await service.objects.head("bkt", "k")
+        assert flushed.tags == {"a": "1"} and not flushed.staged and flushed.manifest is not None
+        assert await service.objects.read_all(flushed) == b"tagged bytes"
+        assert (await service.objects.retag("bkt", "k", {})).tags == {}
+        await service.tiers.flush()
+        assert (await service.objects.tags("bkt", "k")) == {}
+
+    run(go())
