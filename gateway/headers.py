@@ -11,6 +11,7 @@ import functools
 import re
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
+from urllib.parse import unquote_plus
 
 from gateway.errors import S3Error
 from packer.ranges import ByteRange
@@ -29,6 +30,33 @@ HUGE = 1 << 63
 # What RFC 9110 allows in a field value besides visible characters: SP, HTAB
 # and obs-text. A control character would make the server refuse the answer.
 _NOT_FIELD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+# Every answer that describes a stored object says how it is encrypted at
+# rest, as S3 does since it encrypts every object (SSE-S3, AES256); clients
+# compare it with what they asked for. See docs/s3-compatibility.md for
+# where the bytes are encrypted.
+SSE = ("x-amz-server-side-encryption", "AES256")
+_SSE_C = ("x-amz-server-side-encryption-customer-algorithm", "x-amz-server-side-encryption-customer-key",
+          "x-amz-server-side-encryption-customer-key-md5")
+
+
+def check_encryption(headers: dict[str, str]) -> None:
+    """The encryption a write asks for: none or AES256 (SSE-S3) is what
+    every object gets; SSE-KMS and customer keys (SSE-C) are refused, not
+    ignored, since ignoring them would store what the client meant to be
+    under its own key without it."""
+    if any(name in headers for name in _SSE_C):
+        raise S3Error("NotImplemented", "Server-side encryption with customer-provided keys (SSE-C) "
+                      "is not supported by this gateway")
+    asked = headers.get("x-amz-server-side-encryption")
+    if asked is None or asked == "AES256":
+        return
+    if asked.startswith("aws:kms"):
+        raise S3Error("NotImplemented", f"Server-side encryption {asked} is not supported by this gateway; "
+                      "objects are stored with AES256 (SSE-S3)")
+    raise S3Error("InvalidArgument", "The encryption method specified is not supported",
+                  ArgumentName="x-amz-server-side-encryption", ArgumentValue=asked)
 
 
 def decimal(text: str) -> int | None:
@@ -100,15 +128,16 @@ def conditions(headers: dict[str, str], prefix: str = "if-") -> Conditions:
 
 
 def new_object(headers: dict[str, str]) -> NewObject:
-    """Content-Type, the stored headers and x-amz-meta-* of a write."""
+    """Content-Type, the stored headers and x-amz-meta-* of a write (its
+    encryption headers checked)."""
+    check_encryption(headers)
     stored = {}
     for name in STORED_HEADERS:
         value = headers.get(name)
         if value is None:
             continue
         if name == "content-encoding":
-            # aws-chunked is transfer framing, not part of the object.
-            value = ",".join(v.strip() for v in value.split(",") if v.strip() and v.strip() != "aws-chunked")
+            value = _without_aws_chunked(value)
             if not value:
                 continue
         stored[name] = value
@@ -119,7 +148,46 @@ def new_object(headers: dict[str, str]) -> NewObject:
         content_type=headers.get("content-type") or "binary/octet-stream",
         headers=stored,
         user_meta=user,
+        tags=tagging(headers.get("x-amz-tagging")),
     )
+
+
+def tagging(header: str | None) -> dict[str, str]:
+    """The tag set of an ``x-amz-tagging`` header: URL query parameters,
+    form-encoded (``+`` is a space), a name without ``=`` has the empty
+    value. Its form is checked here (InvalidArgument, as S3); whether the
+    tags are allowed is ``tiering.tags``'s to say."""
+    tags: dict[str, str] = {}
+    if not header:
+        return tags
+    for pair in header.split("&"):
+        if not pair:
+            continue
+        try:
+            if pair.count("=") > 1:
+                raise ValueError(pair)
+            name, _, value = pair.partition("=")
+            name = unquote_plus(name, errors="strict")
+            value = unquote_plus(value, errors="strict")
+            if name in tags:
+                raise ValueError(name)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise S3Error("InvalidArgument", "The header 'x-amz-tagging' shall be encoded as UTF-8 then "
+                          "URLEncoded URL query parameters without tag name duplicates.",
+                          ArgumentName="x-amz-tagging", ArgumentValue=header) from exc
+        tags[name] = value
+    return tags
+
+
+def _without_aws_chunked(value: str) -> str:
+    """Content-Encoding as the client sent it, less ``aws-chunked``: that
+    coding is transfer framing, not part of the object. S3 keeps the rest
+    byte for byte ("deflate, gzip" stays so, spaces included)."""
+    codings = value.split(",")
+    kept = [c for c in codings if c.strip().lower() != "aws-chunked"]
+    if len(kept) == len(codings):
+        return value
+    return ",".join(kept).strip()
 
 
 # response-* query parameters override these response headers on GET.
@@ -143,9 +211,12 @@ def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> lis
         ("etag", meta.quoted_etag),
         ("last-modified", http_date(meta.last_modified_s)),
         ("accept-ranges", "bytes"),
+        SSE,
     ]
     out += [(name, _latin1(value)) for name, value in values.items()]
     out += [(f"x-amz-meta-{name}", _latin1(value)) for name, value in meta.user_meta.items()]
+    if meta.tags:
+        out.append(("x-amz-tagging-count", str(len(meta.tags))))
     return out
 
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from gateway.context import Context
 from gateway.errors import S3Error
-from gateway.handlers import buckets, listing, multipart, objects
+from gateway.handlers import buckets, listing, multipart, objects, tagging
 from gateway.http import Response, S3Request
 
 Handler = Callable[[Context, S3Request], Awaitable[Response]]
@@ -60,6 +60,9 @@ TABLE: dict[tuple[str, str, str | None], Route] = {
     ("object", "DELETE", None): Route("DeleteObject", objects.delete_object),
     ("object", "GET", "acl"): Route("GetObjectAcl", buckets.get_acl),
     ("object", "PUT", "acl"): Route("PutObjectAcl", buckets.put_acl),
+    ("object", "GET", "tagging"): Route("GetObjectTagging", tagging.get_tagging),
+    ("object", "PUT", "tagging"): Route("PutObjectTagging", tagging.put_tagging),
+    ("object", "DELETE", "tagging"): Route("DeleteObjectTagging", tagging.delete_tagging),
     ("object", "POST", "uploads"): Route("CreateMultipartUpload", multipart.create_upload),
     ("object", "PUT", "uploadId"): Route("UploadPart", multipart.upload_part),
     ("object", "POST", "uploadId"): Route("CompleteMultipartUpload", multipart.complete_upload),

@@ -377,6 +377,9 @@ def list_uploads(
 MAX_DELETE_KEYS = 1000  # keys of one DeleteObjects request
 # Every S3 request body is a root, its items and their fields (3 levels).
 MAX_DEPTH = 8
+# Tags a Tagging body may list before it is refused as malformed: more than
+# S3's 10, so that 11 get S3's own answer (BadRequest, tiering/tags.py).
+MAX_TAGGING_ITEMS = 100
 # Elements per item of a body, with room for fields this gateway ignores.
 _ELEMENTS_PER_ITEM = 8
 
@@ -432,8 +435,9 @@ def _text(el: ET.Element, name: str) -> str | None:
     return (found[0].text or "") if found else None
 
 
-def parse_delete(body: bytes) -> tuple[bool, list[tuple[str, str | None]]]:
-    """<Delete><Quiet/>?<Object><Key/><VersionId/>?</Object>*</Delete>"""
+def parse_delete(body: bytes) -> tuple[bool, list[tuple[str, str | None, str | None]]]:
+    """<Delete><Quiet/>?<Object><Key/><VersionId/>?<ETag/>?</Object>*</Delete>:
+    (quiet, [(key, version id, ETag to match)])"""
     root = _parse(body, MAX_DELETE_KEYS)
     if _local(root.tag) != "Delete":
         raise S3Error("MalformedXML")
@@ -443,7 +447,8 @@ def parse_delete(body: bytes) -> tuple[bool, list[tuple[str, str | None]]]:
         key = _text(obj, "Key")
         if key is None:
             raise S3Error("MalformedXML")
-        objects.append((key, _text(obj, "VersionId")))
+        etag = _text(obj, "ETag")
+        objects.append((key, _text(obj, "VersionId"), etag.strip() if etag is not None else None))
     if not objects or len(objects) > MAX_DELETE_KEYS:
         raise S3Error("MalformedXML")
     return quiet, objects
@@ -468,6 +473,30 @@ def parse_complete(body: bytes) -> list[ChosenPart]:
     if not parts:
         raise S3Error("MalformedXML")
     return parts
+
+
+def tagging(tags: dict[str, str]) -> bytes:
+    """GetObjectTagging: the tag set, in key order."""
+    items = "".join(f"<Tag>{_el('Key', k)}{_el('Value', v)}</Tag>" for k, v in sorted(tags.items()))
+    return _doc("Tagging", f"<TagSet>{items}</TagSet>")
+
+
+def parse_tagging(body: bytes) -> dict[str, str]:
+    """<Tagging><TagSet><Tag><Key/><Value/></Tag>*</TagSet></Tagging>; an
+    empty TagSet removes the object's tags."""
+    root = _parse(body, MAX_TAGGING_ITEMS)
+    sets = _children(root, "TagSet")
+    if _local(root.tag) != "Tagging" or len(sets) != 1:
+        raise S3Error("MalformedXML")
+    tags: dict[str, str] = {}
+    for tag in _children(sets[0], "Tag"):
+        key, value = _text(tag, "Key"), _text(tag, "Value")
+        if key is None or value is None:
+            raise S3Error("MalformedXML")
+        if key in tags:
+            raise S3Error("InvalidTag", "Cannot provide multiple Tags with the same key", TagKey=key)
+        tags[key] = value
+    return tags
 
 
 def parse_location_constraint(body: bytes) -> str | None:

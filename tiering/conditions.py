@@ -4,13 +4,16 @@ S3 follows RFC 9110's precedence: If-Match before If-Unmodified-Since, and
 If-None-Match before If-Modified-Since; a failed If-Match or
 If-Unmodified-Since is 412, a failed If-None-Match or If-Modified-Since is
 304 on GET/HEAD.
+
+Writes (PutObject, CompleteMultipartUpload, CopyObject, DeleteObject) have
+their own, smaller set: :class:`WriteConditions`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tiering.errors import NotModified, PreconditionFailed
+from tiering.errors import ConditionalConflict, NoSuchKey, NotModified, PreconditionFailed
 from tiering.meta import ObjectMeta
 
 
@@ -59,3 +62,33 @@ def check(meta: ObjectMeta, cond: Conditions, *, for_copy: bool = False) -> None
             raise not_modified(Condition="If-None-Match")
     elif cond.if_modified_since is not None and modified <= cond.if_modified_since:
         raise not_modified(Condition="If-Modified-Since")
+
+
+@dataclass(frozen=True, slots=True)
+class WriteConditions:
+    """S3's conditional writes: ``If-None-Match: *`` (create only) and
+    ``If-Match: <etag>`` (replace or delete only that version; ``*``: any).
+
+    A write checks them twice: when the request starts (a failure is 412
+    PreconditionFailed, or 404 NoSuchKey for If-Match on a missing key),
+    and again atomically with its commit, under the index lock. A failure
+    there means another write or delete of the key came in between, which
+    S3 answers with 409 ConditionalRequestConflict (404 when it was a
+    delete); the client is told to retry, and never overwrites what it did
+    not see."""
+
+    if_none_match: bool = False
+    if_match: str | None = None  # the header's value, may list several ETags
+
+    def __bool__(self) -> bool:
+        return self.if_none_match or self.if_match is not None
+
+    def check(self, current: ObjectMeta | None, key: str, *, at_commit: bool = False) -> None:
+        failed = ConditionalConflict if at_commit else PreconditionFailed
+        if self.if_match is not None:
+            if current is None:
+                raise NoSuchKey(Key=key)
+            if not etag_matches(self.if_match, current.etag):
+                raise failed(Condition="If-Match")
+        if self.if_none_match and current is not None:
+            raise failed(Condition="If-None-Match")

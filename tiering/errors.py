@@ -57,6 +57,14 @@ class InvalidRange(TierstoreError):
     pass
 
 
+class InvalidTag(TierstoreError):
+    """A tag key or value S3 does not allow (``tiering/tags.py``)."""
+
+
+class TooManyTags(TierstoreError):
+    """More than 10 tags on one object (S3 answers 400 BadRequest)."""
+
+
 class PreconditionFailed(TierstoreError):
     pass
 

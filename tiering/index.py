@@ -26,7 +26,8 @@ import msgpack
 from rocksdict import Options, Rdict, WriteOptions
 
 from tiering._index_uploads import UploadRecords
-from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchUpload, PreconditionFailed
+from tiering.conditions import WriteConditions
+from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchKey, NoSuchUpload, PreconditionFailed
 from tiering.index_tiers import Ledger, TierRecords
 from tiering.keys import (
     SEG_KEY,
@@ -333,8 +334,8 @@ class Index(TierRecords, UploadRecords):
         self,
         meta: ObjectMeta,
         *,
-        if_none_match: bool = False,
-        if_match: str | None = None,
+        conditions: WriteConditions | None = None,
+        expect_etag: str | None = None,
         drop_upload: Upload | None = None,
         drop_parts: list[int] = (),  # type: ignore[assignment]
         chosen_parts: list[int] = (),  # type: ignore[assignment]
@@ -342,8 +343,12 @@ class Index(TierRecords, UploadRecords):
         segment: SegmentInfo | None = None,
     ) -> tuple[ObjectMeta, ObjectMeta | None]:
         """Commit ``meta`` (its seq assigned here) and return it with the
-        version it replaced. Conditions are checked under the lock, so a
-        conditional write is atomic against concurrent writers. With
+        version it replaced. ``conditions`` (S3's conditional writes) are
+        checked under the lock, so a conditional write is atomic against
+        concurrent writers; a failure here is a race lost
+        (``WriteConditions.check``). ``expect_etag`` is the version the
+        caller read and builds on (a metadata-only rewrite): anything else
+        there is PreconditionFailed. With
         ``drop_upload`` the same batch removes a completed multipart upload
         and its part records; the object's chunks are taken from the records
         of ``chosen_parts`` as they are now, under the lock (a part flushed
@@ -358,39 +363,58 @@ class Index(TierRecords, UploadRecords):
                 raise NoSuchBucket(BucketName=meta.bucket)
             raw = self._db.get(okey(meta.bucket, meta.key))
             old = ObjectMeta.from_bytes(raw) if raw is not None else None
-            if if_none_match and old is not None:
-                raise PreconditionFailed(Condition="If-None-Match")
-            if if_match is not None and (old is None or if_match not in ("*", old.etag)):
+            if conditions:
+                conditions.check(old, meta.key, at_commit=True)
+            if expect_etag is not None and (old is None or old.etag != expect_etag):
                 raise PreconditionFailed(Condition="If-Match")
-            batch = self._batch()
-            ledger = Ledger()
-            seq = self._next_seq(batch)
             if keep_chunks:
                 if old is None:
                     raise PreconditionFailed(Condition="If-Match")
                 meta = replace(meta, chunks=old.chunks)
             if drop_upload is not None and chosen_parts:
                 meta = replace(meta, chunks=self._current_chunks(drop_upload.upload_id, chosen_parts))
-            # A new version needs its own manifest in the capacity tier, even
-            # when it reuses flushed bytes (a metadata-only copy, a Complete).
-            meta = replace(meta, seq=seq, manifest=None)
-            batch.put(okey(meta.bucket, meta.key), meta.to_bytes())
-            batch.put(seqkey(b"F", seq), label(meta.bucket, meta.key))
-            if segment is not None:
-                batch.put(gkey(segment.name), segment.to_bytes())
-            if old is not None:
-                ledger.release(old.chunks, keep=meta.chunks)
-                ledger.unpin(old)
-            if drop_upload is not None:
-                batch.delete(ukey(drop_upload.bucket, drop_upload.key, drop_upload.upload_id))
-                for number in drop_parts:
-                    raw_part = self._db.get(pkey(drop_upload.upload_id, number))
-                    if raw_part is not None:
-                        ledger.release(Part.from_bytes(raw_part).chunks, keep=meta.chunks)
-                    batch.delete(pkey(drop_upload.upload_id, number))
-            self._apply(batch, ledger)
-            self._write(batch)
-            return meta, old
+            return self._commit(meta, old, drop_upload, drop_parts, segment), old
+
+    def retag(self, bucket: str, key: str, tags: dict[str, str]) -> ObjectMeta:
+        """Give the current version of ``key`` these tags (PutObjectTagging,
+        DeleteObjectTagging with none): a new record of the same bytes, ETag
+        and time, so the capacity tier gets a manifest with the tags."""
+        with self._lock:
+            raw = self._db.get(okey(bucket, key))
+            if raw is None:
+                raise NoSuchKey(Key=key)
+            old = ObjectMeta.from_bytes(raw)
+            return self._commit(replace(old, tags=tags), old)
+
+    def _commit(
+        self, meta: ObjectMeta, old: ObjectMeta | None, drop_upload: Upload | None = None,
+        drop_parts: list[int] = (), segment: SegmentInfo | None = None,  # type: ignore[assignment]
+    ) -> ObjectMeta:
+        """Write ``meta`` as the new version of its key over ``old``, in one
+        batch (the caller holds the lock)."""
+        batch = self._batch()
+        ledger = Ledger()
+        seq = self._next_seq(batch)
+        # A new version needs its own manifest in the capacity tier, even
+        # when it reuses flushed bytes (a metadata-only copy, a Complete).
+        meta = replace(meta, seq=seq, manifest=None)
+        batch.put(okey(meta.bucket, meta.key), meta.to_bytes())
+        batch.put(seqkey(b"F", seq), label(meta.bucket, meta.key))
+        if segment is not None:
+            batch.put(gkey(segment.name), segment.to_bytes())
+        if old is not None:
+            ledger.release(old.chunks, keep=meta.chunks)
+            ledger.unpin(old)
+        if drop_upload is not None:
+            batch.delete(ukey(drop_upload.bucket, drop_upload.key, drop_upload.upload_id))
+            for number in drop_parts:
+                raw_part = self._db.get(pkey(drop_upload.upload_id, number))
+                if raw_part is not None:
+                    ledger.release(Part.from_bytes(raw_part).chunks, keep=meta.chunks)
+                batch.delete(pkey(drop_upload.upload_id, number))
+        self._apply(batch, ledger)
+        self._write(batch)
+        return meta
 
     def _current_chunks(self, upload_id: str, numbers: list[int]) -> tuple[Chunk, ...]:
         chunks: list[Chunk] = []
@@ -401,13 +425,17 @@ class Index(TierRecords, UploadRecords):
             chunks.extend(Part.from_bytes(raw).chunks)
         return tuple(chunks)
 
-    def delete_object(self, bucket: str, key: str) -> ObjectMeta | None:
-        """Remove the key; return what was there (None if nothing)."""
+    def delete_object(self, bucket: str, key: str, conditions: WriteConditions | None = None) -> ObjectMeta | None:
+        """Remove the key; return what was there (None if nothing).
+        ``conditions`` (If-Match) are checked under the lock, atomically
+        with the delete."""
         with self._lock:
             raw = self._db.get(okey(bucket, key))
-            if raw is None:
+            old = ObjectMeta.from_bytes(raw) if raw is not None else None
+            if conditions:
+                conditions.check(old, key)
+            if old is None:
                 return None
-            old = ObjectMeta.from_bytes(raw)
             batch = self._batch()
             batch.delete(okey(bucket, key))
             ledger = Ledger()

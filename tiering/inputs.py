@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+from tiering.conditions import WriteConditions
+
 
 @dataclass(slots=True)
 class Integrity:
@@ -29,17 +31,16 @@ class NewObject:
     content_type: str = "binary/octet-stream"
     headers: dict[str, str] = field(default_factory=dict)
     user_meta: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)  # x-amz-tagging
 
 
 @dataclass(slots=True)
 class Write:
     """One object write as a bucket backend takes it: the key, the body and
-    what the client says of it, and S3's write conditions (``If-None-Match:
-    *``, ``If-Match: <etag>``)."""
+    what the client says of it, and S3's write conditions."""
 
     key: str
     body: AsyncIterator[bytes]
     new: NewObject
     integrity: Integrity
-    if_none_match: bool = False
-    if_match: str | None = None
+    conditions: WriteConditions = WriteConditions()

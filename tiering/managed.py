@@ -18,7 +18,7 @@ from dataclasses import replace
 from packer.ranges import ByteRange, split_over
 from tiering import pool
 from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused
-from tiering.conditions import Conditions, check
+from tiering.conditions import WriteConditions
 from tiering.errors import NoSuchBucket, NoSuchKey, NotHot
 from tiering.hot import HotTier
 from tiering.index import Index, ListPage
@@ -264,14 +264,12 @@ class ManagedBuckets:
     async def put(self, info: BucketInfo, write: Write) -> ObjectMeta:
         bucket, key = info.name, write.key
         async with self._tiers.writing_to(bucket):
-            if write.if_none_match and self._index.get_object(bucket, key) is not None:
+            if write.conditions:
                 # Checked again atomically at commit; failing early saves the upload.
-                check(await self.head(bucket, key), Conditions(if_none_match="*"), for_copy=True)
+                write.conditions.check(await pool.run(self._index.get_object, bucket, key), key)
             staged = await self._stager.stage(write.body, write.integrity, Piece(bucket, key, 0))
             meta = staged.as_object(bucket, key, write.new)
-            meta = await self._stager.commit(
-                meta, staged.segment, if_none_match=write.if_none_match, if_match=write.if_match
-            )
+            meta = await self._stager.commit(meta, staged.segment, conditions=write.conditions)
             await self._stager.settle(info, meta)
             return meta
 
@@ -283,15 +281,25 @@ class ManagedBuckets:
                 content_type=new.content_type,
                 headers=new.headers,
                 user_meta=new.user_meta,
+                tags=new.tags,
                 last_modified_ms=now_ms(),
             )
-            meta, _ = await pool.run(self._index.put_object, meta, if_match=source.etag, keep_chunks=True)
+            meta, _ = await pool.run(self._index.put_object, meta, expect_etag=source.etag, keep_chunks=True)
             await self._stager.settle(info, meta)
             return meta
 
-    async def delete(self, info: BucketInfo, key: str) -> None:
+    async def tags(self, bucket: str, key: str) -> dict[str, str]:
+        return (await self.head(bucket, key)).tags
+
+    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str]) -> ObjectMeta:
         async with self._tiers.writing_to(info.name):
-            old = await pool.run(self._index.delete_object, info.name, key)
+            meta = await pool.run(self._index.retag, info.name, key, tags)
+            await self._stager.settle(info, meta)
+            return meta
+
+    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None) -> None:
+        async with self._tiers.writing_to(info.name):
+            old = await pool.run(self._index.delete_object, info.name, key, conditions)
             if old is not None:
                 await self._stager.forget(old.chunks)
                 await self._stager.settle_delete(info)

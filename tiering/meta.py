@@ -177,6 +177,9 @@ class ObjectMeta(_Record):
     part_sizes: tuple[int, ...] = ()  # multipart: size of each part, for partNumber reads
     upload_id: str | None = None  # multipart: the upload it completed, for retried Completes
     manifest: str | None = None  # the segment whose footer holds this version's manifest
+    # Object tags (PutObjectTagging, x-amz-tagging): part of the record and
+    # so of every manifest, so they survive flush, compaction and recovery.
+    tags: dict[str, str] = field(default_factory=dict)
 
     _nested: ClassVar[dict[str, type[_Record]]] = {"checksum": Checksum, "chunks": Chunk}
 
@@ -257,6 +260,7 @@ class Upload(_Record):
     user_meta: dict[str, str] = field(default_factory=dict)
     checksum_algorithm: str | None = None
     checksum_type: str | None = None  # FULL_OBJECT | COMPOSITE
+    tags: dict[str, str] = field(default_factory=dict)  # x-amz-tagging, given to the object at Complete
 
 
 @dataclass(frozen=True, slots=True)

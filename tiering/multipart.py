@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 
 from tiering import checksums, pool
+from tiering.conditions import WriteConditions
 from tiering.errors import (
     EntityTooLarge,
     EntityTooSmall,
@@ -81,6 +82,7 @@ class Multipart:
                 user_meta=new.user_meta,
                 checksum_algorithm=checksum_algorithm,
                 checksum_type=checksum_type,
+                tags=new.tags,
             )
             await pool.run(self._index.create_upload, upload)
             return upload
@@ -130,7 +132,10 @@ class Multipart:
         self._stager.note_staged(part.chunks)
         return part
 
-    async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
+    async def complete(
+        self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart],
+        conditions: WriteConditions = WriteConditions(),
+    ) -> ObjectMeta:
         async with self._tiers.writing_to(bucket):
             try:
                 upload = await self.get(bucket, key, upload_id)
@@ -140,6 +145,9 @@ class Multipart:
                     raise
                 return done
             check_order(chosen, upload_id)
+            if conditions:
+                # Checked again atomically at commit (409 if a write came in between).
+                conditions.check(await pool.run(self._index.get_object, bucket, key), key)
             stored = {p.part_number: p for p in await pool.run(self._index.list_parts, upload_id)}
             parts: list[Part] = []
             for i, want in enumerate(chosen):
@@ -182,9 +190,10 @@ class Multipart:
                 chunks=tuple(c for p in parts for c in p.chunks),
                 part_sizes=tuple(p.size for p in parts),
                 upload_id=upload_id,
+                tags=upload.tags,
             )
             meta, old = await pool.run(
-                self._index.put_object, meta, drop_upload=upload, drop_parts=list(stored),
+                self._index.put_object, meta, conditions=conditions, drop_upload=upload, drop_parts=list(stored),
                 chosen_parts=[p.part_number for p in parts],
             )
             chosen_numbers = {p.part_number for p in parts}

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from packer.ranges import ByteRange
 from tiering import pool
+from tiering.conditions import WriteConditions
 from tiering.epochs import Epochs
 from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, NoSuchBucket
 from tiering.index import Index, ListPage
@@ -27,6 +28,7 @@ from tiering.names import check_bucket_name, check_key
 from tiering.policy import Policies
 from tiering.reads import Location, Read, ReadPlan, ReadTally
 from tiering.settings import TierSettings
+from tiering.tags import check_tags
 from tiering.tiers import Tiers
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
@@ -39,7 +41,8 @@ class Uploads(Protocol):
                      checksum_type: str | None) -> Upload: ...
     async def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int,
                           body: AsyncIterator[bytes], integrity: Integrity) -> Part: ...
-    async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta: ...
+    async def complete(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart],
+                       conditions: WriteConditions = ...) -> ObjectMeta: ...
     async def abort(self, bucket: str, key: str, upload_id: str) -> None: ...
     async def list_parts(self, bucket: str, key: str, upload_id: str, after: int,
                          limit: int) -> tuple[Upload, list[Part], bool]: ...
@@ -55,6 +58,7 @@ class Buckets(Protocol):
     def plan_now(self, read: Read) -> ReadPlan | None: ...
     async def plan(self, read: Read) -> ReadPlan: ...
     async def head(self, bucket: str, key: str) -> ObjectMeta: ...
+    async def tags(self, bucket: str, key: str) -> dict[str, str]: ...
     def stream(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None,
                ask_peers: bool = True) -> AsyncIterator[bytes]: ...
     def locate(self, bucket: str, key: str, read: bool) -> Location: ...
@@ -62,8 +66,15 @@ class Buckets(Protocol):
     def writable(self, bucket: str) -> None: ...
     async def put(self, info: BucketInfo, write: Write) -> ObjectMeta: ...
     async def rewrite_meta(self, info: BucketInfo, source: ObjectMeta, new: NewObject) -> ObjectMeta: ...
-    async def delete(self, info: BucketInfo, key: str) -> None: ...
+    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str]) -> ObjectMeta: ...
+    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None) -> None: ...
     async def delete_many(self, info: BucketInfo, keys: list[str]) -> None: ...
+
+
+def copied_meta(source: ObjectMeta) -> NewObject:
+    """The metadata of a copy that keeps the source's (MetadataDirective
+    COPY): content type, stored headers, user metadata and tags."""
+    return NewObject(source.content_type, dict(source.headers), dict(source.user_meta), dict(source.tags))
 
 
 class ObjectService:
@@ -201,41 +212,54 @@ class ObjectService:
         body: AsyncIterator[bytes],
         new: NewObject,
         integrity: Integrity,
-        *,
-        if_none_match: bool = False,
-        if_match: str | None = None,
+        conditions: WriteConditions = WriteConditions(),
     ) -> ObjectMeta:
         backend, info = await self._writable(bucket, key)
+        check_tags(new.tags)
         if integrity.expected_size is not None and integrity.expected_size > MAX_PUT_SIZE:
             raise EntityTooLarge(ProposedSize=integrity.expected_size, MaxSizeAllowed=MAX_PUT_SIZE)
-        return await backend.put(info, Write(key, body, new, integrity, if_none_match, if_match))
+        return await backend.put(info, Write(key, body, new, integrity, conditions))
 
     async def copy(
         self,
         source: ObjectMeta,
         bucket: str,
         key: str,
-        new: NewObject | None,
+        new: NewObject,
         checksum_algorithm: str | None = None,
+        conditions: WriteConditions = WriteConditions(),
     ) -> ObjectMeta:
-        """Copy ``source`` to bucket/key; ``new`` replaces the metadata
-        (MetadataDirective REPLACE), None keeps the source's."""
+        """Copy the bytes of ``source`` to bucket/key with the metadata
+        ``new`` (``copied_meta`` for the source's own)."""
         backend, info = await self._writable(bucket, key)
-        new = new or NewObject(source.content_type, dict(source.headers), dict(source.user_meta))
+        check_tags(new.tags)
         algorithm = checksum_algorithm or (source.checksum.algorithm if source.checksum else None)
         body = self.stream(source, ByteRange(0, source.size))
         integrity = Integrity(checksum_algorithm=algorithm, expected_size=source.size)
-        return await backend.put(info, Write(key, body, new, integrity))
+        return await backend.put(info, Write(key, body, new, integrity, conditions))
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
         """CopyObject onto itself with REPLACE: same bytes, new metadata."""
         backend, info = await self._writable(source.bucket, source.key)
+        check_tags(new.tags)
         return await backend.rewrite_meta(info, source, new)
 
-    async def delete(self, bucket: str, key: str) -> None:
-        """Idempotent, like S3: deleting a missing key succeeds."""
+    async def retag(self, bucket: str, key: str, tags: dict[str, str]) -> ObjectMeta:
+        """Replace the tags of the current version of ``key`` (none: remove them)."""
+        backend, info = await self._writable(bucket, key)
+        check_tags(tags)
+        return await backend.retag(info, key, tags)
+
+    async def tags(self, bucket: str, key: str) -> dict[str, str]:
+        """The tags of the current version of ``key``."""
+        await self.bucket(bucket)
+        return await self._backend(bucket).tags(bucket, key)
+
+    async def delete(self, bucket: str, key: str, conditions: WriteConditions | None = None) -> None:
+        """Idempotent, like S3: deleting a missing key succeeds (unless
+        ``conditions`` has If-Match: then it is NoSuchKey)."""
         info = await self.bucket(bucket)
-        await self._backend(bucket).delete(info, key)
+        await self._backend(bucket).delete(info, key, conditions)
 
     async def delete_many(self, bucket: str, keys: list[str]) -> None:
         """DeleteObjects: one index commit for all keys (managed buckets)."""
@@ -251,6 +275,7 @@ class ObjectService:
         checksum_type: str | None = None,
     ) -> Upload:
         checksum_type = check_create(key, checksum_algorithm, checksum_type)
+        check_tags(new.tags)
         await self.bucket(bucket)
         return await self._backend(bucket).uploads.create(bucket, key, new, checksum_algorithm, checksum_type)
 
@@ -269,9 +294,12 @@ class ObjectService:
         return await self.upload_part(bucket, key, upload_id, part_number, body,
                                       Integrity(expected_size=wanted.length))
 
-    async def complete_upload(self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
+    async def complete_upload(
+        self, bucket: str, key: str, upload_id: str, chosen: list[ChosenPart],
+        conditions: WriteConditions = WriteConditions(),
+    ) -> ObjectMeta:
         await self.bucket(bucket)
-        return await self._backend(bucket).uploads.complete(bucket, key, upload_id, chosen)
+        return await self._backend(bucket).uploads.complete(bucket, key, upload_id, chosen, conditions)
 
     async def abort_upload(self, bucket: str, key: str, upload_id: str) -> None:
         await self.bucket(bucket)

@@ -57,6 +57,7 @@ class Staged:
             content_type=new.content_type,
             headers=new.headers,
             user_meta=new.user_meta,
+            tags=new.tags,
             checksum=self.checksum,
             chunks=self.chunks,
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway import body, xml
 from gateway.context import Context, owner_of
 from gateway.http import Response, S3Request
+from tiering.errors import BucketAlreadyOwnedByYou
 
 XML = "application/xml"
 MAX_XML_BODY = 64 * 1024  # CreateBucketConfiguration and ACL bodies are tiny
@@ -19,7 +20,14 @@ async def create_bucket(ctx: Context, req: S3Request) -> Response:
     # The body may name a LocationConstraint; this gateway serves one region,
     # so it is parsed (malformed XML is still an error) and otherwise ignored.
     xml.parse_location_constraint(await body.read_small(req, MAX_XML_BODY))
-    await ctx.service.create_bucket(req.bucket)
+    try:
+        await ctx.service.create_bucket(req.bucket)
+    except BucketAlreadyOwnedByYou:
+        # us-east-1 answers 200 to its owner re-creating a bucket (S3's
+        # legacy behaviour there, kept for the tools that rely on it) and
+        # keeps the bucket as it is; every other region answers 409.
+        if ctx.config.region != "us-east-1":
+            raise
     return Response(headers=[("location", f"/{req.bucket}")])
 
 

@@ -10,6 +10,7 @@ from gateway import xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
 from gateway.http import Response, S3Request
+from tiering.index import ListPage
 
 XML = "application/xml"
 MAX_KEYS = 1000  # a page holds at most this many; larger asks are clamped, as S3 does
@@ -61,6 +62,15 @@ def _untoken(token: str) -> str:
                       ArgumentName="continuation-token") from exc
 
 
+async def _page(ctx: Context, req: S3Request, prefix: str, delimiter: str, marker: str, limit: int) -> ListPage:
+    """One page of the bucket; max-keys=0 asks for none, which S3 answers
+    with an empty page that is not truncated (the bucket must still exist)."""
+    if limit == 0:
+        await ctx.service.bucket(req.bucket)
+        return ListPage()
+    return await ctx.service.list(req.bucket, prefix, delimiter, marker, limit)
+
+
 async def list_objects(ctx: Context, req: S3Request) -> Response:
     if req.query.get("list-type") == "2":
         req.op = "ListObjectsV2"
@@ -70,7 +80,7 @@ async def list_objects(ctx: Context, req: S3Request) -> Response:
     q = req.query
     prefix, delimiter, marker = q.get("prefix", ""), q.get("delimiter", ""), q.get("marker", "")
     limit = max_keys(req)
-    page = await ctx.service.list(req.bucket, prefix, delimiter, marker, limit)
+    page = await _page(ctx, req, prefix, delimiter, marker, limit)
     body = xml.list_objects_v1(
         req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
         encoding_type=encoding_type(req), marker=marker, owner=owner_of(req),
@@ -81,14 +91,13 @@ async def list_objects(ctx: Context, req: S3Request) -> Response:
 async def _list_v2(ctx: Context, req: S3Request) -> Response:
     q = req.query
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
-    token = q.get("continuation-token")
+    # An empty continuation-token is taken as absent, as S3 does (clients
+    # that start a walk with token="" rely on it).
+    token = q.get("continuation-token") or None
     start_after = q.get("start-after", "")
-    if token is not None and token == "":
-        raise S3Error("InvalidArgument", "The continuation token provided is incorrect",
-                      ArgumentName="continuation-token")
     marker = _untoken(token) if token else start_after
     limit = max_keys(req)
-    page = await ctx.service.list(req.bucket, prefix, delimiter, marker, limit)
+    page = await _page(ctx, req, prefix, delimiter, marker, limit)
     fetch_owner = q.get("fetch-owner", "").lower() == "true"
     body = xml.list_objects_v2(
         req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
@@ -106,7 +115,7 @@ async def list_versions(ctx: Context, req: S3Request) -> Response:
     q = req.query
     prefix, delimiter, key_marker = q.get("prefix", ""), q.get("delimiter", ""), q.get("key-marker", "")
     limit = max_keys(req)
-    page = await ctx.service.list(req.bucket, prefix, delimiter, key_marker, limit)
+    page = await _page(ctx, req, prefix, delimiter, key_marker, limit)
     body = xml.list_versions(
         req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
         encoding_type=encoding_type(req), key_marker=key_marker, owner=owner_of(req),

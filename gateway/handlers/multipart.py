@@ -6,7 +6,7 @@ from gateway import body, headers, xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
 from gateway.handlers.listing import MAX_INT32, encoding_type, max_keys
-from gateway.handlers.objects import copy_source
+from gateway.handlers.objects import copy_source, write_conditions
 from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
 from tiering import checksums
@@ -37,15 +37,15 @@ async def create_upload(ctx: Context, req: S3Request) -> Response:
         req.bucket, req.key, headers.new_object(req.headers), algorithm,
         checksum_type.strip().upper() if checksum_type else None,
     )
-    out = []
+    out = [headers.SSE]
     if upload.checksum_algorithm:
-        out = [("x-amz-checksum-algorithm", upload.checksum_algorithm),
-               ("x-amz-checksum-type", upload.checksum_type or "COMPOSITE")]
+        out += [("x-amz-checksum-algorithm", upload.checksum_algorithm),
+                ("x-amz-checksum-type", upload.checksum_type or "COMPOSITE")]
     return Response(headers=out, body=xml.initiate_upload(upload), content_type=XML)
 
 
 def _part_headers(part: Part) -> list[tuple[str, str]]:
-    out = [("etag", f'"{part.etag}"')]
+    out = [("etag", f'"{part.etag}"'), headers.SSE]
     if part.checksum is not None:
         out.append((checksums.header_name(part.checksum.algorithm), part.checksum.value))
     return out
@@ -71,7 +71,7 @@ async def _upload_part_copy(ctx: Context, req: S3Request, number: int, upload_id
     if raw is not None:
         wanted = _copy_range(raw, source.size)
     part = await ctx.service.upload_part_copy(req.bucket, req.key, upload_id, number, source, wanted)
-    return Response(body=xml.copy_part(part), content_type=XML)
+    return Response(headers=[headers.SSE], body=xml.copy_part(part), content_type=XML)
 
 
 def _copy_range(raw: str, size: int) -> ByteRange:
@@ -91,11 +91,12 @@ def _copy_range(raw: str, size: int) -> ByteRange:
 
 
 async def complete_upload(ctx: Context, req: S3Request) -> Response:
+    conditions = write_conditions(req)
     chosen = xml.parse_complete(await body.read_small(req, MAX_COMPLETE_BODY))
-    meta = await ctx.service.complete_upload(req.bucket, req.key, req.query["uploadId"], chosen)
+    meta = await ctx.service.complete_upload(req.bucket, req.key, req.query["uploadId"], chosen, conditions)
     host = req.headers.get("host", "")
     location = f"http://{host}/{req.bucket}/{req.key}"
-    out = [("etag", meta.quoted_etag)]
+    out = [("etag", meta.quoted_etag), headers.SSE]
     if meta.checksum is not None:
         out.append(("x-amz-checksum-type", meta.checksum.type))
     return Response(headers=out, body=xml.complete_upload(location, meta), content_type=XML)

@@ -10,11 +10,12 @@ from gateway.errors import S3Error, to_s3_error
 from gateway.http import Response, S3Request
 from tiering import checksums
 from tiering.cluster.peers import PEER_HEADER
-from tiering.conditions import check
+from tiering.conditions import WriteConditions, check
 from tiering.errors import PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
+from tiering.objects import copied_meta
 from tiering.reads import Read, ReadPlan
 
 XML = "application/xml"
@@ -96,18 +97,14 @@ async def head_object(ctx: Context, req: S3Request) -> Response:
     return _answer(req, await ctx.service.read(_read(req, body=False)))
 
 
-def _write_conditions(req: S3Request) -> dict[str, object]:
-    """If-None-Match: * and If-Match on PUT (S3 conditional writes)."""
-    out: dict[str, object] = {}
+def write_conditions(req: S3Request) -> WriteConditions:
+    """If-None-Match: * and If-Match: <etag> on a write (S3 conditional
+    writes); If-None-Match takes nothing but * there."""
     none_match = req.headers.get("if-none-match")
-    if none_match is not None:
-        if none_match.strip() != "*":
-            raise S3Error("NotImplemented", "If-None-Match only supports * on writes")
-        out["if_none_match"] = True
+    if none_match is not None and none_match.strip() != "*":
+        raise S3Error("NotImplemented", "If-None-Match only supports * on writes")
     match = req.headers.get("if-match")
-    if match is not None:
-        out["if_match"] = match.strip().strip('"')
-    return out
+    return WriteConditions(if_none_match=none_match is not None, if_match=match.strip() if match is not None else None)
 
 
 async def put_object(ctx: Context, req: S3Request) -> Response:
@@ -115,10 +112,10 @@ async def put_object(ctx: Context, req: S3Request) -> Response:
         req.op = "CopyObject"
         return await copy_object(ctx, req)
     new = headers.new_object(req.headers)
-    conditions = _write_conditions(req)
+    conditions = write_conditions(req)
     stream, integrity = body.prepare(req)
-    meta = await ctx.service.put(req.bucket, req.key, stream, new, integrity, **conditions)  # type: ignore[arg-type]
-    out = [("etag", meta.quoted_etag)] + _checksum_headers(meta)
+    meta = await ctx.service.put(req.bucket, req.key, stream, new, integrity, conditions)
+    out = [("etag", meta.quoted_etag), headers.SSE] + _checksum_headers(meta)
     return Response(headers=out)
 
 
@@ -150,33 +147,53 @@ async def copy_source(ctx: Context, req: S3Request, prefix: str = "x-amz-copy-so
     return source
 
 
+def _directive(req: S3Request, name: str) -> str:
+    value = req.headers.get(name, "COPY").upper()
+    if value not in ("COPY", "REPLACE"):
+        what = "metadata" if name == "x-amz-metadata-directive" else "tagging"
+        raise S3Error("InvalidArgument", f"Unknown {what} directive.", ArgumentName=name, ArgumentValue=value)
+    return value
+
+
 async def copy_object(ctx: Context, req: S3Request) -> Response:
+    headers.check_encryption(req.headers)
+    conditions = write_conditions(req)
     source = await copy_source(ctx, req)
-    directive = req.headers.get("x-amz-metadata-directive", "COPY").upper()
-    if directive not in ("COPY", "REPLACE"):
-        raise S3Error("InvalidArgument", "Unknown metadata directive.",
-                      ArgumentName="x-amz-metadata-directive", ArgumentValue=directive)
-    new = headers.new_object(req.headers) if directive == "REPLACE" else None
+    replace_meta = _directive(req, "x-amz-metadata-directive") == "REPLACE"
+    new = headers.new_object(req.headers) if replace_meta else copied_meta(source)
+    # Tags follow their own directive: the source's (COPY, the default), or
+    # those of x-amz-tagging, none if it is absent (REPLACE).
+    new.tags = headers.tagging(req.headers.get("x-amz-tagging")) \
+        if _directive(req, "x-amz-tagging-directive") == "REPLACE" else dict(source.tags)
     algorithm = req.headers.get("x-amz-checksum-algorithm")
     if algorithm is not None and algorithm.upper() not in checksums.ALGORITHMS:
         raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported")
     same = (source.bucket, source.key) == (req.bucket, req.key)
-    if same and new is None and algorithm is None:
+    # A copy onto itself must change something S3 counts: the metadata,
+    # the checksum or the encryption (asking for AES256 again counts).
+    changes = replace_meta or "x-amz-server-side-encryption" in req.headers
+    if same and not changes and algorithm is None:
         raise S3Error(
             "InvalidRequest",
             "This copy request is illegal because it is trying to copy an object to itself without "
             "changing the object's metadata, storage class, website redirect location or encryption attributes.",
         )
-    if same and new is not None and algorithm is None:
+    if same and algorithm is None:
+        # The destination is the source: its conditions are checked against
+        # it now, and the rewrite commits only over that same version.
+        conditions.check(source, req.key)
         meta = await ctx.service.rewrite_meta(source, new)
     else:
-        meta = await ctx.service.copy(source, req.bucket, req.key, new, algorithm.upper() if algorithm else None)
-    return Response(body=xml.copy_object(meta), content_type=XML)
+        meta = await ctx.service.copy(source, req.bucket, req.key, new, algorithm.upper() if algorithm else None,
+                                      conditions)
+    return Response(headers=[headers.SSE], body=xml.copy_object(meta), content_type=XML)
 
 
 async def delete_object(ctx: Context, req: S3Request) -> Response:
     _check_version(req)
-    await ctx.service.delete(req.bucket, req.key)
+    match = req.headers.get("if-match")
+    conditions = WriteConditions(if_match=match.strip()) if match is not None else None
+    await ctx.service.delete(req.bucket, req.key, conditions)
     return Response(status=204)
 
 
@@ -186,12 +203,15 @@ async def delete_objects(ctx: Context, req: S3Request) -> Response:
     await ctx.service.bucket(req.bucket)
     outcomes: list[xml.DeleteOutcome] = []
     deletable: list[str] = []
-    for key, version in targets:
+    for key, version, etag in targets:
         try:
             if version not in (None, "null"):
                 raise S3Error("InvalidArgument", "Invalid version id specified")
             check_key(key)
-            deletable.append(key)
+            if etag is not None:  # a conditional delete of its own (If-Match)
+                await ctx.service.delete(req.bucket, key, WriteConditions(if_match=etag))
+            else:
+                deletable.append(key)
             outcomes.append(xml.DeleteOutcome(key, version))
         except (TierstoreError, S3Error) as exc:
             err = to_s3_error(exc)

@@ -242,6 +242,10 @@ _HEADERS = st.fixed_dictionaries({}, optional={
     "x-amz-decoded-content-length": _NUMBERS, "x-amz-trailer": _GARBAGE,
     "x-amz-metadata-directive": st.sampled_from(["COPY", "REPLACE", "x"]),
     "x-amz-checksum-algorithm": st.sampled_from(["CRC32", "MD5", ""]),
+    "x-amz-tagging": st.one_of(_GARBAGE, st.sampled_from(["a=b&c", "a=1&a=2", "k=%ff", "aws:k=v", "a=b=c",
+                                                          "&".join(f"k{i}=v" for i in range(11))])),
+    "x-amz-tagging-directive": st.sampled_from(["COPY", "REPLACE", "x"]),
+    "x-amz-server-side-encryption": st.one_of(_GARBAGE, st.sampled_from(["AES256", "aws:kms"])),
     "Expect": st.just("100-continue"),
 })
 _XML_BODIES = st.sampled_from([
@@ -251,6 +255,13 @@ _XML_BODIES = st.sampled_from([
     b'<!DOCTYPE a [<!ENTITY e "x">]><Delete><Object><Key>&e;</Key></Object></Delete>',
     b"<Delete>" + b"<a>" * 50 + b"</a>" * 50 + b"</Delete>",
     b"<Delete><Object><Key>\x01</Key></Object></Delete>",
+    b"<Delete><Object><Key>k</Key><ETag>x</ETag></Object></Delete>",
+    b"<Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag></TagSet></Tagging>",
+    b"<Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag><Tag><Key>k</Key><Value/></Tag></TagSet></Tagging>",
+    b"<Tagging><TagSet><Tag><Key>aws:x</Key><Value>v</Value></Tag></TagSet></Tagging>",
+    b"<Tagging><TagSet><Tag><Key>k\x01</Key><Value>v</Value></Tag></TagSet></Tagging>",
+    b"<Tagging><TagSet><Tag><Key>k</Key></Tag></TagSet></Tagging>",
+    b"<Tagging>" + b"<TagSet><Tag><Key>k</Key><Value>v</Value></Tag></TagSet>" * 2 + b"</Tagging>",
 ])
 _BODIES = st.one_of(st.just(b""), st.binary(max_size=200), _XML_BODIES)
 

@@ -332,9 +332,10 @@ def test_mount_errors_and_unmount(gw: Gateway, moto_endpoint: str, client) -> No
     client.create_bucket(Bucket="managed-one")
     assert error(admin(gw, "POST", "/mounts", json=body | {"name": "managed-one", "source": "s3://datasets"})) == (
         409, "BucketAlreadyExists")
-    with pytest.raises(ClientError) as taken:
-        client.create_bucket(Bucket="imagenet")
-    assert taken.value.response["Error"]["Code"] == "BucketAlreadyOwnedByYou"
+    # A mount is a bucket of this gateway's owner: creating it again is 200
+    # in us-east-1, as for any bucket one owns, and it stays the mount.
+    assert client.create_bucket(Bucket="imagenet")["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert client.head_object(Bucket="imagenet", Key="README")["ContentLength"] == len(b"a data set")
 
     assert error(admin(gw, "DELETE", "/buckets/imagenet")) == (400, "InvalidRequest")
     assert error(admin(gw, "POST", "/jobs/pin", json={"bucket": "imagenet"})) == (400, "InvalidRequest")
@@ -400,6 +401,36 @@ def error_code(call) -> str:  # type: ignore[no-untyped-def]
     with pytest.raises(ClientError) as failed:
         call()
     return failed.value.response["Error"]["Code"]
+
+
+def test_a_mount_refuses_tags_and_conditional_writes_plainly(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
+    """Tags and write conditions are not passed to the source: every request
+    that would need them is 501 NotImplemented with a message naming the
+    mount, and nothing is written."""
+    mount(gw, "plain", "s3://datasets/plain", moto_endpoint, read_write=True)
+    client.put_object(Bucket="plain", Key="obj", Body=b"x")
+    etag = client.head_object(Bucket="plain", Key="obj")["ETag"]
+    tags = {"TagSet": [{"Key": "a", "Value": "1"}]}
+    refused = {
+        "GetObjectTagging": lambda: client.get_object_tagging(Bucket="plain", Key="obj"),
+        "PutObjectTagging": lambda: client.put_object_tagging(Bucket="plain", Key="obj", Tagging=tags),
+        "DeleteObjectTagging": lambda: client.delete_object_tagging(Bucket="plain", Key="obj"),
+        "PutObject with tags": lambda: client.put_object(Bucket="plain", Key="t", Body=b"x", Tagging="a=1"),
+        "CreateMultipartUpload with tags": lambda: client.create_multipart_upload(Bucket="plain", Key="t",
+                                                                                  Tagging="a=1"),
+        "DeleteObject If-Match": lambda: client.delete_object(Bucket="plain", Key="obj", IfMatch=etag),
+    }
+    for what, call in refused.items():
+        assert error_code(call) == "NotImplemented", what
+    upload = client.create_multipart_upload(Bucket="plain", Key="m")["UploadId"]
+    part = client.upload_part(Bucket="plain", Key="m", UploadId=upload, PartNumber=1, Body=b"p")["ETag"]
+    assert error_code(lambda: client.complete_multipart_upload(
+        Bucket="plain", Key="m", UploadId=upload, IfNoneMatch="*",
+        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part}]})) == "NotImplemented"
+    client.abort_multipart_upload(Bucket="plain", Key="m", UploadId=upload)
+    src = direct(moto_endpoint)
+    assert [o["Key"] for o in src.list_objects_v2(Bucket="datasets", Prefix="plain/")["Contents"]] == ["plain/obj"]
+    assert client.get_object(Bucket="plain", Key="obj")["Body"].read() == b"x"
 
 
 def test_multipart_uploads_on_a_read_write_mount_pass_through(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]

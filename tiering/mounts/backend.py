@@ -9,13 +9,14 @@ from dataclasses import replace
 
 from packer.ranges import ByteRange
 from tiering.cluster.peers import HOT
+from tiering.conditions import WriteConditions
 from tiering.digests import ingest
 from tiering.errors import NotHot, NotSupported
 from tiering.index import ListPage
 from tiering.inputs import Integrity, NewObject, Write
 from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
-from tiering.mounts.uploads import MountUploads
+from tiering.mounts.uploads import MountUploads, refuse_tags, tags_refused
 from tiering.reads import (
     SMALL_READ,
     Location,
@@ -93,8 +94,9 @@ class MountedBuckets:
     async def put(self, info: BucketInfo, write: Write) -> ObjectMeta:
         """A write through a read-write mount: streamed to the source as it
         arrives (hashed on the way), completed only once the digests check."""
-        if write.if_none_match or write.if_match is not None:
+        if write.conditions:
             raise NotSupported("Conditional writes to a mounted bucket are not supported")
+        refuse_tags(info.name, write.new)
         upload = await self._mounts.open_upload(info.name, write.key, write.new)
         try:
             _, checksum = await ingest(write.body, write.integrity, upload.write)
@@ -111,7 +113,15 @@ class MountedBuckets:
         body = self.stream(source, ByteRange(0, source.size))
         return await self.put(info, Write(source.key, body, new, Integrity(expected_size=source.size)))
 
-    async def delete(self, info: BucketInfo, key: str) -> None:
+    async def tags(self, bucket: str, key: str) -> dict[str, str]:
+        raise tags_refused(bucket)
+
+    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str]) -> ObjectMeta:
+        raise tags_refused(info.name)
+
+    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None) -> None:
+        if conditions:
+            raise NotSupported("Conditional deletes in a mounted bucket are not supported")
         await self._mounts.delete(info.name, key)
 
     async def delete_many(self, info: BucketInfo, keys: list[str]) -> None:

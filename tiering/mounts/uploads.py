@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from tiering.conditions import WriteConditions
 from tiering.digests import ingest
 from tiering.errors import (
     AccessDenied,
@@ -102,6 +103,7 @@ class MountUploads:
         self, name: str, key: str, new: NewObject, checksum_algorithm: str | None, checksum_type: str | None
     ) -> Upload:
         self._mounts.writable(name)
+        refuse_tags(name, new)
         answer = await self._ask(
             name, lambda c: c.create_upload(
                 key, new.content_type, new.headers, new.user_meta, checksum_algorithm, checksum_type
@@ -148,9 +150,14 @@ class MountUploads:
             checksum = Checksum(checksum.algorithm, checksum.value, "COMPOSITE")
         return bytes(data), checksum
 
-    async def complete(self, name: str, key: str, upload_id: str, chosen: list[ChosenPart]) -> ObjectMeta:
+    async def complete(
+        self, name: str, key: str, upload_id: str, chosen: list[ChosenPart],
+        conditions: WriteConditions = WriteConditions(),
+    ) -> ObjectMeta:
         """Complete at the source, then describe the object as it has it."""
         self._mounts.writable(name)
+        if conditions:
+            raise NotSupported("Conditional writes to a mounted bucket are not supported")
         check_order(chosen, upload_id)
         parts: list[dict[str, Any]] = []
         for want in chosen:
@@ -240,3 +247,15 @@ def _refusal(mount: Mount, exc: CapacityError, upload_id: str | None) -> Tiersto
     if 400 <= status < 500:
         return InvalidRequest(f"The request was refused {where}")
     return unreachable(mount, exc)
+
+
+def tags_refused(bucket: str) -> NotSupported:
+    """Tags are not passed to a mount's source (nor read from it): a write
+    that carries some is refused rather than stored without them."""
+    return NotSupported(f"Object tags are not supported on mounted bucket {bucket}: "
+                        "the source keeps its objects' tags")
+
+
+def refuse_tags(bucket: str, new: NewObject) -> None:
+    if new.tags:
+        raise tags_refused(bucket)

@@ -50,6 +50,7 @@ from tiering.conditions import check
 from tiering.errors import NotModified, PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.names import MAX_KEY_BYTES, check_bucket_name, check_key
+from tiering.tags import check_tags
 
 EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
@@ -212,7 +213,7 @@ def test_conditions_hold_or_fail_with_412_or_304(hdrs: dict[str, str], for_copy:
 _TAGS = st.sampled_from([
     "Delete", "Object", "Key", "VersionId", "Quiet", "CompleteMultipartUpload", "Part", "PartNumber",
     "ETag", "ChecksumCRC32", "ChecksumSHA256", "ChecksumType", "CreateBucketConfiguration",
-    "LocationConstraint", "s3:Key", "x",
+    "LocationConstraint", "Tagging", "TagSet", "Tag", "Value", "s3:Key", "x",
 ])
 _NS = st.sampled_from(["", ' xmlns="http://s3.amazonaws.com/doc/2006-03-01/"', ' xmlns:s3="urn:x"', " a='1'"])
 _TEXT = st.one_of(st.text(max_size=12).map(xml.esc), st.text(max_size=6), NUMBERS.map(lambda n: n[:40]),
@@ -236,7 +237,7 @@ XML_BODIES = st.one_of(
     st.builds(lambda prologue, tree: (prologue + tree).encode("utf-8", "surrogatepass"), _PROLOGUES, XML_TREES),
 )
 XML_PARSERS = {"Delete": xml.parse_delete, "CompleteMultipartUpload": xml.parse_complete,
-               "CreateBucketConfiguration": xml.parse_location_constraint}
+               "CreateBucketConfiguration": xml.parse_location_constraint, "Tagging": xml.parse_tagging}
 
 
 @FUZZ
@@ -248,13 +249,20 @@ XML_PARSERS = {"Delete": xml.parse_delete, "CompleteMultipartUpload": xml.parse_
 @example("Delete", b"<?xml version='1.0' encoding='UTF-16'?><Delete/>")  # expat: ValueError
 @example("Delete", b"<?xml version='1.0' encoding='F'?><Delete/>")  # expat: LookupError
 @example("Delete", b'<!DOCTYPE Delete [<!ENTITY e "k">]><Delete><Object><Key>&e;</Key></Object></Delete>')
+@example("Tagging", b"<Tagging><TagSet><Tag><Key>k</Key><Value/></Tag><Tag><Key>k</Key><Value>v</Value></Tag>"
+         b"</TagSet></Tagging>")  # a key twice
+@example("Tagging", b"<Tagging><TagSet><Tag><Key>k</Key></Tag></TagSet></Tagging>")  # no Value
 def test_xml_bodies_parse_or_are_malformed(kind: str, data: bytes) -> None:
     got = outcome(f"XML {kind}", XML_PARSERS[kind], data)
     if isinstance(got, S3Error):
-        assert got.code == "MalformedXML", got
+        assert got.code == "MalformedXML" or (kind == "Tagging" and got.code == "InvalidTag"), got
     elif kind == "Delete":
         quiet, keys = got
-        assert 1 <= len(keys) <= 1000 and all(isinstance(k, str) for k, _ in keys)
+        assert 1 <= len(keys) <= 1000 and all(isinstance(k, str) for k, _, _ in keys)
+    elif kind == "Tagging":
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in got.items())
+        # What the parser lets through is then held against S3's limits.
+        outcome("tag set", check_tags, got)
     elif kind == "CompleteMultipartUpload":
         assert got and all(p.part_number >= 0 for p in got)
 
@@ -265,12 +273,14 @@ XML_CHARS = st.one_of(st.sampled_from("\t\n\r"), st.characters(
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.text(XML_CHARS, min_size=1, max_size=20), st.sampled_from([None, "null"])),
+@given(st.lists(st.tuples(st.text(XML_CHARS, min_size=1, max_size=20), st.sampled_from([None, "null"]),
+                          st.sampled_from([None, '"0123456789abcdef0123456789abcdef"', "*"])),
                 min_size=1, max_size=8), st.booleans())
-def test_delete_round_trip(wanted: list[tuple[str, str | None]], quiet: bool) -> None:
+def test_delete_round_trip(wanted: list[tuple[str, str | None, str | None]], quiet: bool) -> None:
     TRIED["XML Delete round trip"] += 1
     items = "".join(f"<Object><Key>{xml.esc(k)}</Key>"
-                    + (f"<VersionId>{v}</VersionId>" if v else "") + "</Object>" for k, v in wanted)
+                    + (f"<VersionId>{v}</VersionId>" if v else "")
+                    + (f"<ETag>{xml.esc(e)}</ETag>" if e else "") + "</Object>" for k, v, e in wanted)
     document = f'<Delete xmlns="{xml.NS}"><Quiet>{str(quiet).lower()}</Quiet>{items}</Delete>'
     assert xml.parse_delete(document.encode()) == (quiet, wanted)
 
@@ -310,7 +320,8 @@ BOMBS = {
 }
 
 
-@pytest.mark.parametrize("parse", [xml.parse_delete, xml.parse_complete], ids=["Delete", "Complete"])
+@pytest.mark.parametrize("parse", [xml.parse_delete, xml.parse_complete, xml.parse_tagging],
+                         ids=["Delete", "Complete", "Tagging"])
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_xml_bombs_are_malformed_in_bounded_memory(name: str, parse: Callable[[bytes], object]) -> None:
     """No DTD is read (so no entity is expanded or fetched), and a tree
@@ -702,15 +713,68 @@ def test_response_headers_are_valid_http_or_the_override_is_refused(
         assert all(c == "\t" or " " <= c != "\x7f" for c in value), (name, value)
 
 
+_TAGGING = st.one_of(
+    LATIN1,
+    st.lists(st.tuples(ANY_TEXT, ANY_TEXT), max_size=12).map(
+        lambda pairs: "&".join(f"{quote(k, errors='replace')}={quote(v, errors='replace')}" for k, v in pairs)),
+)
+
+
 @FUZZ
 @given(st.fixed_dictionaries({}, optional={"x-amz-meta-a": LATIN1, "x-amz-meta-b": st.text(max_size=3000),
                                            "content-type": LATIN1, "content-encoding": LATIN1,
-                                           "if-none-match": LATIN1, "if-match": LATIN1}))
+                                           "if-none-match": LATIN1, "if-match": LATIN1, "x-amz-tagging": _TAGGING,
+                                           "x-amz-server-side-encryption": st.one_of(
+                                               st.sampled_from(["AES256", "aws:kms", "aws:kms:dsse"]), LATIN1),
+                                           "x-amz-server-side-encryption-customer-key": LATIN1}))
+@example({"x-amz-tagging": "TagSet=[{Key=string,Value=string}]"})  # one pair, three '='
+@example({"x-amz-tagging": "a=%FF"})  # not UTF-8 once decoded
+@example({"x-amz-tagging": "a=1&a=2"})
 def test_write_headers_are_taken_or_refused(hdrs: dict[str, str]) -> None:
     got = outcome("write headers", headers.new_object, hdrs)
     if isinstance(got, S3Error):
-        assert got.code == "MetadataTooLarge"
-    outcome("write conditions", objects._write_conditions, request(hdrs=hdrs, method="PUT"))
+        assert got.code in ("MetadataTooLarge", "InvalidArgument", "NotImplemented"), got
+    else:
+        outcome("tag set", check_tags, got.tags)
+    outcome("write conditions", objects.write_conditions, request(hdrs=hdrs, method="PUT"))
+
+
+_TAG_CHARS = st.characters(categories=("L", "N", "Zs"), exclude_characters="\ufffe\uffff") | st.sampled_from("_.:/=+-@")
+
+
+@FUZZ
+@given(st.dictionaries(st.text(_TAG_CHARS, min_size=1, max_size=128).filter(lambda k: not k.startswith("aws:")),
+                       st.text(_TAG_CHARS, max_size=256), max_size=10))
+def test_tag_sets_round_trip(tags: dict[str, str]) -> None:
+    """Any tag set within S3's limits goes through both of its forms, the
+    Tagging document and the x-amz-tagging header, and is accepted."""
+    TRIED["tagging round trip"] += 1
+    check_tags(tags)
+    assert xml.parse_tagging(xml.tagging(tags)) == tags
+    header = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in tags.items())
+    assert headers.tagging(header) == tags
+
+
+@pytest.mark.parametrize(("tags", "code"), [
+    ({f"k{i}": "v" for i in range(11)}, "BadRequest"),
+    ({"k" * 129: "v"}, "InvalidTag"),
+    ({"k": "v" * 257}, "InvalidTag"),
+    ({"\U00020000" * 65: "v"}, "InvalidTag"),  # 65 characters, 130 UTF-16 code units
+    ({"": "v"}, "InvalidTag"),
+    ({"aws:k": "v"}, "InvalidTag"),
+    ({"k": "a\nb"}, "InvalidTag"),
+    ({"k{": "v"}, "InvalidTag"),
+])
+def test_tag_sets_past_s3_limits_are_refused(tags: dict[str, str], code: str) -> None:
+    TRIED["tag limits"] += 1
+    with pytest.raises(TierstoreError) as info:
+        check_tags(tags)
+    assert to_s3_error(info.value).code == code
+
+
+def test_tag_sets_at_s3_limits_are_accepted() -> None:
+    check_tags({f"k{i}": "v" for i in range(9)} | {"k" * 128: "v" * 256})
+    check_tags({"\U00020000" * 64: "\u00e9 +-=._:/@ 1"})
 
 
 # -- error documents -------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiering.errors import BucketNotEmpty, NoSuchBucket, PreconditionFailed
+from tiering.conditions import WriteConditions
+from tiering.errors import BucketNotEmpty, ConditionalConflict, NoSuchBucket, NoSuchKey, PreconditionFailed
 from tiering.index import Index, successor
 from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, Upload
 
@@ -103,12 +104,39 @@ def test_put_returns_replaced_version_and_assigns_seq(index: Index) -> None:
 
 
 def test_conditional_put(index: Index) -> None:
+    """Conditions checked at commit failed because another write came first:
+    409 ConditionalRequestConflict (404 for If-Match on a key deleted)."""
+    with pytest.raises(NoSuchKey):
+        index.put_object(meta("k"), conditions=WriteConditions(if_match="*"))
+    index.put_object(meta("k"), conditions=WriteConditions(if_none_match=True))
+    with pytest.raises(ConditionalConflict):
+        index.put_object(meta("k"), conditions=WriteConditions(if_none_match=True))
+    with pytest.raises(ConditionalConflict):
+        index.put_object(meta("k"), conditions=WriteConditions(if_match='"nope"'))
+    index.put_object(meta("k"), conditions=WriteConditions(if_match=f'"{"e" * 32}"'))
+    with pytest.raises(PreconditionFailed):
+        index.put_object(meta("k"), expect_etag="nope")
+
+
+def test_conditional_delete(index: Index) -> None:
+    with pytest.raises(NoSuchKey):
+        index.delete_object("bkt", "k", WriteConditions(if_match="*"))
     index.put_object(meta("k"))
     with pytest.raises(PreconditionFailed):
-        index.put_object(meta("k"), if_none_match=True)
-    with pytest.raises(PreconditionFailed):
-        index.put_object(meta("k"), if_match="nope")
-    index.put_object(meta("k"), if_match="e" * 32)
+        index.delete_object("bkt", "k", WriteConditions(if_match='"0000"'))
+    assert index.get_object("bkt", "k") is not None
+    assert index.delete_object("bkt", "k", WriteConditions(if_match="e" * 32)) is not None
+    assert index.get_object("bkt", "k") is None
+
+
+def test_retag_keeps_the_version_and_makes_a_new_record(index: Index) -> None:
+    first, _ = index.put_object(meta("k"))
+    tagged = index.retag("bkt", "k", {"a": "1"})
+    assert tagged.tags == {"a": "1"} and tagged.seq > first.seq
+    assert (tagged.etag, tagged.last_modified_ms, tagged.chunks) == (first.etag, first.last_modified_ms, first.chunks)
+    assert index.get_object("bkt", "k") == tagged
+    with pytest.raises(NoSuchKey):
+        index.retag("bkt", "missing", {})
 
 
 def test_bucket_lifecycle(index: Index) -> None:

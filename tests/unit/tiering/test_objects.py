@@ -22,6 +22,7 @@ from tiering.errors import (
     PreconditionFailed,
     SlowDown,
 )
+from tiering.conditions import WriteConditions
 from tiering.inputs import Integrity, NewObject
 from tiering.multipart import MIN_PART_SIZE, ChosenPart
 from tiering.node import Node
@@ -173,9 +174,10 @@ def test_budget_refuses_with_slowdown(tmp_path: Path) -> None:
 
 def test_if_none_match_star(service: Node) -> None:
     async def go():
-        await service.objects.put("bkt", "k", body(b"a"), NewObject(), Integrity(), if_none_match=True)
+        once = WriteConditions(if_none_match=True)
+        await service.objects.put("bkt", "k", body(b"a"), NewObject(), Integrity(), once)
         with pytest.raises(PreconditionFailed):
-            await service.objects.put("bkt", "k", body(b"b"), NewObject(), Integrity(), if_none_match=True)
+            await service.objects.put("bkt", "k", body(b"b"), NewObject(), Integrity(), once)
 
     run(go())
 
@@ -319,5 +321,24 @@ def test_read_answers_small_hot_bodies_inline(service: Node) -> None:
         assert large.tally.hot == SMALL_READ + 1
         with pytest.raises(NoSuchKey):
             await service.objects.read(Read("bkt", "missing"))
+
+    run(go())
+
+
+def test_tags_set_on_a_staged_object_reach_its_manifest(service: Node, tmp_path: Path) -> None:
+    """Retagging a staged object makes a new record of the same files; the
+    flush then writes the tagged version's manifest, and the index, the
+    footers (as recovery reads them) and the files agree."""
+    async def go():
+        first = await put(service, "k", b"tagged bytes")
+        tagged = await service.objects.retag("bkt", "k", {"a": "1"})
+        assert tagged.staged and tagged.chunks == first.chunks and tagged.seq > first.seq
+        await service.tiers.flush()
+        flushed = await service.objects.head("bkt", "k")
+        assert flushed.tags == {"a": "1"} and not flushed.staged and flushed.manifest is not None
+        assert await service.objects.read_all(flushed) == b"tagged bytes"
+        assert (await service.objects.retag("bkt", "k", {})).tags == {}
+        await service.tiers.flush()
+        assert (await service.objects.tags("bkt", "k")) == {}
 
     run(go())
