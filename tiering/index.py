@@ -25,13 +25,13 @@ from typing import NamedTuple
 import msgpack
 from rocksdict import Options, Rdict, WriteOptions
 
+from tiering._index_local import LocalRecords
 from tiering._index_uploads import UploadRecords
 from tiering.conditions import WriteConditions
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchKey, NoSuchUpload, PreconditionFailed
 from tiering.index_tiers import Ledger, TierRecords
 from tiering.keys import (
     SEG_KEY,
-    SEP,
     SEQ_KEY,
     bkey,
     bucket_event,
@@ -39,7 +39,6 @@ from tiering.keys import (
     hkey,
     label,
     mkey,
-    nkey,
     okey,
     pkey,
     seqkey,
@@ -48,8 +47,6 @@ from tiering.keys import (
 from tiering.meta import (
     BucketInfo,
     Chunk,
-    Mount,
-    MountedObject,
     ObjectMeta,
     Part,
     SegmentInfo,
@@ -96,7 +93,7 @@ class ListPage:
     last: str | None = None  # last key or common prefix returned (the next marker)
 
 
-class Index(TierRecords, UploadRecords):
+class Index(TierRecords, UploadRecords, LocalRecords):
     """rocksdict-backed namespace: buckets, objects, uploads and parts.
 
     The records of multipart uploads and their parts are kept by
@@ -222,84 +219,6 @@ class Index(TierRecords, UploadRecords):
 
     def list_buckets(self) -> list[BucketInfo]:
         return [BucketInfo.from_bytes(v) for _, v in self._scan(b"B", b"B")]
-
-    # -- mounts (node-local: the source bucket is the record of its objects) -
-
-    def add_mount(self, mount: Mount) -> bool:
-        """Record a mount; False if the name is taken (by a bucket or mount)."""
-        with self._lock:
-            if self._db.get(bkey(mount.name)) is not None or self._db.get(mkey(mount.name)) is not None:
-                return False
-            self._db.put(mkey(mount.name), mount.to_bytes(), self._sync)
-            return True
-
-    def get_mount(self, name: str) -> Mount | None:
-        raw = self._db.get(mkey(name))
-        return Mount.from_bytes(raw) if raw is not None else None
-
-    def list_mounts(self) -> list[Mount]:
-        return [Mount.from_bytes(v) for _, v in self._scan(b"M", b"M")]
-
-    def remove_mount(self, name: str) -> list[MountedObject]:
-        """Forget a mount and what it knew of its objects; those objects."""
-        with self._lock:
-            batch = self._batch()
-            batch.delete(mkey(name))
-            known = []
-            for raw_key, value in self._scan(nkey(name), nkey(name)):
-                known.append(MountedObject.from_bytes(value))
-                batch.delete(raw_key)
-            for pin, _ in self._scan(hkey(name), hkey(name)):
-                batch.delete(pin)
-            self._write(batch)
-            return known
-
-    def get_mounted(self, mount: str, key: str) -> MountedObject | None:
-        return self._cached_read(nkey(mount, key), MountedObject.from_bytes)  # type: ignore[no-any-return]
-
-    def cached_mounted(self, mount: str, key: str) -> MountedObject | None:
-        """The mounted object's record if the record cache holds it (no
-        database read: safe on the event loop), else None."""
-        return self.records.get(nkey(mount, key))  # type: ignore[no-any-return]
-
-    def put_mounted(self, mount: str, obj: MountedObject) -> None:
-        # Not synced: a lost record costs one revalidation, never data.
-        raw_key = nkey(mount, obj.key)
-        self._db.put(raw_key, obj.to_bytes())
-        self.records.drop((raw_key,))
-
-    def delete_mounted(self, mount: str, key: str) -> None:
-        raw_key = nkey(mount, key)
-        self._db.delete(raw_key)
-        self.records.drop((raw_key,))
-
-    # -- pins (node-local cache policy: not in footers) ----------------------
-
-    def add_pin(self, bucket: str, prefix: str) -> bool:
-        """Record a pin; False if it was there already."""
-        with self._lock:
-            if self._db.get(bkey(bucket)) is None:
-                raise NoSuchBucket(BucketName=bucket)
-            if self._db.get(hkey(bucket, prefix)) is not None:
-                return False
-            self._db.put(hkey(bucket, prefix), b"", self._sync)
-            return True
-
-    def remove_pin(self, bucket: str, prefix: str) -> bool:
-        """Remove a pin; False if there was none."""
-        with self._lock:
-            if self._db.get(hkey(bucket, prefix)) is None:
-                return False
-            self._db.delete(hkey(bucket, prefix), self._sync)
-            return True
-
-    def list_pins(self) -> list[tuple[str, str]]:
-        """Every (bucket, prefix) pinned, in order."""
-        pins = []
-        for raw, _ in self._scan(b"H", b"H"):
-            bucket, _, prefix = raw[1:].partition(SEP)
-            pins.append((bucket.decode(), prefix.decode()))
-        return pins
 
     # -- objects -----------------------------------------------------------
 

@@ -1,9 +1,11 @@
-"""Small helpers shared by the client-compatibility tests."""
+"""Small helpers shared by the integration tests."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -35,3 +37,11 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Wait for a state the gateway reaches on its own (not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.05)

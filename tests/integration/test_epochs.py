@@ -10,7 +10,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -23,6 +23,7 @@ from gateway.cli.client import Unreachable
 from gateway.hints import HintedSampler, Hints, shard_epoch
 from tests.conftest import make_client, running_gateway
 from tests.faults import FaultProxy, Rates
+from tests.integration.helpers import eventually
 from tests.servers import ADMIN_TOKEN, Gateway, free_port
 from tiering.order import shuffled
 
@@ -43,14 +44,6 @@ def gw(tmp_path_factory: pytest.TempPathFactory, moto_endpoint: str) -> Iterator
 def hints(gw: Gateway) -> Iterator[Hints]:
     with Hints(gw.admin_url, ADMIN_TOKEN, strict=True) as h:
         yield h
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    """Wait for a state the gateway reaches on its own (not a speed check)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.05)
 
 
 def where(gw: Gateway, bucket: str, key: str) -> str:

@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from gateway.worker import REPORT_EVERY
 from tests.conftest import make_client, running_gateway
+from tests.integration.helpers import eventually
 from tests.integration.oracle import RawReader
 from tests.integration.s3raw import Sender, check_error
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children
@@ -106,9 +107,13 @@ def test_every_read_sees_the_last_acknowledged_write(gw: Gateway) -> None:
             s3.delete_object(Bucket="raw", Key=key)
             assert fresh(gw).get("raw", key)[0] == 404
     assert writer_and_workers_cpu(gw)[1] - before > 0.2
-    # PUTs and DELETEs were passed to the writer, which logs the client's address.
-    puts = [line for line in gw.log().splitlines() if "op=PutObject bucket=raw " in line]
-    assert len(puts) >= 150 and all(" remote=127.0.0.1 " in line for line in puts)
+    # PUTs and DELETEs were passed to the writer, which logs the client's
+    # address (lines are written in batches: at most 0.1 s late).
+    def puts() -> list[str]:
+        return [line for line in gw.log().splitlines() if "op=PutObject bucket=raw " in line]
+
+    eventually(lambda: len(puts()) >= 150, "every PUT in the access log", timeout=10)
+    assert all(" remote=127.0.0.1 " in line for line in puts())
     status, _, _ = fresh(gw).request("PUT", "raw", "spoof", b"x", headers={"x-tierstore-client": "6.6.6.6"})
     assert status == 200
     assert "6.6.6.6" not in gw.log()
@@ -159,7 +164,7 @@ def test_errors_are_s3_errors_on_every_process(gw: Gateway) -> None:
         conn.close()
     for _ in range(6):
         bad = make_client(gw.endpoint)
-        bad._request_signer._credentials.secret_key = "wrong"  # noqa: SLF001
+        bad._request_signer._credentials.secret_key = "wrong"
         with pytest.raises(ClientError) as caught:
             bad.get_object(Bucket="errs", Key="absent")
         assert caught.value.response["Error"]["Code"] == "SignatureDoesNotMatch"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tiering.capacity import LocalDirStore
+from tiering.conditions import WriteConditions
 from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.inputs import Integrity, NewObject
@@ -45,7 +46,7 @@ def test_a_write_replaces_or_removes_the_cached_record(index: Index) -> None:
     index.delete_object("bkt", "k")
     assert index.cached_object("bkt", "k") is None and index.get_object("bkt", "k") is None
     index.get_object("bkt", "k")
-    index.put_object(_meta("k", "c" * 32), if_none_match=True)
+    index.put_object(_meta("k", "c" * 32), conditions=WriteConditions(if_none_match=True))
     assert index.get_object("bkt", "k").etag == "c" * 32  # type: ignore[union-attr]
 
 
