@@ -1,7 +1,10 @@
 # tierstore gateway image: the same `tierstore serve` the README starts,
 # listening on every interface of the container, its data dir on /data.
 # docs/deployment.md: building, running, volumes, credentials.
-FROM python:3.11-slim
+# BASE: any image with Python 3.11+ and pip; where no registry can be
+# reached, scripts/base-image makes one from Debian's packages.
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
