@@ -204,8 +204,8 @@ def _tls_failure(exc: BaseException) -> str | None:
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, ssl.SSLCertVerificationError):
-            return (f"TLS: {cause.verify_message or cause.reason}: point TIERSTORE_TLS_CA at the "
-                    "CA bundle that signed the gateway's certificate")
+            return (f"TLS: certificate verify failed ({cause.verify_message or cause.reason}): point "
+                    "TIERSTORE_TLS_CA at the CA bundle that signed the gateway's certificate")
         if isinstance(cause, ssl.SSLError):
             return f"TLS: {cause.reason or cause}"
         cause = cause.__cause__ or cause.__context__
