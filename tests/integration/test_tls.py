@@ -223,3 +223,17 @@ def test_peers_read_from_each_other_over_https(
 def _count_is(s3, bucket: str, count: int) -> None:
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == count
 
+
+
+def test_a_stop_does_not_wait_for_idle_kept_alive_clients(pki: Pki, tmp_path: Path) -> None:
+    """Over TLS a close waits for the client's close_notify, which an idle
+    pooled client never sends: the gateway drops idle connections at a
+    stop instead of waiting asyncio's 30 s TLS shutdown timeout for each."""
+    gateway = Gateway(tmp_path / "data", extra_env=tls_env(pki), ca=pki.ca).start()
+    kept = client(gateway.endpoint, str(pki.ca))
+    kept.list_buckets()  # its connection stays in the pool, idle
+    assert gateway.proc is not None
+    gateway.proc.terminate()
+    assert gateway.proc.wait(timeout=20) == 0  # not the 30 s timeout, not killed
+    gateway.proc = None
+    assert_consistent(gateway)
