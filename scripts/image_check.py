@@ -18,7 +18,8 @@ Steps, each of which ends the check with one line saying why when it fails:
 5. The compose stack (docker-compose.yml with docker-compose.tls.yml), with
    what this machine lacks stood in by tests/deploy/compose.check.yml: the
    gateway over TLS in front of an S3 server that the init step gave its
-   bucket, objects flushed into that bucket, and Prometheus (profile
+   bucket, objects flushed into that bucket, the image's HEALTHCHECK
+   healthy over https, and Prometheus (profile
    "monitoring") scraping the admin port over https with the token.
 
 Containers use the host's network and talk over 127.0.0.1 only. What was
@@ -68,8 +69,8 @@ def main() -> int:
     engine_note = "engine started here" if started else "running engine"
     print(f"image ok: {IMAGE} {facts['size']} MB on {facts['base']} ({engine_note}), built in "
           f"{facts['build']:.0f} s, S3 and /health in {facts['startup']:.1f} s, healthy, uid "
-          f"{facts['uid']}, object kept across a restart; compose: TLS, bucket made by the init "
-          f"step, {facts['flushed']} objects flushed to the S3 store, prometheus {facts['prometheus']}",
+          f"{facts['uid']}, object kept across a restart; compose: TLS, healthy, bucket made by the "
+          f"init step, {facts['flushed']} objects flushed to the S3 store, prometheus {facts['prometheus']}",
           flush=True)
     return 0
 
@@ -371,6 +372,9 @@ def check_compose(base: str) -> dict[str, Any]:
             raise CheckFailed("nothing reached the capacity bucket the init step made")
         if s3.get_object(Bucket="compose-check", Key="k3")["Body"].read() != b"3" * 10_000:
             raise CheckFailed("the compose gateway returned other bytes")
+        gateway = run(*stack, "ps", "-q", "tierstore", env=env, what="docker compose ps").stdout.strip()
+        wait_for("the compose gateway's HEALTHCHECK (over https) reporting healthy",
+                 lambda: health_state(gateway) == "healthy" or None, 90)
         prometheus = wait_for(
             "Prometheus scraping the gateway over https",
             lambda: _scraped(f"http://127.0.0.1:{ports['PROMETHEUS_PORT']}"), 90)
