@@ -74,6 +74,11 @@ def test_boto3_and_the_admin_api_over_tls(gw: Gateway, pki: Pki) -> None:
     s3.put_object(Bucket="tls-boto3", Key="k", Body=body)
     assert s3.get_object(Bucket="tls-boto3", Key="k")["Body"].read() == body
     assert s3.get_object(Bucket="tls-boto3", Key="k", Range="bytes=10-19")["Body"].read() == body[10:20]
+    upload = s3.create_multipart_upload(Bucket="tls-boto3", Key="multi")["UploadId"]
+    part = s3.upload_part(Bucket="tls-boto3", Key="multi", UploadId=upload, PartNumber=1, Body=body)
+    done = s3.complete_multipart_upload(Bucket="tls-boto3", Key="multi", UploadId=upload,
+                                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert done["Location"] == f"https://127.0.0.1:{gw.port}/tls-boto3/multi"  # the scheme it was reached by
     assert httpx.get(f"{gw.admin_url}/health", verify=trusting(pki.ca)).status_code == 200
     assert gw.flush()["hot_staged"] == 0  # the admin API, with the token, over TLS
     assert "https://127.0.0.1" in gw.log()  # the banner says how to reach it
