@@ -1,7 +1,10 @@
 # tierstore gateway image: the same `tierstore serve` the README starts,
 # listening on every interface of the container, its data dir on /data.
 # docs/deployment.md: building, running, volumes, credentials.
-FROM python:3.11-slim
+# BASE: any image with Python 3.11+ and pip; where no registry can be
+# reached, scripts/base-image makes one from Debian's packages.
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -41,8 +44,11 @@ ENV TIERSTORE_HOST=0.0.0.0 \
 VOLUME ["/data"]
 EXPOSE 9100 9101
 # GET /health on the admin port is public: 503 while starting or stopping,
-# 200 while S3 is served. The start period covers the start-up sweep.
+# 200 while S3 is served. The start period covers the start-up sweep. With
+# TLS (TIERSTORE_TLS_CERT) the probe speaks https to its own process over
+# loopback without checking the certificate's names, which need not include
+# 127.0.0.1.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('TIERSTORE_ADMIN_PORT') or '9101'; urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=3)"]
+    CMD ["python", "-c", "import os, ssl, urllib.request; port = os.environ.get('TIERSTORE_ADMIN_PORT') or '9101'; tls = bool(os.environ.get('TIERSTORE_TLS_CERT')); scheme = 'https' if tls else 'http'; urllib.request.urlopen(f'{scheme}://127.0.0.1:{port}/health', timeout=3, context=ssl._create_unverified_context() if tls else None)"]
 ENTRYPOINT ["tierstore"]
 CMD ["serve"]

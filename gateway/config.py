@@ -22,6 +22,7 @@ import json
 import os
 import re
 import secrets
+import ssl
 import string
 import tomllib
 from collections.abc import Callable, Mapping
@@ -41,6 +42,14 @@ REDACTED = "***"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 ACCESS_LOG_FORMATS = ("off", "text", "json")  # see gateway/accesslog.py
 MAX_WORKERS = 64  # S3 processes on one port: far above the cores a node has
+# The hot tier's budget when none is configured: a share of the size of the
+# filesystem that holds the data dir, at most HOT_CAP. Half leaves room for
+# the index, the high watermark's overshoot and whatever else shares the
+# disk; the cap keeps a gateway on a large shared filesystem from claiming
+# it all. A fixed default would be too large for a small container volume
+# (the disk fills before the evictor starts) and too small for an NVMe array.
+HOT_SHARE = 0.5
+HOT_CAP = 1024 * GiB
 
 
 def _package_version() -> str:
@@ -69,7 +78,9 @@ class Config:
     admin_host: str = "127.0.0.1"  # the admin API is loopback-only unless asked
     admin_port: int = 9101
     data_dir: Path = Path("tierstore-data")
-    hot_size: int = 64 * GiB
+    hot_size: int = 64 * GiB  # load_config() derives it from the data dir's filesystem
+    # The size of that filesystem when hot_size was derived from it; 0 when configured.
+    hot_size_from: int = 0
     capacity: str = ""  # "file:///dir" or "s3://bucket[/prefix]"; "" = embedded
     capacity_endpoint: str | None = None
     capacity_region: str | None = None
@@ -105,6 +116,13 @@ class Config:
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.
     peers: dict[str, str] = field(default_factory=dict)
+    # TLS on both ports (S3 and admin) when a certificate and its key are
+    # given: PEM files, the certificate file holding the chain. ``tls_ca``
+    # is the CA bundle this gateway trusts for https peers (and the one
+    # `tierstore env` tells clients to trust); unset, the system's.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
 
     @property
     def capacity_url(self) -> str:
@@ -116,6 +134,11 @@ class Config:
         if self.capacity:
             return self.capacity
         return Path(os.path.abspath(self.data_dir / "capacity")).as_uri()
+
+    @property
+    def scheme(self) -> str:
+        """How both ports are reached: ``https`` with a certificate, else ``http``."""
+        return "https" if self.tls_cert is not None else "http"
 
 
 # Fields whose values never leave the process: not logged, not printed unless
@@ -251,6 +274,12 @@ def _path(name: str, raw: object, source: str) -> Path:
     return Path(_text(name, raw, source)).expanduser()
 
 
+def _optional_path(name: str, raw: object, source: str) -> Path | None:
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    return _path(name, raw, source)
+
+
 def _capacity(name: str, raw: object, source: str) -> str:
     if isinstance(raw, str) and not raw.strip():
         return ""  # the embedded default, resolved by Config.capacity_url
@@ -381,6 +410,9 @@ _COERCE: dict[str, _Coercer] = {
     "lease_idle": _lease_idle,
     "follow_interval": _seconds,
     "peers": _peers,
+    "tls_cert": _optional_path,
+    "tls_key": _optional_path,
+    "tls_ca": _optional_path,
 }
 
 
@@ -598,8 +630,24 @@ def load_config(
             raw, sources[name] = picked
             values[name] = coerce(name, raw, sources[name])
     config = Config(**values)  # type: ignore[arg-type]
+    if "hot_size" not in values:
+        budget, filesystem = default_hot_size(config.data_dir)
+        config = replace(config, hot_size=budget, hot_size_from=filesystem)
     _check_combinations(config, sources)
     return _with_secrets(config, env, file)
+
+
+def default_hot_size(data_dir: Path) -> tuple[int, int]:
+    """The hot tier's default budget for ``data_dir`` (HOT_SHARE of its
+    filesystem, at most HOT_CAP, in whole MiB), and that filesystem's size.
+    The data dir need not exist yet: its nearest existing parent is measured."""
+    where = Path(os.path.abspath(data_dir))
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    stat = os.statvfs(where)
+    filesystem = stat.f_blocks * stat.f_frsize
+    budget = min(HOT_CAP, int(filesystem * HOT_SHARE)) // MiB * MiB
+    return max(budget, MiB), filesystem
 
 
 def tier_settings(config: Config) -> TierSettings:
@@ -631,11 +679,55 @@ def _check_combinations(config: Config, sources: Mapping[str, str]) -> None:
         if config.capacity_access_key is None:
             given, missing = missing, given
         raise ValueError(f"{given} is set (from {sources[given]}) but {missing} is not: set both")
+    _check_tls(config, sources)
     if config.port == config.admin_port != 0 and config.host == config.admin_host:
         raise ValueError(
             f"port and admin_port are both {config.port} "
             f"(from {sources.get('port', 'default')} and {sources.get('admin_port', 'default')})"
         )
+
+
+def _check_tls(config: Config, sources: Mapping[str, str]) -> None:
+    """Certificate and key both or neither, and loadable: a mistake here is
+    one line at start, not a server that fails every handshake."""
+    if (config.tls_cert is None) != (config.tls_key is None):
+        given, missing = ("tls_cert", "tls_key") if config.tls_key is None else ("tls_key", "tls_cert")
+        raise ValueError(f"{given} is set (from {sources[given]}) but {missing} is not: set both")
+    if config.tls_cert is not None and config.tls_key is not None:
+        try:
+            server_tls(config.tls_cert, config.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"cannot use tls_cert {config.tls_cert} (from {sources['tls_cert']}) with tls_key "
+                f"{config.tls_key} (from {sources['tls_key']}): {_tls_reason(exc)}"
+            ) from None
+    if config.tls_ca is not None:
+        try:
+            client_tls(config.tls_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(
+                f"cannot use tls_ca {config.tls_ca} (from {sources['tls_ca']}): {_tls_reason(exc)}"
+            ) from None
+
+
+def server_tls(cert: Path, key: Path) -> ssl.SSLContext:
+    """A server context for ``cert`` (the chain) and ``key``, as uvicorn
+    makes one (Python's default: TLS 1.2 at least)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
+def client_tls(ca: Path | None) -> ssl.SSLContext:
+    """A client context that verifies servers against ``ca`` (a PEM bundle),
+    or the system's CAs when None."""
+    return ssl.create_default_context(cafile=None if ca is None else str(ca))
+
+
+def _tls_reason(exc: OSError | ssl.SSLError) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return exc.reason or str(exc)  # e.g. KEY_VALUES_MISMATCH, NO_START_LINE
+    return exc.strerror or str(exc)
 
 
 def _with_secrets(config: Config, env: Mapping[str, str], file: ConfigFile | None) -> Config:

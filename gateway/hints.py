@@ -49,7 +49,7 @@ class Hints:
         strict: bool = False,
     ) -> None:
         target = resolve_target(admin_url=admin_url, token=token, config_file=config_file, data_dir=data_dir)
-        self._api = AdminClient(target.url, target.token)
+        self._api = AdminClient(target.url, target.token, ca=target.ca)
         self.strict = strict  # raise instead of logging when the gateway refuses or is away
         self._warned = False
 

@@ -137,13 +137,19 @@ class Server(uvicorn.Server):
         return int(sockets[0].getsockname()[1])
 
 
-def http_server(app: Any, config: Config, *, s3: bool) -> Server:
+def http_server(app: Any, config: Config, *, s3: bool, tls: bool = True) -> Server:
     """A server for ``app``. An S3 app (``s3``) gets the bound on stalled
     bodies, and the requests refused below it are answered in S3 XML; the
-    admin API's in uvicorn's plain text."""
+    admin API's in uvicorn's plain text. With ``tls`` and a configured
+    certificate it speaks TLS (uvicorn's ssl options); a process-local
+    socket (the writer's, for read workers) passes ``tls=False``.
+
+    A client that speaks plain HTTP to a TLS port fails the handshake and
+    its connection is closed; asyncio logs that at debug level only, so a
+    port scan or a misconfigured client costs no log spam."""
     if s3:
         app = _BodyDeadline(app, config.client_timeout)
-    return Server(_uvicorn_config(app, config, s3_errors=s3))
+    return Server(_uvicorn_config(app, config, s3_errors=s3, tls=tls))
 
 
 class _Limits(uvicorn.Config):
@@ -156,7 +162,10 @@ class _Limits(uvicorn.Config):
         self.s3_errors = s3_errors  # refusals as S3 XML errors (else uvicorn's plain text)
 
 
-def _uvicorn_config(app: Any, config: Config, *, s3_errors: bool) -> uvicorn.Config:
+def _uvicorn_config(app: Any, config: Config, *, s3_errors: bool, tls: bool) -> uvicorn.Config:
+    tls_files: dict[str, Any] = {}
+    if tls and config.tls_cert is not None:
+        tls_files = {"ssl_certfile": str(config.tls_cert), "ssl_keyfile": str(config.tls_key)}
     return _Limits(
         app,
         client_timeout=config.client_timeout,
@@ -179,6 +188,7 @@ def _uvicorn_config(app: Any, config: Config, *, s3_errors: bool) -> uvicorn.Con
         server_header=False,
         # botocore corrects its clock skew from the Date of responses.
         date_header=True,
+        **tls_files,
     )
 
 
@@ -326,6 +336,18 @@ class _BoundedHeads:
                 self._refuse(_TOO_LARGE)
             elif self._head_timer is None:
                 self._start_head_timer()
+
+    def shutdown(self) -> None:
+        """The server stops: an idle connection is closed now, a busy one
+        after its response. Over TLS, closing sends close_notify and waits
+        for the client's, which an idle pooled client (urllib3, aiohttp)
+        never sends: each such connection would hold the stop for asyncio's
+        30 s TLS shutdown timeout. An idle connection is between requests,
+        so nothing is cut short by dropping it at once instead."""
+        idle = self.cycle is None or self.cycle.response_complete
+        super().shutdown()  # type: ignore[misc]
+        if idle and self.config.is_ssl:
+            self.transport.abort()
 
     def send_400_response(self, msg: str) -> None:
         """What uvicorn sends when its parser refuses a request."""

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from gateway import listener
 from gateway.admin import NodeStatus, build_admin_app
-from gateway.config import VERSION, Config, stored_secrets
+from gateway.config import HOT_CAP, HOT_SHARE, VERSION, Config, stored_secrets
 from gateway.listener import StartupError, authority
 
 
@@ -130,7 +130,7 @@ async def _start_read_workers(
     stack.callback(writer_sock.close)
     writer_sock.bind(writer_path)
     writer_sock.listen(listener.BACKLOG)
-    writer_server = listener.http_server(s3_app, config, s3=True)
+    writer_server = listener.http_server(s3_app, config, s3=True, tls=False)  # a local socket
     task = await stack.enter_async_context(listener.running(writer_server, writer_sock, "writer socket"))
     setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path)
     await stack.enter_async_context(read_workers(setup, tiering.objects, node.metrics.observe, config.workers))
@@ -170,14 +170,28 @@ def banner(config: Config, s3_port: int, admin_port: int) -> str:
         keys += f"   (+{more} more key pairs)" if more else ""
     token = config.admin_token
     shown_token = token if token and generated.get("admin_token") == token else "(as configured)"
+    scheme = config.scheme
     return "\n".join(
         [
-            f"tierstore {VERSION} serving S3 at http://{authority(config.host, s3_port)}"
+            f"tierstore {VERSION} serving S3 at {scheme}://{authority(config.host, s3_port)}"
             f"  (region {config.region})",
             keys,
-            f"  admin API: http://{authority(config.admin_host, admin_port)}"
+            f"  admin API: {scheme}://{authority(config.admin_host, admin_port)}"
             f"  (token: {shown_token})",
             f"  data: {config.data_dir}  capacity: {config.capacity_url}"
             + (f" at {config.capacity_endpoint}" if config.capacity_endpoint else ""),
+            f"  hot tier: {_hot_tier(config)}",
         ]
+        + ([f"  TLS: certificate {config.tls_cert}"] if config.tls_cert is not None else [])
     )
+
+
+def _hot_tier(config: Config) -> str:
+    """The budget, and where it came from when nobody set it."""
+    from gateway.cli.render import size
+
+    if not config.hot_size_from:
+        return size(config.hot_size)
+    share = f"{HOT_SHARE:.0%}"
+    return (f"{size(config.hot_size)} ({share} of the data dir's {size(config.hot_size_from)} "
+            f"filesystem, at most {size(HOT_CAP)}; --hot-size sets it)")

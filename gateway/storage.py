@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gateway.config import Config, tier_settings
+from gateway.config import Config, client_tls, tier_settings
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup
 from tiering.index import Index
@@ -37,10 +37,12 @@ def open_node(config: Config) -> Node:
 def peer_client(config: Config, endpoints: Mapping[str, str]) -> PeerClient:
     """Requests to the other gateways of ``endpoints`` (this one, by its
     node id, among them), signed with this gateway's first key pair: the
-    nodes of one group accept the same pairs."""
+    nodes of one group accept the same pairs. https peers are verified
+    with ``tls_ca`` (else the system's CAs)."""
     assert config.node_id is not None
     access_key, secret_key = next(iter(config.credentials.items()))
-    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, Keys(access_key, secret_key, None))
+    keys = Keys(access_key, secret_key, None)
+    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, keys, tls=client_tls(config.tls_ca))
 
 
 async def run_recover(config: Config, progress: Callable[[int, int], None] | None = None) -> RecoveryReport:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -28,13 +29,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+def wait_http(
+    url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None,
+    verify: ssl.SSLContext | bool = True,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode} before {url} answered")
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -76,14 +80,25 @@ class Gateway:
     admin_port: int = 0
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    # With TLS configured (--tls-cert/--tls-key in the arguments or the
+    # environment): the CA bundle that verifies the gateway's certificate.
+    ca: Path | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.ca is None else "https"
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        return True if self.ca is None else ssl.create_default_context(cafile=str(self.ca))
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"{self.scheme}://127.0.0.1:{self.admin_port}"
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -107,7 +122,7 @@ class Gateway:
             env=self.env(), stdout=log, stderr=subprocess.STDOUT,
         )
         log.close()
-        wait_http(f"{self.admin_url}/health", proc=self.proc)
+        wait_http(f"{self.admin_url}/health", proc=self.proc, verify=self.verify)
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
@@ -124,7 +139,7 @@ class Gateway:
         """Call the admin API with the test token; raise on an error status."""
         response = httpx.request(
             method, self.admin_url + path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            timeout=timeout, **kwargs,  # type: ignore[arg-type]
+            timeout=timeout, verify=self.verify, **kwargs,  # type: ignore[arg-type]
         )
         response.raise_for_status()
         return response

@@ -165,7 +165,7 @@ def _session(
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     try:
-        with AdminClient(target.url, target.token) as api:
+        with AdminClient(target.url, target.token, ca=target.ca) as api:
             yield Session(api, json_output, target)
     except Unreachable as exc:
         fail(_unreachable(exc), EXIT_FAILED)

@@ -72,7 +72,9 @@ DataDir = Annotated[
     Path | None, typer.Option(help="Hot tier and local state. (default: ./tierstore-data)")
 ]
 HotSize = Annotated[
-    str | None, typer.Option(help="Hot tier budget in bytes, K/M/G/T suffixes. (default: 64G)")
+    str | None,
+    typer.Option(help="Hot tier budget in bytes, K/M/G/T suffixes. (default: half the size of the "
+                 "data dir's filesystem, at most 1T)"),
 ]
 Capacity = Annotated[
     str | None,
@@ -173,6 +175,17 @@ Peers = Annotated[
                  "misses ask a segment's owner before the store; cooperative warm jobs split the set. "
                  "node=URL pairs separated by commas, e.g. n1=http://10.0.0.1:9100,n2=http://10.0.0.2:9100."),
 ]
+TlsCert = Annotated[
+    Path | None,
+    typer.Option(help="PEM certificate (chain) to serve both ports over TLS with; needs --tls-key. "
+                 "(default: plain HTTP)"),
+]
+TlsKey = Annotated[Path | None, typer.Option(help="PEM private key of --tls-cert.")]
+TlsCa = Annotated[
+    Path | None,
+    typer.Option(help="PEM CA bundle trusted for https peers, and the one `tierstore env` tells clients "
+                 "to trust. (default: the system's CAs)"),
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -187,6 +200,9 @@ SERVE_OPTIONS = (
     option("port", Port),
     option("admin_host", AdminHost),
     option("admin_port", AdminPort),
+    option("tls_cert", TlsCert),
+    option("tls_key", TlsKey),
+    option("tls_ca", TlsCa),
 )
 # What `recover` needs to reach the data dir and the capacity store.
 STORAGE_OPTIONS = (
@@ -319,7 +335,8 @@ def env_(config_file: ConfigFile = None, data_dir: DataDir = None) -> None:
 
     Run eval "$(tierstore env)" in the shell of a training job: boto3, the AWS
     CLI and s3fs then reach the gateway with no further arguments (other
-    clients: docs/clients.md).
+    clients: docs/clients.md). With TLS and a CA bundle configured
+    (TIERSTORE_TLS_CA), the exports make them trust that bundle.
     The endpoint, keys and token are found as by the admin commands (docs/cli.md).
     Not for the shell that starts a gateway over AWS S3: its AWS_* would win
     over the capacity store's own credentials chain.
@@ -329,7 +346,7 @@ def env_(config_file: ConfigFile = None, data_dir: DataDir = None) -> None:
         admin = resolve_target(admin_url=None, token=None, config_file=config_file, data_dir=data_dir)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
-    for name, value in (
+    exports = [
         ("AWS_ENDPOINT_URL", s3.endpoint),
         ("AWS_ACCESS_KEY_ID", s3.access_key),
         ("AWS_SECRET_ACCESS_KEY", s3.secret_key),
@@ -337,7 +354,14 @@ def env_(config_file: ConfigFile = None, data_dir: DataDir = None) -> None:
         ("AWS_REGION", s3.region),
         ("TIERSTORE_ADMIN_URL", admin.url),
         ("TIERSTORE_ADMIN_TOKEN", admin.token),
-    ):
+    ]
+    if s3.ca is not None:
+        # boto3, the AWS CLI and s3fs verify the gateway with AWS_CA_BUNDLE;
+        # the CLI and the hints helper with TIERSTORE_TLS_CA. Absolute: the
+        # training job may run from another directory.
+        ca = str(s3.ca.resolve())
+        exports += [("AWS_CA_BUNDLE", ca), ("TIERSTORE_TLS_CA", ca)]
+    for name, value in exports:
         typer.echo(f"export {name}={shlex.quote(value)}")
 
 

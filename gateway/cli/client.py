@@ -9,10 +9,14 @@ HTTP answer came at all.
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote
 
 import httpx
+
+from gateway.config import client_tls
 
 JSON = dict[str, Any]
 
@@ -49,14 +53,21 @@ class AdminClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         transport: httpx.BaseTransport | None = None,
+        ca: Path | None = None,
     ) -> None:
+        """``ca``: the CA bundle an https ``url`` is verified with (else the system's)."""
         self.url = url.rstrip("/")
         self.timeout = timeout
+        try:
+            verify = client_tls(ca)
+        except OSError as exc:  # ssl.SSLError too: not a PEM bundle
+            raise Unreachable(self.url, f"cannot use the CA bundle {ca}: {exc}", refused=False) from None
         self._http = httpx.Client(
             base_url=self.url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
             transport=transport,
+            verify=verify,
             # The admin API listens on loopback unless configured otherwise; an
             # HTTP(S)_PROXY meant for the internet must not capture it.
             trust_env=False,
@@ -173,6 +184,8 @@ class AdminClient:
         try:
             response = self._http.request(method, path, json=json, params=params)
         except httpx.ConnectError as exc:
+            if (tls := _tls_failure(exc)) is not None:
+                raise Unreachable(self.url, tls, refused=False) from exc
             raise Unreachable(self.url, str(exc), refused=True) from exc
         except httpx.TimeoutException as exc:
             reason = f"no answer within {self.timeout:g} s"
@@ -184,6 +197,19 @@ class AdminClient:
         if response.status_code == 204 or not response.content:
             return {}
         return _json_object(response)
+
+
+def _tls_failure(exc: BaseException) -> str | None:
+    """Why the TLS handshake failed, if that is what ended the connection."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return (f"TLS: certificate verify failed ({cause.verify_message or cause.reason}): point "
+                    "TIERSTORE_TLS_CA at the CA bundle that signed the gateway's certificate")
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS: {cause.reason or cause}"
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _scope(bucket: str | None, prefix: str) -> JSON:

@@ -16,6 +16,11 @@ The S3 endpoint and key pair follow the same order: ``TIERSTORE_HOST``/
 the ``--config`` file (its first ``[credentials]`` pair), then the pair the
 gateway generated in the data dir.
 
+TLS: an address built from host and port is ``https`` when the gateway has
+a certificate (``TIERSTORE_TLS_CERT``, then ``tls_cert`` in the file); the
+CA bundle that verifies it is ``TIERSTORE_TLS_CA``, then ``tls_ca`` in the
+file, else the system's CAs.
+
 Unlike :func:`gateway.config.load_config` this never writes anything: a client
 must not generate a token of its own. Errors are ``ValueError`` with a
 one-line message; the CLI exits 2 with it.
@@ -50,6 +55,7 @@ class Target:
     url: str
     token: str = field(repr=False)
     token_source: str
+    ca: Path | None = None  # the CA bundle an https URL is verified with; None: the system's
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +66,7 @@ class S3Target:
     region: str
     access_key: str
     secret_key: str = field(repr=False)
+    ca: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +91,7 @@ def resolve_target(
     file = parsed.values if parsed is not None else {}
     url = _url(admin_url, env, file, label)
     found = _token(token, data_dir, env, file, label)
-    return Target(url=url, token=str(found.value), token_source=found.label)
+    return Target(url=url, token=str(found.value), token_source=found.label, ca=_ca(env, file, label))
 
 
 def resolve_s3(
@@ -97,10 +104,13 @@ def resolve_s3(
     port = _env(env, "port") or _file(file, label, "port")
     region = _env(env, "region") or _file(file, label, "region")
     endpoint = _url_of(
-        _host(host) if host else _DEFAULTS.host, _port(port) if port else _DEFAULTS.port
+        _host(host) if host else _DEFAULTS.host,
+        _port(port) if port else _DEFAULTS.port,
+        _scheme(env, file, label),
     )
     access, secret = _key_pair(data_dir, env, file, parsed.credentials if parsed else {}, label)
-    return S3Target(endpoint, str(region.value) if region else _DEFAULTS.region, access, secret)
+    region_name = str(region.value) if region else _DEFAULTS.region
+    return S3Target(endpoint, region_name, access, secret, _ca(env, file, label))
 
 
 def _key_pair(
@@ -150,6 +160,7 @@ def _url(flag: str | None, env: Mapping[str, str], file: Mapping[str, object], l
     return _url_of(
         _host(host) if host else _DEFAULTS.admin_host,
         _port(port) if port else _DEFAULTS.admin_port,
+        _scheme(env, file, label),
     )
 
 
@@ -183,8 +194,22 @@ def _port(source: _Source) -> int:
     return raw
 
 
-def _url_of(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+def _url_of(host: str, port: int, scheme: str) -> str:
+    return f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}"
+
+
+def _scheme(env: Mapping[str, str], file: Mapping[str, object], label: str) -> str:
+    """``https`` when the gateway is configured with a certificate."""
+    return "https" if _env(env, "tls_cert") or _file(file, label, "tls_cert") else "http"
+
+
+def _ca(env: Mapping[str, str], file: Mapping[str, object], label: str) -> Path | None:
+    found = _env(env, "tls_ca") or _file(file, label, "tls_ca")
+    if found is None:
+        return None
+    if not isinstance(found.value, str) or not found.value.strip():
+        raise ValueError(f"invalid tls_ca {found.value!r} (from {found.label}): expected a file name")
+    return Path(found.value).expanduser()
 
 
 def _token(

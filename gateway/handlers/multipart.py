@@ -95,7 +95,7 @@ async def complete_upload(ctx: Context, req: S3Request) -> Response:
     chosen = xml.parse_complete(await body.read_small(req, MAX_COMPLETE_BODY))
     meta = await ctx.service.complete_upload(req.bucket, req.key, req.query["uploadId"], chosen, conditions)
     host = req.headers.get("host", "")
-    location = f"http://{host}/{req.bucket}/{req.key}"
+    location = f"{ctx.config.scheme}://{host}/{req.bucket}/{req.key}"
     out = [("etag", meta.quoted_etag), headers.SSE]
     if meta.checksum is not None:
         out.append(("x-amz-checksum-type", meta.checksum.type))

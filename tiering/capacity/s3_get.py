@@ -19,6 +19,7 @@ which that policy retries.
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, NamedTuple
@@ -76,7 +77,9 @@ class LeanGetter:
         connections: int,
         connect_timeout: float,
         read_timeout: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: how an https endpoint is verified (default: the system's CAs)."""
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"capacity endpoint {endpoint!r} is not an http(s) URL")
@@ -92,11 +95,12 @@ class LeanGetter:
         self._connections = connections
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._tls: ssl.SSLContext | bool = True if tls is None else tls
 
     async def start(self) -> None:
         if self._session is None:
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=60),
+                connector=aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=60, ssl=self._tls),
                 timeout=self._timeout,
                 auto_decompress=False,
                 trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as botocore honours them

@@ -28,6 +28,7 @@ refused, and the extent is fetched from the store.
 from __future__ import annotations
 
 import hashlib
+import ssl
 import time
 import zlib
 from collections.abc import Mapping
@@ -90,14 +91,19 @@ class PeerGroup:
 class PeerClient:
     """Signed ranged GETs of extents to the other nodes of a group."""
 
-    def __init__(self, group: PeerGroup, region: str, keys: Keys, timeout: float = 30.0) -> None:
+    def __init__(
+        self, group: PeerGroup, region: str, keys: Keys, timeout: float = 30.0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """``tls`` verifies peers whose endpoints are https (default: the system's CAs)."""
+
         async def fixed() -> Keys:
             return keys
 
         self.group = group
         self._getters = {
             node: LeanGetter(url, region, fixed, connections=_CONNECTIONS,
-                             connect_timeout=min(5.0, timeout), read_timeout=timeout)
+                             connect_timeout=min(5.0, timeout), read_timeout=timeout, tls=tls)
             for node, url in group.endpoints.items()
             if node != group.me
         }

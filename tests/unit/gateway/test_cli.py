@@ -540,8 +540,8 @@ def _job(state: str = "running", done: int = 0, **fields: object) -> dict[str, o
 def api(monkeypatch: pytest.MonkeyPatch) -> FakeApi:
     fake = FakeApi()
 
-    def client(url: str, token: str) -> AdminClient:
-        return AdminClient(url, token, transport=httpx.MockTransport(fake))
+    def client(url: str, token: str, ca: Path | None = None) -> AdminClient:
+        return AdminClient(url, token, transport=httpx.MockTransport(fake), ca=ca)
 
     monkeypatch.setattr(cli_admin, "AdminClient", client)
     monkeypatch.setattr(cli_admin, "POLL_INTERVAL", 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -13,12 +14,15 @@ from gateway.config import (
     REDACTED,
     Config,
     GiB,
+    MiB,
     credentials_path,
+    default_hot_size,
     load_config,
     parse_size,
     redacted,
     tier_settings,
 )
+from tests.tls import Pki, make_pki
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +55,7 @@ def test_defaults(tmp_path: Path) -> None:
     config = _load(tmp_path)
     assert (config.host, config.port) == ("127.0.0.1", 9100)
     assert (config.admin_host, config.admin_port) == ("127.0.0.1", 9101)
-    assert config.hot_size == 64 * GiB
+    assert (config.hot_size, config.hot_size_from) == default_hot_size(tmp_path / "data")
     assert config.region == "us-east-1"
     assert config.domain is None
     assert config.log_level == "info"
@@ -389,3 +393,81 @@ def test_errors_do_not_echo_secrets(tmp_path: Path) -> None:
         _load(tmp_path, config_file=path)
     assert "capacity_secret_key" in str(info.value)
     assert "leak" not in str(info.value)
+
+
+# --------------------------------------------------------------------------
+# The hot tier's default budget
+
+
+def _filesystem(monkeypatch: pytest.MonkeyPatch, size: int) -> None:
+    """Make the data dir's filesystem ``size`` bytes large (4 KiB blocks)."""
+    real = os.statvfs
+
+    def statvfs(path: object) -> os.statvfs_result:
+        st = real(path)  # type: ignore[arg-type]
+        fields = list(st)
+        fields[0], fields[1], fields[2] = 4096, 4096, size // 4096  # bsize, frsize, blocks
+        return os.statvfs_result(fields)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+@pytest.mark.parametrize(
+    ("filesystem", "budget"),
+    [
+        (20 * GiB, 10 * GiB),  # a small container volume: half of it, not 64 GiB
+        (3 * 1024 * GiB, 1024 * GiB),  # a large array: capped
+        (1 * GiB + 4096 * 3, 512 * MiB),  # whole MiB
+    ],
+)
+def test_hot_size_defaults_to_a_share_of_the_data_dirs_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filesystem: int, budget: int
+) -> None:
+    _filesystem(monkeypatch, filesystem)
+    config = _load(tmp_path, {"data_dir": tmp_path / "not" / "made" / "yet"})
+    assert (config.hot_size, config.hot_size_from) == (budget, filesystem // 4096 * 4096)
+    assert tier_settings(config).hot_size == budget
+
+
+def test_a_configured_hot_size_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _filesystem(monkeypatch, 20 * GiB)
+    config = _load(tmp_path, env={"TIERSTORE_HOT_SIZE": "64G"})
+    assert (config.hot_size, config.hot_size_from) == (64 * GiB, 0)
+
+
+# --------------------------------------------------------------------------
+# TLS
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def test_tls_settings_from_flags_env_and_file(tmp_path: Path, pki: Pki) -> None:
+    config = _load(tmp_path, {"tls_cert": str(pki.cert)}, env={"TIERSTORE_TLS_KEY": str(pki.key)},
+                   config_file=_toml(tmp_path, f'tls_ca = "{pki.ca}"\n'))
+    assert (config.tls_cert, config.tls_key, config.tls_ca) == (pki.cert, pki.key, pki.ca)
+    assert config.scheme == "https"
+    assert _load(tmp_path).scheme == "http"
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"tls_cert": "cert"}, "tls_cert is set (from --tls-cert) but tls_key is not"),
+        ({"tls_key": "key"}, "tls_key is set (from --tls-key) but tls_cert is not"),
+        ({"tls_cert": "missing", "tls_key": "key"}, "No such file or directory"),
+        ({"tls_cert": "cert", "tls_key": "other_ca"}, "cannot use tls_cert"),  # not a key
+        ({"tls_cert": "ca", "tls_key": "key"}, "KEY_VALUES_MISMATCH"),  # the CA's cert, the server's key
+        ({"tls_ca": "key"}, "cannot use tls_ca"),  # a key is no CA bundle
+    ],
+)
+def test_bad_tls_settings_are_one_line_errors(
+    tmp_path: Path, pki: Pki, settings: dict[str, str], message: str
+) -> None:
+    files = {"cert": pki.cert, "key": pki.key, "ca": pki.ca, "other_ca": pki.other_ca,
+             "missing": tmp_path / "missing.pem"}
+    with pytest.raises(ValueError, match=re.escape(message)) as error:
+        _load(tmp_path, {name: str(files[which]) for name, which in settings.items()})
+    assert "\n" not in str(error.value)
