@@ -39,7 +39,7 @@ def tree_digest(root: Path) -> dict[str, str]:
     }
 
 
-def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
     """Wait for a state the gateway reaches on its own (not a speed check)."""
     deadline = time.monotonic() + timeout
     while not check():

@@ -23,7 +23,7 @@ from gateway.cli.client import Unreachable
 from gateway.hints import HintedSampler, Hints, shard_epoch
 from tests.conftest import make_client, running_gateway
 from tests.faults import FaultProxy, Rates
-from tests.integration.helpers import eventually
+from tests.integration.helpers import wait_until
 from tests.servers import ADMIN_TOKEN, Gateway, free_port
 from tiering.order import shuffled
 
@@ -65,7 +65,7 @@ def test_four_readers_read_a_hinted_epoch_that_was_made_hot_ahead_of_them(gw: Ga
     epoch_id = hints.shuffled_epoch("epall", "img/", seed=3, readers=4)
     assert epoch_id is not None
     order = shuffled(data, 3)  # the order the gateway was told, reproduced here
-    eventually(lambda: hints.status(epoch_id)["prefetched_objects"] >= 400, "the epoch prefetched")
+    wait_until(lambda: hints.status(epoch_id)["prefetched_objects"] >= 400, "the epoch prefetched")
     fetched = gets(gw)
     assert fetched <= 20, "packed neighbours come along: far fewer GETs than objects"
 
@@ -103,12 +103,12 @@ def test_the_lookahead_follows_a_readers_position_on_a_mounted_bucket(
     order = list(reversed(keys))
     epoch_id = hints.epoch("epmount", order, readers=1, lookahead_objects=4)
     assert epoch_id is not None
-    eventually(lambda: all(where(gw, "epmount", k) == "hot" for k in order[:4]), "the first window is hot")
+    wait_until(lambda: all(where(gw, "epmount", k) == "hot" for k in order[:4]), "the first window is hot")
     assert where(gw, "epmount", order[8]) != "hot", "nothing beyond the window"
     s3 = make_client(gw.endpoint)
     for key in order[:6]:
         s3.get_object(Bucket="epmount", Key=key)["Body"].read()
-    eventually(lambda: all(where(gw, "epmount", k) == "hot" for k in order[6:10]), "the window moved on")
+    wait_until(lambda: all(where(gw, "epmount", k) == "hot" for k in order[6:10]), "the window moved on")
     assert where(gw, "epmount", order[16]) != "hot"
     status = hints.status(epoch_id)
     assert status["positions"] == [5] and status["hits"] >= 4
@@ -179,7 +179,7 @@ def test_epochs_queue_behind_each_other_and_an_idle_one_is_abandoned(gw: Gateway
     second = hints.epoch("epq", ["x2", "x1", "x0"])
     assert first is not None and second is not None
     assert hints.status(second)["state"] == "queued"
-    eventually(lambda: hints.status(first)["state"] == "abandoned", "the idle epoch abandoned", timeout=10)
+    wait_until(lambda: hints.status(first)["state"] == "abandoned", "the idle epoch abandoned", timeout=10)
     assert hints.status(second)["state"] == "active"
     for key in ("x2", "x1", "x0", "x1"):  # the last read is past the epoch's end: ignored
         s3.get_object(Bucket="epq", Key=key)

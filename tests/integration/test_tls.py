@@ -27,6 +27,7 @@ from botocore.exceptions import SSLError
 
 from tests.conftest import assert_consistent
 from tests.integration.conftest import clean_env
+from tests.integration.helpers import wait_until
 from tests.integration.test_scale_out import capacity_bucket, eventually, node
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
 from tests.tls import Pki, make_pki
@@ -124,6 +125,7 @@ def test_plain_http_to_a_tls_port_is_refused_cleanly(gw: Gateway, pki: Pki, port
     # logged for the refusals: no traceback, no spam.
     assert client(gw.endpoint, str(pki.ca)).list_buckets()["ResponseMetadata"]["HTTPStatusCode"] == 200
     assert httpx.get(f"{gw.admin_url}/health", verify=trusting(pki.ca)).status_code == 200
+    wait_until(lambda: "op=ListBuckets" in gw.log()[logged:], "the access-log line (written in batches)", 10)
     (line,) = gw.log()[logged:].splitlines()
     assert "op=ListBuckets" in line and "status=200" in line
 

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from gateway.worker import REPORT_EVERY
 from tests.conftest import make_client, running_gateway
-from tests.integration.helpers import eventually
+from tests.integration.helpers import wait_until
 from tests.integration.oracle import RawReader
 from tests.integration.s3raw import Sender, check_error
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children
@@ -112,7 +112,7 @@ def test_every_read_sees_the_last_acknowledged_write(gw: Gateway) -> None:
     def puts() -> list[str]:
         return [line for line in gw.log().splitlines() if "op=PutObject bucket=raw " in line]
 
-    eventually(lambda: len(puts()) >= 150, "every PUT in the access log", timeout=10)
+    wait_until(lambda: len(puts()) >= 150, "every PUT in the access log", timeout=10)
     assert all(" remote=127.0.0.1 " in line for line in puts())
     status, _, _ = fresh(gw).request("PUT", "raw", "spoof", b"x", headers={"x-tierstore-client": "6.6.6.6"})
     assert status == 200
