@@ -67,17 +67,31 @@ class _Stream:
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._pos = 0  # bytes of the buffer already read
+        self._error: Exception | None = None
 
     def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self._buffer) < size:
-            chunk = next(self._chunks, None)
+        buffer = self._buffer
+        while size < 0 or len(buffer) - self._pos < size:
+            if self._error is not None:
+                if len(buffer) > self._pos:
+                    break  # what came before the break is read first
+                raise self._error
+            try:
+                chunk = next(self._chunks, None)
+            except httpx.HTTPError as exc:  # the connection broke: after what it brought
+                self._error = exc
+                continue
             if chunk is None:
                 break
-            self._buffer += chunk
-        if size < 0:
-            size = len(self._buffer)
-        out, self._buffer = self._buffer[:size], self._buffer[size:]
+            buffer += chunk
+        end = len(buffer) if size < 0 else min(len(buffer), self._pos + size)
+        out = bytes(buffer[self._pos:end])
+        self._pos = end
+        if self._pos >= 1 << 20:  # drop what was read, now and then, not at every read
+            del buffer[:self._pos]
+            self._pos = 0
         return out
 
 

@@ -174,3 +174,206 @@ def test_client_helpers(gateway: Gateway, bucket: str, filled: dict[str, bytes])
     assert len(dataset) == len(filled)
     assert dataset.__getitems__([3, 0, 3]) == [filled[sorted(filled)[i]] for i in (3, 0, 3)]
     assert dataset[1] == filled[sorted(filled)[1]]
+
+
+# -- the same rules as GET ----------------------------------------------------------
+
+
+def test_access_log_metrics_and_epochs(gateway: Gateway, http: Sender, bucket: str,
+                                       filled: dict[str, bytes]) -> None:
+    keys = sorted(filled)
+    epoch = gateway.admin("POST", "/epochs", json={"bucket": bucket, "keys": keys}).json()["id"]
+    before = _batched(gateway)
+    response = post(http, bucket, {"keys": [*keys, "nope"]})
+    assert response.status_code == 200 and len(members(response.content)) == len(keys) + 1
+    request_id = response.headers["x-amz-request-id"]
+    deadline = time.monotonic() + 5
+    while not (lines := [ln for ln in gateway.log().splitlines() if request_id in ln]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(lines) == 1
+    line = lines[0]
+    assert " op=GetBatch " in line and f" bucket={bucket} " in line and " status=200 " in line
+    assert line.endswith(f" objects={len(keys)}")  # the error member is not an object
+    assert f" bytes_out={len(response.content)} " in line
+    assert _batched(gateway) == before + len(keys)
+    metrics = httpx.get(gateway.admin_url + "/metrics", headers=_bearer()).text
+    assert 'tierstore_s3_requests_total{code="200",operation="GetBatch"}' in metrics
+    view = gateway.admin("GET", f"/epochs/{epoch}").json()
+    assert view["consumed"] == len(keys) and view["state"] == "finished"
+
+
+def _bearer() -> dict[str, str]:
+    from tests.servers import ADMIN_TOKEN
+
+    return {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+def _batched(gw: Gateway) -> float:
+    for line in httpx.get(gw.admin_url + "/metrics", headers=_bearer()).text.splitlines():
+        if line.startswith("tierstore_batch_objects_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def test_a_slow_client_holds_the_stream_back(gateway: Gateway, s3, bucket: str) -> None:  # type: ignore[no-untyped-def]
+    """A client that stops reading stops the batch: the gateway's memory
+    stays near where it was while 192 MiB wait to be sent."""
+    sizes = [900 * KiB, 3 * MiB]  # read in groups / streamed
+    keys = []
+    for i in range(96):
+        key = f"big/{i:03d}"
+        s3.put_object(Bucket=bucket, Key=key, Body=bytes([i]) * sizes[i % 2])
+        keys.append(key)
+    body = json.dumps({"keys": keys}).encode()
+    url = f"{gateway.endpoint}/{bucket}?batch"
+    headers, _, _ = sign("POST", url, body=body)
+    assert gateway.proc is not None
+    rss_before = _rss(gateway.proc.pid)
+    parts = urlsplit(gateway.endpoint)
+    with socket.create_connection((parts.hostname, parts.port)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)
+        head = f"POST /{bucket}?batch HTTP/1.1\r\nHost: {parts.netloc}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        sock.settimeout(30)
+        first = sock.recv(64 * KiB)
+        assert first.startswith(b"HTTP/1.1 200 "), first[:300]
+        got = len(first)
+        while got < 4 * MiB:
+            chunk = sock.recv(256 * KiB)
+            assert chunk, "the gateway closed the connection"
+            got += len(chunk)
+        time.sleep(2)  # the gateway would read on now if nothing held it back
+        grown = _rss(gateway.proc.pid) - rss_before
+        assert grown < 48 * MiB, f"the gateway grew by {grown / MiB:.0f} MiB for a client that stopped reading"
+        total = got
+        while chunk := sock.recv(1 * MiB):
+            total += len(chunk)
+            if total > sum(sizes) * 48:
+                break
+    assert total > sum(sizes) * 48  # and then it all came
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+# -- mounted buckets, read workers ------------------------------------------------------
+
+
+def test_mounted_bucket_reads_through(moto_endpoint: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    source = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    source.create_bucket(Bucket="batchsrc")
+    files = {f"s/{i:02d}": os.urandom(5000 + i) for i in range(40)}
+    for key, data in files.items():
+        source.put_object(Bucket="batchsrc", Key=f"ds/{key}", Body=data)
+    with running_gateway(tmp_path / "data") as gw:
+        gw.admin("POST", "/mounts", json={"name": "mnt", "source": "s3://batchsrc/ds", "endpoint": moto_endpoint,
+                                          "access_key": "testing", "secret_key": "testing"})
+        keys = [*sorted(files, reverse=True), "s/none", "s/03"]
+        with client_of(gw) as batches:
+            got = list(batches.get_batch("mnt", keys))
+            assert [k for k, _ in got] == keys
+            assert [d for _, d in got[:40]] == [files[k] for k in keys[:40]] and got[-1][1] == files["s/03"]
+            assert isinstance(got[40][1], BatchError) and got[40][1].code == "NoSuchKey"
+            with pytest.raises(RequestFailed) as failed:
+                list(batches.get_batch("mnt", ["s/01", "s/none"], on_error="fail"))
+            assert failed.value.code == "NoSuchKey"
+
+
+def test_read_workers_answer_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with running_gateway(tmp_path / "data", "--workers", "2") as gw:
+        s3 = make_client(gw.endpoint)
+        s3.create_bucket(Bucket="wbatch")
+        files = {f"k{i}": os.urandom(3000 + i) for i in range(30)}
+        for key, data in files.items():
+            s3.put_object(Bucket="wbatch", Key=key, Body=data)
+        keys = sorted(files) * 2
+        with client_of(gw) as batches:
+            for _ in range(4):  # over several connections: the kernel spreads them over the workers
+                assert list(batches.get_batch("wbatch", keys)) == [(k, files[k]) for k in keys]
+            [url] = batches.virtual_shards("wbatch", keys, per_shard=100)
+            assert members(httpx.get(url).content) == [(k, files[k]) for k in keys]
+
+
+# -- cold objects: a capacity store behind a proxy ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    with FaultProxy(moto_endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def cold(proxy: FaultProxy, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway with a 6 MiB hot tier over moto, through the proxy."""
+    name = f"batch-{os.getpid()}"
+    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=name)
+    args = ["--capacity", f"s3://{name}/tier", "--capacity-endpoint", proxy.endpoint, *CAPACITY_KEYS,
+            "--hot-size", "6M", "--flush-delay", "600"]
+    with running_gateway(tmp_path_factory.mktemp("batch-cold") / "data", *args) as gw:
+        yield gw
+
+
+def _fill_cold(gw: Gateway, bucket: str, count: int, size: int) -> dict[str, bytes]:
+    """``count`` objects flushed to the store and evicted, a few at a time
+    (the hot tier holds only some of them)."""
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket=bucket)
+    files = {f"o/{i:04d}": os.urandom(size) for i in range(count)}
+    for i, (key, data) in enumerate(files.items()):
+        s3.put_object(Bucket=bucket, Key=key, Body=data)
+        if i % 40 == 39:
+            gw.flush()
+    gw.flush()
+    gw.evict()
+    return files
+
+
+def test_a_cold_batch_larger_than_the_hot_tier_streams_in_few_gets(cold: Gateway, proxy: FaultProxy) -> None:
+    files = _fill_cold(cold, "coldb", 400, 32 * KiB)  # 12.5 MiB through a 6 MiB hot tier
+    keys = list(files)
+    before = proxy.forwarded
+    with client_of(cold) as batches:
+        got = batches.get_batch("coldb", keys)
+        for (key, data), want in zip(got, keys, strict=True):
+            assert key == want and data == files[want]
+    gets = proxy.forwarded - before
+    assert gets <= len(keys) // 10, f"{gets} store requests for {len(keys)} cold objects"
+    tiers = cold.admin("GET", "/tiers").json()
+    assert tiers["hot_pinned"] == 0 and tiers["hot_used"] <= tiers["hot_budget"]
+
+
+def test_a_store_outage_mid_batch(cold: Gateway, proxy: FaultProxy) -> None:
+    files = _fill_cold(cold, "outage", 8, 300 * KiB)  # the 4 hot ones fill the gateway's first send
+    keys = list(files)
+    s3 = make_client(cold.endpoint)
+    for key in keys[:4]:  # hot again: read before the outage
+        s3.get_object(Bucket="outage", Key=key)["Body"].read()
+    proxy.rates = Rates(unavailable=1.0, only=get_object)
+    try:
+        # A plain GET of a cold object says 503 too (the store's own error
+        # code in the failure's detail once made it a 500).
+        check_error(httpx.get(s3.generate_presigned_url("get_object", Params={"Bucket": "outage", "Key": keys[5]})),
+                    503, "ServiceUnavailable")
+        with client_of(cold) as batches:
+            got = list(batches.get_batch("outage", keys))
+            assert got[:4] == [(k, files[k]) for k in keys[:4]]
+            assert [(k, e.code) for k, e in got[4:]] == [(k, "ServiceUnavailable") for k in keys[4:]]  # type: ignore[union-attr]
+            received = []
+            with pytest.raises(BatchCut):
+                for key, data in batches.get_batch("outage", keys, on_error="fail"):
+                    received.append((key, data))
+            assert received == [(k, files[k]) for k in keys[:4]]
+            # Failing before anything was sent: the S3 error answer.
+            with pytest.raises(RequestFailed) as failed:
+                list(batches.get_batch("outage", keys[4:], on_error="fail"))
+            assert (failed.value.status, failed.value.code) == (503, "ServiceUnavailable")
+    finally:
+        proxy.rates = Rates()
