@@ -36,20 +36,20 @@ def _octal(value: int, width: int) -> bytes:
     return f"{value:0{width - 1}o}".encode("ascii") + b"\0"
 
 
+# The fields every member's header shares, and their bytes' sum: a header
+# is then a join of a few pieces and its checksum a sum over the others
+# (a tenth of the time of filling and summing 512 bytes for each member).
+_IDS = _octal(_MODE, 8) + _octal(0, 8) + _octal(0, 8)  # mode, uid, gid (100-124)
+_BLANK_SUM = b" " * 8  # the checksum field, read as spaces while summing
+_REST = bytes(_NAME) + b"ustar\0" + b"00" + bytes(BLOCK - 265)  # link name, magic, version, the rest
+_SHARED_SUM = sum(_IDS) + sum(_BLANK_SUM) + sum(_REST)
+
+
 def _ustar(name: bytes, size: int, mtime: int, kind: bytes) -> bytes:
-    header = bytearray(BLOCK)
-    header[0 : len(name)] = name
-    header[100:108] = _octal(_MODE, 8)
-    header[108:116] = _octal(0, 8)
-    header[116:124] = _octal(0, 8)
-    header[124:136] = _octal(size, 12)
-    header[136:148] = _octal(max(0, mtime), 12)
-    header[148:156] = b" " * 8
-    header[156:157] = kind
-    header[257:263] = b"ustar\0"
-    header[263:265] = b"00"
-    header[148:156] = f"{sum(header):06o}".encode("ascii") + b"\0 "
-    return bytes(header)
+    size_field, mtime_field = _octal(size, 12), _octal(max(0, mtime), 12)
+    checksum = _SHARED_SUM + sum(name) + sum(size_field) + sum(mtime_field) + kind[0]
+    return b"".join((name, bytes(_NAME - len(name)), _IDS, size_field, mtime_field,
+                     b"%06o\0 " % checksum, kind, _REST))
 
 
 def _record(keyword: str, value: bytes) -> bytes:

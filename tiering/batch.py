@@ -28,6 +28,7 @@ A member's turn moves the epoch readers, as a GET of it would.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -263,6 +264,9 @@ class _Ahead:
         self._found = found
         self._window = window
         self._planned = 0  # positions before this one were looked at
+        # Object bytes before each position: what is pending ahead, in O(1).
+        self._before = list(itertools.accumulate(
+            (m.size if isinstance(m, ObjectMeta) else 0 for m in found), initial=0))
         self._landed: dict[str, asyncio.Event] = {}  # cache name -> set once cached
         self._fetch_of: dict[int, asyncio.Task[None]] = {}  # position -> the fetch that brings it
         self._tasks: set[asyncio.Task[None]] = set()
@@ -274,7 +278,7 @@ class _Ahead:
             return
         self._planned = max(self._planned, position)
         # Top up once half the window was sent: fewer, larger calls.
-        pending = sum(self._size(i) for i in range(position, self._planned))
+        pending = self._before[self._planned] - self._before[position]
         if pending > self._window // 2:
             return
         extents: list[Extent] = []
@@ -301,10 +305,6 @@ class _Ahead:
         task.add_done_callback(self._tasks.discard)
         for i in positions:
             self._fetch_of[i] = task
-
-    def _size(self, i: int) -> int:
-        meta = self._found[i]
-        return meta.size if isinstance(meta, ObjectMeta) else 0
 
     async def _fetch(self, extents: list[Extent]) -> None:
         def filled(ext: Extent) -> None:

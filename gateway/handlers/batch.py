@@ -29,8 +29,10 @@ MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
 ERRORS = "__errors__/"  # the name prefix of a key's error member
 CONTENT_TYPE = "application/x-tar"
 # Small members are sent together, up to this many bytes a send: one ASGI
-# send costs about as much as copying 100 KiB.
-COALESCE = 1024 * 1024
+# send costs about as much as copying 100 KiB, and each send is copied
+# again (chunk framing); 256 KiB cost 20 % less gateway CPU per 64 KiB
+# object than 1 MiB here (the copies stay in cache).
+COALESCE = 256 * 1024
 ON_ERROR = ("skip", "fail")
 
 
