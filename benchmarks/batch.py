@@ -49,10 +49,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection
 from pathlib import Path
+from typing import TypeVar
 
 import _common  # first: puts the repo root on sys.path
 import boto3
-from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, table, temp_dir, write_results
+from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, run_and_report, table, temp_dir
 from _compare_client import PlainClient, SignedClient
 from _compare_peers import NginxLocal
 from _compare_workloads import cpu_meter, epoch
@@ -73,6 +74,7 @@ BUCKET = "data"
 SEED = 11
 SAMPLE_SIZE = 110 * KiB
 Pids = dict[str, Callable[[], list[int]]]
+T = TypeVar("T")
 
 
 def log(message: str) -> None:
@@ -146,34 +148,23 @@ def batched_epoch(port: int, bucket: str, batches: list[list[str]], threads: int
                   check: Callable[[str, bytes], None], pids: Pids) -> dict:
     """Every batch read once, ``threads`` lean clients taking the next one
     in turn: objects/s, MiB/s, batch latencies, server CPU per object."""
-    lock = threading.Lock()
-    nxt = [0]
     latencies: list[float] = []
     nbytes = [0]
 
-    def worker() -> None:
-        lean = LeanBatch(port)
-        while True:
-            with lock:
-                i = nxt[0]
-                nxt[0] += 1
-            if i >= len(batches):
-                return
-            t0 = time.perf_counter()
-            members = lean.batch(bucket, batches[i])
-            latencies.append(time.perf_counter() - t0)
-            if [name for name, _ in members] != batches[i]:
-                raise AssertionError(f"batch {i}: members out of order or missing")
-            for name, data in members:
-                check(name, data)
-                nbytes[0] += len(data)
+    def read(lean: LeanBatch, batch: list[str]) -> None:
+        t0 = time.perf_counter()
+        members = lean.batch(bucket, batch)
+        latencies.append(time.perf_counter() - t0)
+        if [name for name, _ in members] != batch:
+            raise AssertionError("a batch's members out of order or missing")
+        for name, data in members:
+            check(name, data)
+            nbytes[0] += len(data)
 
     figures: dict = {}
     with cpu_meter(pids, figures):
         t0 = time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            for future in [pool.submit(worker) for _ in range(threads)]:
-                future.result()
+        take_turns(batches, threads, lambda: LeanBatch(port), read)
         wall = time.perf_counter() - t0
     objects = sum(len(b) for b in batches)
     latencies.sort()
@@ -184,6 +175,26 @@ def batched_epoch(port: int, bucket: str, batches: list[list[str]], threads: int
     for name in pids:
         figures[f"{name}_cpu_per_1k"] = figures.pop(f"{name}_cpu_s") * 1000 / objects
     return figures
+
+
+def take_turns(batches: list[list[str]], threads: int, make: Callable[[], T],
+               read: Callable[[T, list[str]], None]) -> None:
+    """``read(client, batch)`` for every batch, ``threads`` threads each with
+    a client of its own (``make()``) taking the next batch in turn."""
+    lock, turn = threading.Lock(), iter(batches)
+
+    def worker() -> None:
+        client = make()
+        while True:
+            with lock:
+                batch = next(turn, None)
+            if batch is None:
+                return
+            read(client, batch)
+
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(worker) for _ in range(threads)]:
+            future.result()
 
 
 def cut(keys: Sequence[str], size: int) -> list[list[str]]:
@@ -336,26 +347,16 @@ class Run:
                 for k in shard_keys]
 
         def dataset_epoch() -> dict:
-            batches = cut(order, args.batch)
-            lock, nxt = threading.Lock(), [0]
+            index = {k: i for i, k in enumerate(keys)}
 
-            def worker() -> None:
-                ds = BatchDataset(BUCKET, keys, endpoint_url=self.gw.endpoint, access_key=ACCESS_KEY,
-                                  secret_key=SECRET_KEY, transform=lambda k, d: (k, d))
-                index = {k: i for i, k in enumerate(keys)}
-                while True:
-                    with lock:
-                        i = nxt[0]
-                        nxt[0] += 1
-                    if i >= len(batches):
-                        return
-                    for key, body in ds.__getitems__([index[k] for k in batches[i]]):
-                        check(key, body)
+            def read(ds: BatchDataset, batch: list[str]) -> None:
+                for key, body in ds.__getitems__([index[k] for k in batch]):
+                    check(key, body)
 
             t0 = time.perf_counter()
-            with ThreadPoolExecutor(args.threads) as pool:
-                for future in [pool.submit(worker) for _ in range(args.threads)]:
-                    future.result()
+            take_turns(cut(order, args.batch), args.threads, lambda: BatchDataset(
+                BUCKET, keys, endpoint_url=self.gw.endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY,
+                transform=lambda k, d: (k, d)), read)
             return {"objects": len(keys), "wall_s": time.perf_counter() - t0}
 
         def webdataset_epoch(urls: list[str]) -> dict:
@@ -459,11 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     args.objects = args.objects or (1000 if args.quick else 4000)
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.samples = args.samples or (500 if args.quick else 1000)
-    _common.exit_cleanly_on_sigterm()
-    results = run(args)
-    print(report(args, results))
-    write_results(args, results)
-    return 0
+    return run_and_report(args, run, report)
 
 
 if __name__ == "__main__":

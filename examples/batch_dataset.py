@@ -13,9 +13,7 @@ rate beside it.
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,7 +22,7 @@ import boto3
 from gateway.batch_client import BatchDataset
 from gateway.hints import HintedSampler
 
-from _recipe import KiB, arguments, check, create_bucket, epoch_line, last_epoch, payload, rate, same_bytes
+from _recipe import KiB, RandomIndices, arguments, check, create_bucket, epoch_line, last_epoch, payload, rate, same_bytes
 
 try:
     from torch import Generator
@@ -37,19 +35,6 @@ SAMPLES = 256
 
 def size_of(index: int) -> int:
     return KiB * (1 + index * 5 % 24)
-
-
-class RandomIndices:
-    """A sampler without torch: a new permutation of ``range(n)`` each epoch."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.rng = n, random.Random(seed)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.rng.sample(range(self.n), self.n))
-
-    def __len__(self) -> int:
-        return self.n
 
 
 def upload(s3: Any, bucket: str) -> list[str]:
