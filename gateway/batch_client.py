@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tarfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -62,53 +61,77 @@ class RequestFailed(Exception):
         self.code = code
 
 
-class _Stream:
-    """A file-like view of a streamed HTTP body, for ``tarfile``'s stream mode."""
+class _Chunks:
+    """Bytes taken off a stream of chunks, in the sizes asked for."""
 
     def __init__(self, chunks: Iterator[bytes]) -> None:
         self._chunks = chunks
         self._buffer = bytearray()
-        self._pos = 0  # bytes of the buffer already read
-        self._error: Exception | None = None
+        self._pos = 0  # bytes of the buffer already taken
 
-    def read(self, size: int = -1) -> bytes:
+    def take(self, size: int) -> bytes | None:
+        """The next ``size`` bytes; None at the end of the stream (BatchCut
+        if it ends inside them)."""
         buffer = self._buffer
-        while size < 0 or len(buffer) - self._pos < size:
-            if self._error is not None:
-                if len(buffer) > self._pos:
-                    break  # what came before the break is read first
-                raise self._error
-            try:
-                chunk = next(self._chunks, None)
-            except httpx.HTTPError as exc:  # the connection broke: after what it brought
-                self._error = exc
-                continue
+        while len(buffer) - self._pos < size:
+            chunk = next(self._chunks, None)
             if chunk is None:
-                break
+                if len(buffer) == self._pos:
+                    return None
+                raise BatchCut("the batch's tar stream ended inside a member")
+            if self._pos > len(buffer) // 2:  # drop what was taken, now and then, not at every take
+                del buffer[:self._pos]
+                self._pos = 0
             buffer += chunk
-        end = len(buffer) if size < 0 else min(len(buffer), self._pos + size)
-        out = bytes(buffer[self._pos:end])
-        self._pos = end
-        if self._pos >= 1 << 20:  # drop what was read, now and then, not at every read
-            del buffer[:self._pos]
-            self._pos = 0
+        out = bytes(buffer[self._pos:self._pos + size])
+        self._pos += size
         return out
 
 
+def _pax_records(data: bytes) -> dict[str, str]:
+    """``"<len> <keyword>=<value>\n"`` records (POSIX.1-2001 pax)."""
+    out: dict[str, str] = {}
+    at = 0
+    while at < len(data):
+        length = int(data[at:data.index(b" ", at)])
+        keyword, _, value = data[data.index(b" ", at) + 1:at + length - 1].partition(b"=")
+        out[keyword.decode("utf-8", "replace")] = value.decode("utf-8", "surrogateescape")
+        at += length
+    return out
+
+
 def read_tar(chunks: Iterator[bytes]) -> Iterator[tuple[str, bytes | BatchError]]:
-    """``(name, bytes)`` per member of a batch's tar stream, in order;
-    ``(key, BatchError)`` for an error member; BatchCut if it ends early."""
+    """``(name, bytes)`` per member of a batch's tar stream, in order
+    (ustar, with pax ``path`` and ``size`` records, as the gateway writes
+    it); ``(key, BatchError)`` for an error member; BatchCut if the stream
+    ends before the archive's end blocks or the connection breaks.
+    Read off the chunks as they come: a member is held once, whole."""
+    stream = _Chunks(chunks)
+    pax: dict[str, str] = {}
     try:
-        with tarfile.open(fileobj=_Stream(chunks), mode="r|") as archive:  # type: ignore[call-overload]
-            for member in archive:
-                data = archive.extractfile(member)
-                body = data.read() if data is not None else b""
-                if member.name.startswith(ERRORS):
-                    key = member.name[len(ERRORS):]
-                    yield key, BatchError(key, body.decode("ascii", "replace"))
-                else:
-                    yield member.name, body
-    except (tarfile.ReadError, EOFError, httpx.HTTPError) as exc:
+        while True:
+            header = stream.take(512)
+            if header is None:
+                raise BatchCut("the batch's tar stream ended before its end blocks")
+            if header == bytes(512):
+                return
+            kind = header[156:157]
+            size = int(pax["size"]) if "size" in pax else int(header[124:136].strip(b"\0 ") or b"0", 8)
+            body = stream.take(size) if size else b""
+            if body is None:
+                raise BatchCut("the batch's tar stream ended inside a member")
+            stream.take(-size % 512)
+            if kind in (b"x", b"g"):  # extended headers: of the next member, or global (none here)
+                pax = _pax_records(body) if kind == b"x" else pax
+                continue
+            name = pax.get("path") or header[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            pax = {}
+            if name.startswith(ERRORS):
+                key = name[len(ERRORS):]
+                yield key, BatchError(key, body.decode("ascii", "replace"))
+            else:
+                yield name, body
+    except httpx.HTTPError as exc:
         raise BatchCut(f"the batch's tar stream was cut short: {exc}") from exc
 
 
