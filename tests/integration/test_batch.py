@@ -286,18 +286,34 @@ def test_mounted_bucket_reads_through(moto_endpoint: str, tmp_path) -> None:  # 
 
 
 def test_read_workers_answer_batches(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Hot batches are served by the workers themselves; a batch with an
+    object that is not hot goes to the writer, body and all."""
+    from tests.integration.test_workers import assert_served_by_workers, writer_and_workers_cpu
+
     with running_gateway(tmp_path / "data", "--workers", "2") as gw:
         s3 = make_client(gw.endpoint)
         s3.create_bucket(Bucket="wbatch")
-        files = {f"k{i}": os.urandom(3000 + i) for i in range(30)}
+        files = {f"k{i:03d}": os.urandom(20_000 + i) for i in range(60)}
         for key, data in files.items():
             s3.put_object(Bucket="wbatch", Key=key, Body=data)
-        keys = sorted(files) * 2
+        keys = [*sorted(files), "k000", "missing"]
+        want = [(k, files[k]) for k in keys[:-1]]
         with client_of(gw) as batches:
-            for _ in range(4):  # over several connections: the kernel spreads them over the workers
-                assert list(batches.get_batch("wbatch", keys)) == [(k, files[k]) for k in keys]
-            [url] = batches.virtual_shards("wbatch", keys, per_shard=100)
-            assert members(httpx.get(url).content) == [(k, files[k]) for k in keys]
+            [url] = batches.virtual_shards("wbatch", keys[:-1], per_shard=100)
+            hits = gw.admin("GET", "/tiers").json()["cache_hits"]
+            before = writer_and_workers_cpu(gw)
+            for _ in range(30):
+                got = list(BatchClient(gw.endpoint, ACCESS_KEY, SECRET_KEY).get_batch("wbatch", keys))  # new connections
+                assert got[:-1] == want and got[-1][0] == "missing" and got[-1][1].code == "NoSuchKey"  # type: ignore[union-attr]
+                assert members(httpx.get(url).content) == want
+            assert_served_by_workers(gw, before)
+            assert gw.admin("GET", "/tiers").json()["cache_hits"] - hits >= 30 * 61  # the writer counted each read
+            with pytest.raises(RequestFailed) as failed:
+                list(batches.get_batch("wbatch", keys, on_error="fail"))
+            assert failed.value.code == "NoSuchKey"
+            gw.flush()
+            gw.evict()
+            assert list(batches.get_batch("wbatch", keys[:-1])) == want  # passed to the writer, which fetches
 
 
 # -- cold objects: a capacity store behind a proxy ------------------------------------
