@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from tiering import pool
 from tiering.epochs import Epochs
@@ -42,6 +44,8 @@ from tiering.meta import Extent, ObjectMeta
 from tiering.names import check_key
 from tiering.prefetch import BULK_GAP, BULK_SPAN
 from tiering.reads import SMALL_READ, Body, ReadPlan, ReadTally
+
+log = logging.getLogger("tierstore.batch")
 
 MAX_KEYS = 10_000  # keys one batch may name (the gateway refuses more)
 LOOKUP_CHUNK = 1024  # keys looked up per pool call
@@ -145,7 +149,13 @@ class BatchReads:
 
     def _read_group(self, metas: list[ObjectMeta | TierstoreError]) -> list[bytes | None]:
         """Blocking: the hot bodies of ``metas`` (None where a piece is gone:
-        evicted, or a staged file flushed since the lookup)."""
+        evicted, or a staged file flushed since the lookup, or torn).
+
+        Cached extents are read without a hit on them: a batch is a scan,
+        and under SIEVE a hit would keep the members already sent while the
+        hand evicts the unvisited extents fetched ahead of the batch, which
+        a batch larger than the hot tier needs next. Unvisited, the members
+        sent (older) go first."""
         out: list[bytes | None] = []
         for meta in metas:
             if not isinstance(meta, ObjectMeta):
@@ -154,17 +164,14 @@ class BatchReads:
             try:
                 pieces = [
                     self._hot.read(c.file_id, 0, c.size) if c.file_id is not None
-                    else self._hot.read_cached(c.extent.cache_name, c.size)  # type: ignore[union-attr]
+                    else _read_file(self._hot.cache_path(c.extent.cache_name), c.size)  # type: ignore[union-attr]
                     for c in meta.chunks
                 ]
-            except FileNotFoundError:
-                out.append(None)
-                continue
-            if any(p is None for p in pieces):
+            except (FileNotFoundError, _Torn):
                 out.append(None)
                 continue
             self._reader.hits += 1
-            out.append(b"".join(pieces))  # type: ignore[arg-type]
+            out.append(b"".join(pieces))
         return out
 
     async def _member(
@@ -219,6 +226,18 @@ class BatchReads:
             for task in tasks.values():  # a body read ahead and never sent
                 if not task.cancelled() and task.exception() is None:
                     await _close(task.result().body)
+
+
+class _Torn(Exception):
+    """A cache file of another size than its extent's: read as a GET reads it."""
+
+
+def _read_file(path: Path, size: int) -> bytes:
+    with open(path, "rb", buffering=0) as file:
+        data = file.read(size + 1)
+    if len(data) != size:
+        raise _Torn(path)
+    return data
 
 
 async def _planned(key: str, read_one: ReadOne, tally: ReadTally) -> Member:
@@ -302,9 +321,14 @@ class _Ahead:
             self._landed.setdefault(ext.cache_name, asyncio.Event())
         task = asyncio.create_task(self._fetch(extents))
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._ended)
         for i in positions:
             self._fetch_of[i] = task
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retrieved: the members read alone
+            log.warning("batch read-ahead failed: %s", task.exception())
 
     async def _fetch(self, extents: list[Extent]) -> None:
         def filled(ext: Extent) -> None:
