@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -200,6 +200,16 @@ def machine() -> str:
         f"{platform.system()} {platform.release()}{load}; "
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
+
+
+def run_and_report(args: argparse.Namespace, run: Callable[[argparse.Namespace], dict],
+                   report: Callable[[argparse.Namespace, dict], str]) -> int:
+    """A benchmark's end: killable, run, its report on stdout, the JSON written."""
+    exit_cleanly_on_sigterm()
+    results = run(args)
+    print(report(args, results))
+    write_results(args, results)
+    return 0
 
 
 def write_results(args: argparse.Namespace, results: object) -> None:

@@ -19,6 +19,7 @@ import random
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 KiB = 1024
@@ -61,6 +62,19 @@ def create_bucket(s3: Any, bucket: str) -> None:
         s3.create_bucket(Bucket=bucket)
     except s3.exceptions.BucketAlreadyOwnedByYou:
         pass
+
+
+class RandomIndices:
+    """A sampler without torch: a new permutation of ``range(n)`` each epoch."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.rng = n, random.Random(seed)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.rng.sample(range(self.n), self.n))
+
+    def __len__(self) -> int:
+        return self.n
 
 
 def payload(name: str, size: int, seed: int = 0) -> bytes:

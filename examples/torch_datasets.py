@@ -12,7 +12,6 @@ reports it.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from gateway.hints import HintedSampler
 
 from _recipe import (
     KiB,
+    RandomIndices,
     arguments,
     check,
     create_bucket,
@@ -99,19 +99,6 @@ class ObjectStream(IterableDataset):
         index, count = (info.id, info.num_workers) if info is not None else self.worker
         for key in self.keys[index::count]:
             yield key, self.s3.get(self.bucket, key)
-
-
-class RandomIndices:
-    """A sampler without torch: a new permutation of ``range(n)`` each epoch."""
-
-    def __init__(self, n: int, seed: int) -> None:
-        self.n, self.rng = n, random.Random(seed)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.rng.sample(range(self.n), self.n))
-
-    def __len__(self) -> int:
-        return self.n
 
 
 def upload(bucket: str) -> list[str]:

@@ -178,8 +178,10 @@ class AccessLog:
         bytes_out: int,
         tier: str,
         seconds: float,
+        objects: int | None = None,
     ) -> None:
-        """Log one request (nothing when the format is off)."""
+        """Log one request (nothing when the format is off); ``objects``:
+        the objects a batch sent (GetBatch only)."""
         logger = self._logger
         if not self.enabled or not logger.isEnabledFor(logging.INFO):
             return
@@ -191,14 +193,15 @@ class AccessLog:
                 f'{{"time":"{self._now()}","request_id":"{request_id}","remote":{_json(remote)},'
                 f'"op":{_json(op)},"bucket":{_json(bucket or None)},"key":{_json(key or None)},'
                 f'"status":{status},"error":{_json(error)},"bytes_in":{bytes_in},"bytes_out":{bytes_out},'
-                f'"tier":"{tier}","duration_ms":{ms}}}'
+                f'"tier":"{tier}","duration_ms":{ms}'
+                + (f',"objects":{objects}}}' if objects is not None else "}")
             )
         else:
             line = (
                 f"time={self._now()} request_id={request_id} remote={text_value(remote)} op={text_value(op)} "
                 f"bucket={text_value(bucket or None)} key={text_value(key or None)} status={status} "
                 f"error={text_value(error)} bytes_in={bytes_in} bytes_out={bytes_out} tier={tier} "
-                f"duration_ms={ms}"
+                f"duration_ms={ms}" + (f" objects={objects}" if objects is not None else "")
             )
         handlers = logger.handlers
         if len(handlers) == 1 and type(handlers[0]) is BatchedStderr and not logger.filters:

@@ -65,7 +65,7 @@ class Recorder(Protocol):
     read worker's relay to the writer)."""
 
     def observe(self, op: str, status: int, tier: str, seconds: float, received: int, sent: int,
-                served_hot: int, served_capacity: int, /) -> None: ...
+                served_hot: int, served_capacity: int, batched: int = 0, /) -> None: ...
 
 
 class S3App:
@@ -173,12 +173,14 @@ class S3App:
             op, tally = (req.op, req.tally) if req is not None else ("Unknown", None)
             tier = tier_of(tally)
             hot, capacity = (tally.hot, tally.capacity) if tally is not None else (0, 0)
-            self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity)
+            objects = getattr(tally, "objects", None)  # a batch's (gateway/handlers/batch.py)
+            self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity, objects or 0)
             if self.access_log.enabled:
                 self.access_log.write(
                     request_id=request_id, remote=_remote(scope, req), op=op,
                     bucket=req.bucket if req is not None else "", key=req.key if req is not None else "",
                     status=status, error=error, bytes_in=received, bytes_out=sent, tier=tier, seconds=seconds,
+                    objects=objects,
                 )
         except Exception:
             # A bug here must not fail requests, nor flood the log once per request.

@@ -125,7 +125,9 @@ DEFAULT_MESSAGE: dict[str, str] = {
 class S3Error(Exception):
     """An error response: code, status, message and extra XML fields."""
 
-    def __init__(self, code: str, message: str | None = None, **fields: object) -> None:
+    def __init__(self, code: str, message: str | None = None, /, **fields: object) -> None:
+        # Positional-only: a domain error's detail may carry a field named
+        # "code" or "message" (the capacity store's own error code).
         if code not in STATUS:
             raise ValueError(f"unknown S3 error code {code!r}")
         self.code = code

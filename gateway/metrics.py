@@ -55,6 +55,7 @@ _RECEIVED = "tierstore_s3_received_bytes"
 _SENT = "tierstore_s3_sent_bytes"
 _READS = "tierstore_object_reads"
 _SERVED = "tierstore_served_bytes"
+_BATCHED = "tierstore_batch_objects"
 
 
 def tier_of(tally: ReadTally | None) -> str:
@@ -127,6 +128,7 @@ class Metrics:
                               "any byte came from the capacity store).", ("tier",), registry=r)
         self._served = Counter(_SERVED, "Object body bytes served, by the tier they came from.",
                                ("tier",), registry=r)
+        self._batched = Counter(_BATCHED, "Objects sent in GetBatch tar streams (docs/batch.md).", registry=r)
         self._served_hot = self._served.labels(HOT)
         self._served_capacity = self._served.labels(CAPACITY)
         self._series: dict[tuple[str, int, str], _Series] = {}
@@ -143,8 +145,9 @@ class Metrics:
         sent: int,
         served_hot: int = 0,
         served_capacity: int = 0,
+        batched: int = 0,
     ) -> None:
-        """Record one finished request."""
+        """Record one finished request (``batched``: the objects a GetBatch sent)."""
         series = self._series.get((op, status, tier))
         if series is None:
             series = self._new_series(op, status, tier)
@@ -160,6 +163,8 @@ class Metrics:
             self._served_hot.inc(served_hot)
         if served_capacity:
             self._served_capacity.inc(served_capacity)
+        if batched:
+            self._batched.inc(batched)
 
     def _new_series(self, op: str, status: int, tier: str) -> _Series:
         series = _Series(

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from gateway.context import Context
 from gateway.errors import S3Error
-from gateway.handlers import buckets, listing, multipart, objects, tagging
+from gateway.handlers import batch, buckets, listing, multipart, objects, tagging
 from gateway.http import Response, S3Request
 
 Handler = Callable[[Context, S3Request], Awaitable[Response]]
@@ -31,7 +31,7 @@ class Route(NamedTuple):
 # Query parameters that name a sub-resource (they select the operation);
 # all others (prefix, max-keys, response-*, X-Amz-*, ...) are arguments.
 SUB_RESOURCES = frozenset({
-    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",
+    "accelerate", "acl", "analytics", "attributes", "batch", "cors", "delete", "encryption",
     "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
     "metadataTable", "metrics", "notification", "object-lock", "ownershipControls",
     "partNumber", "policy", "policyStatus", "publicAccessBlock", "replication",
@@ -68,6 +68,9 @@ TABLE: dict[tuple[str, str, str | None], Route] = {
     ("object", "POST", "uploadId"): Route("CompleteMultipartUpload", multipart.complete_upload),
     ("object", "DELETE", "uploadId"): Route("AbortMultipartUpload", multipart.abort_upload),
     ("object", "GET", "uploadId"): Route("ListParts", multipart.list_parts),
+    # tierstore's extension: many objects as one tar stream (docs/batch.md).
+    ("bucket", "POST", "batch"): Route("GetBatch", batch.post_batch),
+    ("object", "GET", "batch"): Route("GetBatch", batch.get_batch),
 }
 
 _KNOWN_METHODS = {"GET", "HEAD", "PUT", "POST", "DELETE"}

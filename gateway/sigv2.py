@@ -57,7 +57,7 @@ SUB_RESOURCES = frozenset({
 # signers leave out of the CanonicalizedResource: a SigV2 request carrying one
 # is refused, or anyone could add it to a signed URL and change the operation.
 UNSIGNABLE = frozenset({
-    "attributes", "encryption", "intelligent-tiering", "legal-hold", "metadataTable",
+    "attributes", "batch", "encryption", "intelligent-tiering", "legal-hold", "metadataTable",
     "ownershipControls", "policyStatus", "publicAccessBlock", "retention", "session",
 })
 _BAD_DATE = "AWS authentication requires a valid Date or x-amz-date header"

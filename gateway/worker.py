@@ -32,7 +32,7 @@ import contextlib
 import os
 import pickle
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +47,12 @@ from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import pool
+from tiering.batch import GROUP_BYTES, Member
 from tiering.cluster.peers import PEER_HEADER
-from tiering.errors import NoSuchBucket, NoSuchKey
+from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
 from tiering.hot import HotTier
 from tiering.meta import ObjectMeta
+from tiering.names import check_key
 from tiering.readahead import stream
 from tiering.reads import SMALL_READ, Read, ReadPlan, ReadTally, decide, plan
 
@@ -61,7 +63,11 @@ REPORT_EVERY = 1.0
 # this (256 MiB at the default 8 MiB parts) goes to the writer instead.
 MAX_OPEN_PIECES = 32
 # What a worker may answer itself; everything else goes to the writer.
-SERVED_HERE = frozenset({"GetObject", "HeadObject"})
+SERVED_HERE = frozenset({"GetObject", "HeadObject", "GetBatch"})
+# A batch a worker serves: at most this many objects, each at most
+# SMALL_READ, all hot; its files are all opened before the first byte (an
+# eviction cannot cut it), so the count bounds the descriptors it holds.
+MAX_BATCH_HERE = 256
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,27 @@ def _read_files(files: list[tuple[str, int]]) -> bytes:
             os.close(fd)
 
 
+def _open_all(objects: list[list[tuple[str, int]]]) -> list[dict[int, int]]:
+    """Descriptors on every file of every object; Elsewhere (none left
+    open) if one is gone."""
+    opened: list[dict[int, int]] = []
+    try:
+        for files in objects:
+            opened.append(_open_files(files, list(range(len(files)))))
+    except Elsewhere:
+        for fds in opened:
+            for fd in fds.values():
+                os.close(fd)
+        raise
+    return opened
+
+
+def _read_group(objects: list[tuple[dict[int, int], list[tuple[str, int]]] | None]) -> list[bytes | None]:
+    """The bodies of opened objects (None stands for a member with no object)."""
+    return [None if o is None else b"".join(HotTier.pread(o[0][i], 0, size) for i, (_, size) in enumerate(o[1]))
+            for o in objects]
+
+
 class RemoteObjects:
     """The read call of ObjectService (all that GetObject and HeadObject
     use), answered from the writer's lookups and the hot-tier files."""
@@ -111,14 +138,7 @@ class RemoteObjects:
     async def read(self, read: Read) -> ReadPlan:
         # One lookup: a GET counts as a read of the cache and moves the
         # writer's epoch readers, as a GET there does.
-        where = await self._lookups.locate(read.bucket, read.key, read=read.body)
-        if where.missing == "NoSuchBucket":
-            raise NoSuchBucket(BucketName=read.bucket)
-        if where.missing == "NoSuchKey":
-            raise NoSuchKey(Key=read.key)
-        if where.record is None:  # not all hot, or due for revalidation: the writer answers
-            raise Elsewhere()
-        meta, files = ObjectMeta.from_bytes(where.record), list(where.files)
+        meta, files = await self._hot(read.bucket, read.key, read=read.body)
         decision = decide(meta, read)
         tally = ReadTally()
         if not (read.body and decision.sends_body):
@@ -132,6 +152,79 @@ class RemoteObjects:
         if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
             raise Elsewhere()
         return plan(meta, read, decision, self._stream(files, pieces, tally), tally)
+
+    async def _hot(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
+        """The metadata and files of a hot object; Elsewhere if not all hot."""
+        where = await self._lookups.locate(bucket, key, read=read)
+        if where.missing == "NoSuchBucket":
+            raise NoSuchBucket(BucketName=bucket)
+        if where.missing == "NoSuchKey":
+            raise NoSuchKey(Key=key)
+        if where.record is None:  # not all hot, or due for revalidation: the writer answers
+            raise Elsewhere()
+        return ObjectMeta.from_bytes(where.record), list(where.files)
+
+    async def head(self, bucket: str, key: str) -> ObjectMeta:
+        """A batch's manifest (gateway/handlers/batch.py), when hot."""
+        return (await self._hot(bucket, key, read=False))[0]
+
+    async def read_all(self, meta: ObjectMeta) -> bytes:
+        current, files = await self._hot(meta.bucket, meta.key, read=False)
+        if current.etag != meta.etag or current.size > SMALL_READ:
+            raise Elsewhere()
+        return await pool.run(_read_files, files)
+
+    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> AsyncIterator[Member]:
+        """A batch of at most MAX_BATCH_HERE small objects, all hot
+        (Elsewhere otherwise, before any member): every lookup first (each
+        a read: hits counted and epoch readers moved by the writer), every
+        file opened before the first member, then the bodies read in
+        groups of about 4 MiB per pool call."""
+        if len(keys) > MAX_BATCH_HERE:
+            raise Elsewhere()
+        errors: dict[int, TierstoreError] = {}
+        for i, key in enumerate(keys):
+            try:
+                check_key(key)
+            except TierstoreError as exc:
+                errors[i] = exc
+        wanted = [i for i in range(len(keys)) if i not in errors]
+        answers = await asyncio.gather(*(self._hot(bucket, keys[i], read=True) for i in wanted),
+                                       return_exceptions=True)
+        found: dict[int, tuple[ObjectMeta, list[tuple[str, int]]]] = {}
+        for i, answer in zip(wanted, answers, strict=True):
+            if isinstance(answer, NoSuchKey):
+                errors[i] = answer
+            elif isinstance(answer, BaseException):
+                raise answer  # Elsewhere, NoSuchBucket
+            elif answer[0].size > SMALL_READ:
+                raise Elsewhere()
+            else:
+                found[i] = answer
+        if fail and errors:
+            raise errors[min(errors)]
+        order = sorted(found)
+        opened = await pool.run(_open_all, [found[i][1] for i in order])
+        fds = dict(zip(order, opened, strict=True))
+        try:
+            position = 0
+            while position < len(keys):
+                group, size = [], 0
+                while position < len(keys) and (size < GROUP_BYTES or not group):
+                    group.append(position)
+                    size += found[position][0].size if position in found else 0
+                    position += 1
+                bodies = await pool.run(_read_group, [(fds[i], found[i][1]) if i in found else None for i in group])
+                for i, body in zip(group, bodies, strict=True):
+                    if i in errors:
+                        yield Member(keys[i], error=errors[i])
+                        continue
+                    tally.hot += len(body)  # type: ignore[arg-type]
+                    yield Member(keys[i], found[i][0], body)
+        finally:
+            for descriptors in fds.values():
+                for fd in descriptors.values():
+                    os.close(fd)
 
     async def _stream(
         self, files: list[tuple[str, int]], pieces: list[tuple[int, ByteRange]], tally: ReadTally
@@ -153,6 +246,34 @@ class RemoteObjects:
             for index, fd in fds.items():
                 if index not in handed:
                     os.close(fd)
+
+
+class _Kept:
+    """A request's receive that keeps the body messages it passed on, up to
+    KEEP_BODY bytes, to pass them again (``replay``) to the writer. Only a
+    batch reads a body before it may be passed on, and its body is at most
+    2 MiB; any other request is passed on before its body is read."""
+
+    KEEP_BODY = 2 * 1024 * 1024 + 64 * 1024
+
+    def __init__(self, receive: Any) -> None:
+        self._receive = receive
+        self._kept: list[dict[str, Any]] = []
+        self._size = 0
+
+    async def receive(self) -> Any:
+        message = await self._receive()
+        if message["type"] == "http.request" and self._size <= self.KEEP_BODY:
+            self._kept.append(message)
+            self._size += len(message.get("body", b""))
+        return message
+
+    async def replay(self) -> Any:
+        if self._size > self.KEEP_BODY:
+            raise S3Error("ServiceUnavailable", "The request could not be passed to the gateway's writer.")
+        if self._kept:
+            return self._kept.pop(0)
+        return await self._receive()
 
 
 class _Relayed:
@@ -216,11 +337,14 @@ class WorkerApp(S3App):
         await self._lookups.lost.wait()
 
     async def _http(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kept = _Kept(receive)
         try:
-            await super()._http(scope, receive, send)
+            await super()._http(scope, kept.receive, send)
         except Elsewhere:
             try:
-                await self._forwarder.forward(scope, receive, send)
+                # A batch read its body before finding an object not hot:
+                # the writer gets that body again, then the rest.
+                await self._forwarder.forward(scope, kept.replay, send)
             except ClientDisconnected:
                 return
             except S3Error as exc:  # nothing was sent: the writer is gone, or the body stalled

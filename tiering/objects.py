@@ -10,12 +10,13 @@ which kind a bucket is.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
 from packer.ranges import ByteRange
 from tiering import pool
+from tiering.batch import BatchReads, Member
 from tiering.conditions import WriteConditions
 from tiering.epochs import Epochs
 from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, NoSuchBucket
@@ -103,6 +104,7 @@ class ObjectService:
         self._epochs = epochs
         self._settings = settings
         self._region = region
+        self._batches = BatchReads(index, tiers.hot, tiers.reader, epochs)
 
     def _backend(self, bucket: str) -> Buckets:
         """The one place that asks what kind a bucket is."""
@@ -165,6 +167,33 @@ class ObjectService:
 
     async def head(self, bucket: str, key: str) -> ObjectMeta:
         return await self._backend(bucket).head(bucket, key)
+
+    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> AsyncIterator[Member]:
+        """The objects of ``keys`` in order (``tiering.batch``); with
+        ``fail``, a key that cannot be found raises its error before the
+        first member. ``tally`` counts the bytes by tier as they are read."""
+        await self.bucket(bucket)
+        backend = self._backend(bucket)
+
+        async def read_one(key: str) -> ReadPlan:
+            return await backend.plan(Read(bucket, key))
+
+        if backend is self._mounted:  # no packed neighbours: objects read as GETs, several at once
+            if fail:
+                await self._batches.check_all(keys, lambda key: backend.head(bucket, key))
+            members = self._batches.mounted(bucket, keys, read_one, tally)
+        else:
+            found = await self._batches.lookup(bucket, keys)
+            if fail:
+                for meta in found:
+                    if not isinstance(meta, ObjectMeta):
+                        raise meta
+            members = self._batches.managed(bucket, keys, found, read_one, tally)
+        try:
+            async for member in members:
+                yield member
+        finally:
+            await members.aclose()
 
     def stream(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True

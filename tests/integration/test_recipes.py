@@ -130,3 +130,20 @@ def test_s3torchconnector_datasets(recipe_env: dict[str, str]) -> None:
     out = run(recipe_env, "s3torch_client.py", "--bucket", "recipe-s3torch-datasets")
     assert "S3MapDataset and S3IterableDataset (2 workers, sharded) read 9 objects each" in out
     assert out[-1] == "OK: s3torchconnector verified 9 objects"
+
+
+def test_batch_dataset(recipe_env: dict[str, str]) -> None:
+    out = run(recipe_env, "batch_dataset.py", "--bucket", "recipe-batch", "--batch-size", "32")
+    assert out[0].startswith("wrote 256 samples to s3://recipe-batch/samples/")
+    assert out[1].startswith("batched epoch: 256 samples in 8 requests of up to 32, ")
+    assert ": finished, 256/256 objects read" in out[2]
+    assert out[3].startswith("one GET per sample: 256 requests, ")
+    assert out[-1] == "OK: batch data set verified 256 samples"
+
+
+def test_virtual_shards_with_webdataset(recipe_env: dict[str, str]) -> None:
+    assert shutil.which("curl", path=recipe_env["PATH"]), "WebDataset reads http(s) URLs with curl"
+    out = run(recipe_env, "virtual_shards.py", "--bucket", "recipe-vshards")
+    assert out[0] == "wrote 256 samples as 512 objects; 8 virtual shards of 32 samples"
+    assert out[1].startswith("webdataset read 256 samples from 8 virtual shards in order: ")
+    assert out[-1] == "OK: virtual shards verified 256 samples"

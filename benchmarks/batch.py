@@ -1,0 +1,479 @@
+"""Batch GET (docs/batch.md) side by side with single GETs, in one run.
+
+Started on 127.0.0.1, each stopped by its PID at the end (also on Ctrl-C
+or SIGTERM), temp dirs removed: moto's S3 server (``capacity.serve_moto``)
+behind ``delay_proxy.DelayProxy`` adding ``--latency-ms`` (20) to every
+request, half each way, and counting them; the gateway, a managed bucket
+whose capacity store is that delayed moto; nginx-local (nginx serving the
+same files from disk, unsigned GETs) when nginx is installed or can be
+installed with apt-get.
+
+  1. hot: ``--objects`` (4,000) objects of ``--size`` (64 KiB), flushed and
+     still cached. In a shuffled order: the gateway's single-GET epoch with
+     ``--readers`` (16) lean readers (one keep-alive connection each, SigV4
+     by a cached key), its batched epoch (``POST ?batch`` of ``--batch``
+     (64) keys from ``--threads`` (4) threads, a lean client each: botocore's
+     signer, http.client and a 30-line tar reader), nginx-local's single-GET
+     epoch with 16 readers. Objects/s and the server's CPU per object from
+     /proc, in rounds (``--rounds``, 2) that alternate the three.
+  2. cold: flushed and evicted before each epoch. The batched epoch with
+     batches of consecutive keys (a virtual shard: neighbours in the
+     segments) in a shuffled batch order, the batched epoch in the shuffled
+     key order, and the store itself read by 16 single-GET lean readers in
+     the shuffled order; store GETs counted by the proxy.
+  3. a data set of ``--samples`` (1,000) samples of 110 KiB, hot, read as a
+     training job would: one GET per sample (16 lean readers),
+     ``BatchDataset.__getitems__`` (the package's client: httpx and tarfile)
+     with batches of ``--batch`` from 4 threads, WebDataset over
+     ``virtual_shards`` URLs (``--shard-samples`` (64) a shard), and
+     WebDataset over real tar shards of the same samples served by the
+     gateway (presigned URLs, read by curl).
+
+The machine is shared: compare the ratios of one run, not runs.
+
+Run:  .venv/bin/python benchmarks/batch.py [--quick] [--objects 4000] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection
+from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
+
+import _common  # first: puts the repo root on sys.path
+import boto3
+from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, run_and_report, table, temp_dir
+from _compare_client import PlainClient, SignedClient
+from _compare_peers import NginxLocal
+from _compare_workloads import cpu_meter, epoch
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config as BotoConfig
+from botocore.credentials import Credentials
+from capacity import moto_store, s3_capacity_args
+from delay_proxy import DelayProxy
+from epoch import Admin, body_of, checker, key_of
+
+from gateway.batch_client import BatchClient, BatchDataset
+from tests.servers import children
+from tiering.order import shuffled
+
+KiB, MiB = 1024, 1024**2
+BUCKET = "data"
+SEED = 11
+SAMPLE_SIZE = 110 * KiB
+Pids = dict[str, Callable[[], list[int]]]
+T = TypeVar("T")
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# -- a lean batch client ---------------------------------------------------------------
+
+
+class LeanBatch:
+    """``POST /{bucket}?batch`` over one keep-alive connection, signed by
+    botocore (once per batch: a fraction of a millisecond over 64 objects),
+    the tar read member by member off the response."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self._conn: HTTPConnection | None = None
+        self._signer = S3SigV4Auth(Credentials(ACCESS_KEY, SECRET_KEY), "s3", REGION)
+
+    def batch(self, bucket: str, keys: Sequence[str]) -> list[tuple[str, bytes]]:
+        body = json.dumps({"keys": list(keys), "on_error": "fail"}).encode()
+        url = f"http://127.0.0.1:{self.port}/{bucket}?batch"
+        request = AWSRequest(method="POST", url=url, data=body,
+                             headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
+        self._signer.add_auth(request)
+        for attempt in (1, 2):
+            if self._conn is None:
+                self._conn = HTTPConnection("127.0.0.1", self.port, timeout=300)
+            try:
+                self._conn.request("POST", f"/{bucket}?batch", body=body, headers=dict(request.headers.items()))
+                response = self._conn.getresponse()
+                break
+            except (ConnectionError, OSError):  # a keep-alive connection the server closed
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+        if response.status != 200:
+            raise RuntimeError(f"batch on :{self.port}: {response.status} {response.read()[:300]!r}")
+        # Read whole (a batch is a few MiB), then cut: http.client's chunked
+        # reads cost more per call than the members' parsing.
+        return list(read_tar(response.read()))
+
+
+def read_tar(body: bytes) -> Iterator[tuple[str, bytes]]:
+    """(name, bytes) per regular member of a tar (ustar, with pax ``path``
+    records), up to the end blocks."""
+    name = None
+    view = memoryview(body)
+    at = 0
+    while True:
+        header = bytes(view[at:at + 512])
+        if len(header) < 512:
+            raise RuntimeError("the tar stream was cut")
+        if header == bytes(512):
+            return
+        size = int(header[124:136].strip(b"\0 ") or b"0", 8)
+        data = bytes(view[at + 512:at + 512 + size])
+        at += 512 + size + (-size % 512)
+        if header[156:157] == b"x":
+            for record in data.decode().splitlines():
+                keyword, _, value = record.partition(" ")[2].partition("=")
+                if keyword == "path":
+                    name = value
+            continue
+        yield name or header[:100].rstrip(b"\0").decode(), data
+        name = None
+
+
+def batched_epoch(port: int, bucket: str, batches: list[list[str]], threads: int,
+                  check: Callable[[str, bytes], None], pids: Pids) -> dict:
+    """Every batch read once, ``threads`` lean clients taking the next one
+    in turn: objects/s, MiB/s, batch latencies, server CPU per object."""
+    latencies: list[float] = []
+    nbytes = [0]
+
+    def read(lean: LeanBatch, batch: list[str]) -> None:
+        t0 = time.perf_counter()
+        members = lean.batch(bucket, batch)
+        latencies.append(time.perf_counter() - t0)
+        if [name for name, _ in members] != batch:
+            raise AssertionError("a batch's members out of order or missing")
+        for name, data in members:
+            check(name, data)
+            nbytes[0] += len(data)
+
+    figures: dict = {}
+    with cpu_meter(pids, figures):
+        t0 = time.perf_counter()
+        take_turns(batches, threads, lambda: LeanBatch(port), read)
+        wall = time.perf_counter() - t0
+    objects = sum(len(b) for b in batches)
+    latencies.sort()
+    figures |= {
+        "objects": objects, "wall_s": wall, "objects_per_s": objects / wall, "mib_per_s": nbytes[0] / MiB / wall,
+        "batch_p50_ms": 1000 * latencies[len(latencies) // 2], "batch_p99_ms": 1000 * latencies[int(len(latencies) * 0.99)],
+    }
+    for name in pids:
+        figures[f"{name}_cpu_per_1k"] = figures.pop(f"{name}_cpu_s") * 1000 / objects
+    return figures
+
+
+def take_turns(batches: list[list[str]], threads: int, make: Callable[[], T],
+               read: Callable[[T, list[str]], None]) -> None:
+    """``read(client, batch)`` for every batch, ``threads`` threads each with
+    a client of its own (``make()``) taking the next batch in turn."""
+    lock, turn = threading.Lock(), iter(batches)
+
+    def worker() -> None:
+        client = make()
+        while True:
+            with lock:
+                batch = next(turn, None)
+            if batch is None:
+                return
+            read(client, batch)
+
+    with ThreadPoolExecutor(threads) as pool:
+        for future in [pool.submit(worker) for _ in range(threads)]:
+            future.result()
+
+
+def _webdataset() -> ModuleType:
+    """The webdataset package: benchmarks/webdataset.py (loaded here under
+    another name) finds it past its own name on sys.path."""
+    spec = importlib.util.spec_from_file_location("webdataset_benchmark", Path(__file__).with_name("webdataset.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.wds
+
+
+def cut(keys: Sequence[str], size: int) -> list[list[str]]:
+    return [list(keys[i:i + size]) for i in range(0, len(keys), size)]
+
+
+# -- the run ---------------------------------------------------------------------------
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, stack: contextlib.ExitStack) -> None:
+        self.args, self.stack = args, stack
+        self.results: dict = {"hot": [], "cold": [], "dataset": [], "skipped": {}}
+        self.keys = [key_of(i) for i in range(args.objects)]
+        self.check = checker(args.size)
+        self.tmp = tmp = stack.enter_context(temp_dir("batch"))
+        moto_port, self.moto_pid = stack.enter_context(moto_store())
+        self.moto_port = moto_port
+        self.proxy = stack.enter_context(DelayProxy(moto_port))
+        self.proxy.delay_s = args.latency_ms / 2000
+        (tmp / "tierstore").mkdir()
+        self.gw = stack.enter_context(gateway(tmp / "tierstore" / "data",
+                                              extra_args=tuple(s3_capacity_args(self.proxy.endpoint))))
+        self.admin = Admin(self.gw.admin_url)
+        stack.callback(self.admin.close)
+        boto3.client("s3", endpoint_url=self.gw.endpoint, aws_access_key_id=ACCESS_KEY,
+                     aws_secret_access_key=SECRET_KEY, region_name=REGION,
+                     config=BotoConfig(s3={"addressing_style": "path"})).create_bucket(Bucket=BUCKET)
+        boto3.client("s3", endpoint_url=f"http://127.0.0.1:{moto_port}", aws_access_key_id="testing",
+                     aws_secret_access_key="testing", region_name=REGION).create_bucket(Bucket=BUCKET)
+
+    def gw_pids(self) -> list[int]:
+        assert self.gw.proc is not None
+        return [self.gw.proc.pid, *children(self.gw.proc.pid)]
+
+    def put_all(self, port: int, items: Sequence[tuple[str, bytes]]) -> None:
+        lean = SignedClient(port)
+
+        def put(item: tuple[str, bytes]) -> None:
+            if lean.put(BUCKET, item[0], item[1]) != 200:
+                raise RuntimeError(f"PUT {item[0]} on :{port} failed")
+
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(put, items))
+
+    def write(self) -> Path:
+        """The objects into the gateway (flushed), moto and nginx's root."""
+        args = self.args
+        log(f"[write] {args.objects:,} objects of {args.size // KiB} KiB: gateway, moto, files ...")
+        items = [(key, body_of(i, args.size)) for i, key in enumerate(self.keys)]
+        self.put_all(self.gw.port, items)
+        self.admin.job("flush")
+        self.put_all(self.moto_port, items)
+        root = self.tmp / "www"
+        for key, data in items:
+            path = root / BUCKET / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        return root
+
+    def evict(self) -> None:
+        self.admin.job("evict")
+        tiers = self.admin("GET", "/tiers")
+        if tiers["hot_staged"] or tiers["hot_cached"]:
+            raise RuntimeError(f"not flushed and evicted: {tiers}")
+
+    def hot(self, nginx: NginxLocal | None) -> None:
+        args = self.args
+        order = shuffled(self.keys, SEED)
+        pids = {"server": self.gw_pids}
+        epoch(SignedClient(self.gw.port), BUCKET, order, args.readers, args.size, self.check, pids)  # warm-up
+        for round_ in range(args.rounds):
+            runs: list[tuple[str, Callable[[], dict]]] = [
+                ("tierstore, single GETs", lambda: epoch(SignedClient(self.gw.port), BUCKET, order, args.readers,
+                                                         args.size, self.check, pids)),
+                ("tierstore, batched", lambda: batched_epoch(self.gw.port, BUCKET, cut(order, args.batch),
+                                                             args.threads, self.check, pids)),
+            ]
+            if nginx is not None:
+                runs.append(("nginx-local, single GETs", lambda: epoch(
+                    PlainClient(nginx.port), BUCKET, order, args.readers, args.size, self.check,
+                    {"server": nginx.pids})))
+            for name, measure in runs:
+                figures = measure()
+                self.results["hot"].append({"config": name, "round": round_} | figures)
+                log(f"[hot] round {round_}: {name}: {figures['objects_per_s']:,.0f} objects/s, "
+                    f"server {figures['server_cpu_per_1k']:.2f} CPU s per 1,000 objects")
+
+    def cold(self) -> None:
+        args = self.args
+        order = shuffled(self.keys, SEED)
+        shards = [b for _, b in sorted(zip(shuffled([str(i) for i in range(len(self.keys))], SEED),
+                                               cut(self.keys, args.batch)))]  # a shuffled batch order
+        pids = {"server": self.gw_pids}
+        runs: list[tuple[str, Callable[[], dict]]] = [
+            ("tierstore batched, consecutive keys", lambda: batched_epoch(
+                self.gw.port, BUCKET, shards, args.threads, self.check, pids)),
+            ("tierstore batched, shuffled keys", lambda: batched_epoch(
+                self.gw.port, BUCKET, cut(order, args.batch), args.threads, self.check, pids)),
+            ("store direct, single GETs", lambda: epoch(
+                SignedClient(self.proxy.port), BUCKET, order, args.readers, args.size, self.check,
+                {"server": lambda: [self.moto_pid]})),
+        ]
+        for name, measure in runs:
+            if name.startswith("tierstore"):
+                self.evict()
+            self.proxy.reset()
+            figures = measure()
+            figures["store_gets"] = self.proxy.snapshot()["operations"].get("GetObject", 0)
+            figures["objects_per_store_get"] = figures["objects"] / max(1, figures["store_gets"])
+            self.results["cold"].append({"config": name} | figures)
+            log(f"[cold] {name}: {figures['objects_per_s']:,.0f} objects/s, {figures['store_gets']:,} store GETs")
+
+    def dataset(self) -> None:
+        """110 KiB samples read four ways (all hot)."""
+        wds = _webdataset()
+
+        args = self.args
+        names = [f"ds/{i:06d}" for i in range(args.samples)]
+        data = {f"{n}.jpg": body_of(10_000_000 + i, SAMPLE_SIZE) for i, n in enumerate(names)}
+        keys = list(data)
+        per = args.shard_samples
+        shard_keys = []
+        items = list(data.items())
+        for number, start in enumerate(range(0, len(keys), per)):
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as archive:
+                for key in keys[start:start + per]:
+                    info = tarfile.TarInfo(key)
+                    info.size = len(data[key])
+                    archive.addfile(info, io.BytesIO(data[key]))
+            shard_keys.append(f"shards/{number:04d}.tar")
+            items.append((shard_keys[-1], buffer.getvalue()))
+        log(f"[dataset] {args.samples:,} samples of 110 KiB and {len(shard_keys)} tar shards ...")
+        self.put_all(self.gw.port, items)
+        self.admin.job("flush")
+        order = shuffled(keys, SEED)
+
+        def check(key: str, body: bytes) -> None:
+            if body != data[key]:
+                raise AssertionError(f"{key}: other bytes than were written")
+
+        client = BatchClient(self.gw.endpoint, ACCESS_KEY, SECRET_KEY, REGION)
+        virtual = client.virtual_shards(BUCKET, keys, per_shard=per)
+        client.close()
+        signer = boto3.client("s3", endpoint_url=self.gw.endpoint, aws_access_key_id=ACCESS_KEY,
+                              aws_secret_access_key=SECRET_KEY, region_name=REGION,
+                              config=BotoConfig(s3={"addressing_style": "path"}))
+        real = [signer.generate_presigned_url("get_object", Params={"Bucket": BUCKET, "Key": k}, ExpiresIn=3600)
+                for k in shard_keys]
+
+        def dataset_epoch() -> dict:
+            index = {k: i for i, k in enumerate(keys)}
+
+            def read(ds: BatchDataset, batch: list[str]) -> None:
+                for key, body in ds.__getitems__([index[k] for k in batch]):
+                    check(key, body)
+
+            t0 = time.perf_counter()
+            take_turns(cut(order, args.batch), args.threads, lambda: BatchDataset(
+                BUCKET, keys, endpoint_url=self.gw.endpoint, access_key=ACCESS_KEY, secret_key=SECRET_KEY,
+                transform=lambda k, d: (k, d)), read)
+            return {"objects": len(keys), "wall_s": time.perf_counter() - t0}
+
+        def webdataset_epoch(urls: list[str]) -> dict:
+            t0 = time.perf_counter()
+            count = 0
+            for sample in wds.WebDataset(urls, shardshuffle=False):
+                check(f"{sample['__key__']}.jpg", sample["jpg"])
+                count += 1
+            if count != len(keys):
+                raise AssertionError(f"WebDataset read {count} samples of {len(keys)}")
+            return {"objects": count, "wall_s": time.perf_counter() - t0}
+
+        pids = {"server": self.gw_pids}
+        runs: list[tuple[str, Callable[[], dict]]] = [
+            ("one GET per sample, 16 lean readers", lambda: epoch(
+                SignedClient(self.gw.port), BUCKET, order, args.readers, SAMPLE_SIZE, check, pids)),
+            (f"BatchDataset.__getitems__, batches of {args.batch}, {args.threads} threads", dataset_epoch),
+            (f"WebDataset, virtual shards of {per}", lambda: webdataset_epoch(virtual)),
+            (f"WebDataset, real tar shards of {per}", lambda: webdataset_epoch(real)),
+        ]
+        for name, measure in runs:
+            figures: dict = {}
+            with cpu_meter(pids, figures):
+                figures |= measure()
+            figures["samples_per_s"] = figures["objects"] / figures["wall_s"]
+            figures["server_cpu_per_1k"] = figures["server_cpu_s"] * 1000 / figures["objects"]
+            self.results["dataset"].append({"config": name} | figures)
+            log(f"[dataset] {name}: {figures['samples_per_s']:,.0f} samples/s")
+
+
+def run(args: argparse.Namespace) -> dict:
+    with contextlib.ExitStack() as stack:
+        r = Run(args, stack)
+        root = r.write()
+        nginx = None
+        try:
+            nginx = stack.enter_context(NginxLocal(r.tmp / "nginx", root))
+        except Exception as exc:  # noqa: BLE001  reported: the run goes on without it
+            r.results["skipped"]["nginx-local"] = str(exc)
+            log(f"[nginx-local] skipped: {exc}")
+        r.hot(nginx)
+        r.cold()
+        r.dataset()
+        return r.results
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def _best(rows: list[dict], config: str) -> dict | None:
+    mine = [r for r in rows if r["config"] == config]
+    return max(mine, key=lambda r: r["objects_per_s"]) if mine else None
+
+
+def report(args: argparse.Namespace, r: dict) -> str:
+    out = [f"# Batch GET: {args.objects:,} objects of {args.size // KiB} KiB, store +{args.latency_ms:.0f} ms",
+           "", machine(), ""]
+    single, batched = _best(r["hot"], "tierstore, single GETs"), _best(r["hot"], "tierstore, batched")
+    nginx = _best(r["hot"], "nginx-local, single GETs")
+    rows = []
+    for row in r["hot"]:
+        rows.append([row["config"], row["round"], f"{row['objects_per_s']:,.0f}", f"{row['mib_per_s']:,.0f}",
+                     f"{row['server_cpu_per_1k'] / 1000 * 1000:.3f}"])
+    out += [f"## Hot, shuffled order ({args.readers} single-GET readers; batches of {args.batch} from "
+            f"{args.threads} threads), {args.rounds} rounds", "",
+            table(["config", "round", "objects/s", "MiB/s", "server CPU ms/object"], rows), ""]
+    if single and batched:
+        out.append(f"- batched / single GETs (best rounds): x{batched['objects_per_s'] / single['objects_per_s']:.1f}")
+    if nginx and batched:
+        out.append(f"- batched / nginx-local single GETs: x{batched['objects_per_s'] / nginx['objects_per_s']:.1f}")
+    if "nginx-local" in r["skipped"]:
+        out.append(f"- nginx-local skipped: {r['skipped']['nginx-local']}")
+    rows = [[row["config"], f"{row['objects_per_s']:,.0f}", f"{row['store_gets']:,}",
+             f"{row['objects_per_store_get']:.1f}", f"{row['server_cpu_per_1k']:.2f}"] for row in r["cold"]]
+    out += ["", "## Cold (evicted), store +%.0f ms" % args.latency_ms, "",
+            table(["config", "objects/s", "store GETs", "objects per store GET", "server CPU s / 1,000"], rows), ""]
+    direct = next((x for x in r["cold"] if x["config"] == "store direct, single GETs"), None)
+    for row in r["cold"]:
+        if direct and row is not direct:
+            out.append(f"- {row['config']} / store direct: x{row['objects_per_s'] / direct['objects_per_s']:.1f}")
+    rows = [[row["config"], f"{row['samples_per_s']:,.0f}", f"{row['server_cpu_per_1k']:.2f}"] for row in r["dataset"]]
+    out += ["", f"## A data set of {args.samples:,} samples of 110 KiB, hot", "",
+            table(["read as", "samples/s", "gateway CPU s / 1,000 samples"], rows), ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="1,000 objects, 500 samples, 1 round")
+    ap.add_argument("--objects", type=int, help="64 KiB objects (default 4000; --quick 1000)")
+    ap.add_argument("--size", type=int, default=64 * KiB, help="object bytes (65536)")
+    ap.add_argument("--batch", type=int, default=64, help="keys per batch (64)")
+    ap.add_argument("--threads", type=int, default=4, help="batched reader threads (4)")
+    ap.add_argument("--readers", type=int, default=16, help="single-GET reader threads (16)")
+    ap.add_argument("--rounds", type=int, help="hot rounds, alternating the configurations (2; --quick 1)")
+    ap.add_argument("--samples", type=int, help="110 KiB samples of the data set part (1000; --quick 500)")
+    ap.add_argument("--shard-samples", type=int, default=64, help="samples per shard (64)")
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each store request (20)")
+    ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = ap.parse_args(argv)
+    args.objects = args.objects or (1000 if args.quick else 4000)
+    args.rounds = args.rounds or (1 if args.quick else 2)
+    args.samples = args.samples or (500 if args.quick else 1000)
+    return run_and_report(args, run, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

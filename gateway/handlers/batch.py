@@ -1,0 +1,158 @@
+"""Batch GET, an extension of the S3 API: many objects in one request,
+answered as a streamed tar (docs/batch.md).
+
+``POST /{bucket}?batch`` takes ``{"keys": [...], "on_error": "skip"|"fail"}``;
+``GET /{bucket}/{manifest}?batch`` reads the keys from a manifest object,
+one per line, so that a presigned URL names a whole virtual shard. Both
+answer a tar whose members are the objects in request order, named by their
+keys; with ``on_error=skip`` a key that cannot be read is a member
+``__errors__/<key>`` holding its S3 error code, with ``fail`` it is the
+usual S3 error answer when known before the first byte, and cuts the
+stream (no end blocks: a truncated tar) when it comes later.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from gateway import body, tar
+from gateway.context import Context
+from gateway.errors import S3Error, to_s3_error
+from gateway.http import Response, S3Request
+from tiering.batch import MAX_KEYS
+from tiering.reads import ReadTally
+
+MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
+ERRORS = "__errors__/"  # the name prefix of a key's error member
+CONTENT_TYPE = "application/x-tar"
+# Small members are sent together, up to this many bytes a send: one ASGI
+# send costs about as much as copying 100 KiB, and each send is copied
+# again (chunk framing); 256 KiB cost 20 % less gateway CPU per 64 KiB
+# object than 1 MiB here (the copies stay in cache).
+COALESCE = 256 * 1024
+ON_ERROR = ("skip", "fail")
+
+
+@dataclass(slots=True)
+class BatchTally(ReadTally):
+    """A batch's read bytes by tier, and its members (metrics, access log)."""
+
+    objects: int = 0  # members sent with their object's bytes
+    errors: int = 0  # ``__errors__/`` members
+
+
+def _too_big() -> S3Error:
+    return S3Error("MaxMessageLengthExceeded", f"A batch request or manifest is at most {MAX_BODY} bytes.")
+
+
+def _on_error(value: object) -> bool:
+    """True for ``fail``, False for ``skip`` (the default)."""
+    if value is None:
+        return False
+    if value not in ON_ERROR:
+        raise S3Error("InvalidArgument", "on_error must be \"skip\" or \"fail\"",
+                      ArgumentName="on_error", ArgumentValue=str(value))
+    return value == "fail"
+
+
+def _check_count(keys: Sequence[str]) -> None:
+    if len(keys) > MAX_KEYS:
+        raise S3Error("InvalidArgument", f"A batch names at most {MAX_KEYS} keys; this one names {len(keys)}.",
+                      ArgumentName="keys", ArgumentValue=str(len(keys)))
+
+
+def parse_request(data: bytes) -> tuple[list[str], bool]:
+    """The keys and the ``fail`` flag of a POST body."""
+    try:
+        doc = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise S3Error("InvalidRequest", f"The batch request is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
+        raise S3Error("InvalidRequest", 'The batch request must be a JSON object with a "keys" array.')
+    keys = doc["keys"]
+    if not all(isinstance(k, str) for k in keys):
+        raise S3Error("InvalidArgument", "Every key of a batch must be a string", ArgumentName="keys")
+    _check_count(keys)
+    return keys, _on_error(doc.get("on_error"))
+
+
+def parse_manifest(data: bytes) -> list[str]:
+    """The keys of a manifest object: one per line (LF or CRLF), blank lines skipped."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise S3Error("InvalidRequest", "A batch manifest must be UTF-8 text, one key per line.") from exc
+    keys = [line.removesuffix("\r") for line in text.split("\n")]
+    keys = [k for k in keys if k]
+    _check_count(keys)
+    return keys
+
+
+async def post_batch(ctx: Context, req: S3Request) -> Response:
+    try:
+        data = await body.read_small(req, MAX_BODY)
+    except S3Error as exc:
+        if exc.code == "MaxMessageLengthExceeded":
+            raise _too_big() from exc
+        raise
+    keys, fail = parse_request(data)
+    return _answer(ctx, req, keys, fail)
+
+
+async def get_batch(ctx: Context, req: S3Request) -> Response:
+    """The tar of the keys a manifest object lists (``?on_error=`` as in a POST)."""
+    fail = _on_error(req.query.get("on_error"))
+    manifest = await ctx.service.head(req.bucket, req.key)
+    if manifest.size > MAX_BODY:
+        raise _too_big()
+    keys = parse_manifest(await ctx.service.read_all(manifest))
+    return _answer(ctx, req, keys, fail)
+
+
+def _answer(ctx: Context, req: S3Request, keys: list[str], fail: bool) -> Response:
+    tally = BatchTally()
+    req.tally = tally  # read by the app once the stream is out: metrics, access log
+    return Response(body=_stream(ctx, req.bucket, keys, fail, tally), content_type=CONTENT_TYPE)
+
+
+async def _stream(ctx: Context, bucket: str, keys: list[str], fail: bool, tally: BatchTally) -> AsyncIterator[bytes]:
+    """The tar, member by member; small members go out together."""
+    now = int(time.time())
+    members = ctx.service.batch(bucket, keys, fail, tally)
+    out: list[bytes] = []
+    size = 0
+    try:
+        async for member in members:
+            if member.error is not None:
+                if fail:
+                    raise member.error
+                code = to_s3_error(member.error).code.encode()
+                out += (tar.header(ERRORS + member.key, len(code), now), code, tar.padding(len(code)))
+                size += len(code)
+                tally.errors += 1
+                continue
+            meta = member.meta
+            assert meta is not None
+            head = tar.header(member.key, meta.size, meta.last_modified_ms // 1000)
+            tally.objects += 1
+            if isinstance(member.body, bytes):
+                out += (head, member.body, tar.padding(meta.size))
+                size += meta.size
+                if size >= COALESCE:
+                    yield b"".join(out)
+                    out, size = [], 0
+                continue
+            # A large object streams: what was gathered goes first.
+            out.append(head)
+            yield b"".join(out)
+            out, size = [], 0
+            async for block in member.body:  # type: ignore[union-attr]
+                yield block
+            out.append(tar.padding(meta.size))
+        out.append(tar.END)
+        yield b"".join(out)
+    finally:
+        await members.aclose()

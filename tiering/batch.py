@@ -1,0 +1,368 @@
+"""Batch reads: many objects of one bucket, in the order asked, with the
+cold ones fetched ahead while the earlier ones are sent.
+
+The gateway's ``?batch`` requests (``gateway/handlers/batch.py``) turn the
+members this yields into a tar stream. Per member: the key, its metadata and
+its body, or the error that kept it from being read (NoSuchKey, a store
+failure after retries, a bad key name).
+
+Managed buckets: every key is looked up first (a few pool calls for ten
+thousand keys), so a missing key is known before the first byte goes out.
+Members whose bytes are all hot are read in groups, one pool call per
+``GROUP_BYTES`` of them: a hot batch costs a few thread hand-offs, not one
+per object. Ahead of the member being sent, the extents of the next
+``ahead`` bytes of objects that are not hot are fetched with
+``ExtentReader.fetch_many``, the epoch prefetcher's machinery: packed
+neighbours of a segment in one ranged GET. They are cached unpinned, as any
+read's extents are; the window is a quarter of the hot tier's room at most,
+so a batch larger than the hot tier streams through it, and a member whose
+extents were evicted or never cached is read alone, as a GET would.
+
+Mounted buckets: each object is read as a GET reads it (``Buckets.plan``),
+``MOUNT_AHEAD`` at once ahead of the one being sent, since a mount's source
+has no packed neighbours to read together.
+
+A member's turn moves the epoch readers, as a GET of it would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiering import pool
+from tiering.epochs import Epochs
+from tiering.errors import NoSuchKey, TierstoreError
+from tiering.fetch import ExtentReader
+from tiering.hot import HotTier
+from tiering.index import Index
+from tiering.meta import Extent, ObjectMeta
+from tiering.names import check_key
+from tiering.prefetch import BULK_GAP, BULK_SPAN
+from tiering.reads import SMALL_READ, Body, ReadPlan, ReadTally
+
+log = logging.getLogger("tierstore.batch")
+
+MAX_KEYS = 10_000  # keys one batch may name (the gateway refuses more)
+LOOKUP_CHUNK = 1024  # keys looked up per pool call
+GROUP_BYTES = 4 * 1024 * 1024  # hot bodies read per pool call, at most
+AHEAD_BYTES = 64 * 1024 * 1024  # cold object bytes fetched ahead of the member sent, at most
+MOUNT_AHEAD = 16  # mounted objects read at once ahead of the member sent
+
+
+@dataclass(slots=True)
+class Member:
+    """One key of a batch: its metadata and body, or why it has neither."""
+
+    key: str
+    meta: ObjectMeta | None = None
+    body: Body | None = None
+    error: TierstoreError | None = None
+
+
+# The read of one object of the batch's bucket, as a GET reads it.
+ReadOne = Callable[[str], Awaitable[ReadPlan]]
+
+
+class BatchReads:
+    """Batch reads of one node (built by ``ObjectService``)."""
+
+    def __init__(self, index: Index, hot: HotTier, reader: ExtentReader, epochs: Epochs) -> None:
+        self._index = index
+        self._hot = hot
+        self._reader = reader
+        self._epochs = epochs
+
+    def ahead_bytes(self) -> int:
+        """How far ahead of the member sent cold bytes are fetched: a quarter
+        of the hot tier's room (what is neither staged nor pinned), so what
+        was fetched ahead is still cached when its turn comes."""
+        room = max(0, self._hot.high - self._hot.fixed)
+        return min(AHEAD_BYTES, room // 4)
+
+    # -- managed buckets -----------------------------------------------------
+
+    async def lookup(self, bucket: str, keys: Sequence[str]) -> list[ObjectMeta | TierstoreError]:
+        """Each key's metadata, or its error (a bad name, NoSuchKey)."""
+        found: list[ObjectMeta | TierstoreError] = []
+        for start in range(0, len(keys), LOOKUP_CHUNK):
+            found += await pool.run(self._lookup_sync, bucket, keys[start:start + LOOKUP_CHUNK])
+        return found
+
+    def _lookup_sync(self, bucket: str, keys: Sequence[str]) -> list[ObjectMeta | TierstoreError]:
+        out: list[ObjectMeta | TierstoreError] = []
+        for key in keys:
+            try:
+                check_key(key)
+            except TierstoreError as exc:
+                out.append(exc)
+                continue
+            meta = self._index.get_object(bucket, key)
+            out.append(meta if meta is not None else NoSuchKey(Key=key))
+        return out
+
+    async def managed(
+        self, bucket: str, keys: Sequence[str], found: list[ObjectMeta | TierstoreError],
+        read_one: ReadOne, tally: ReadTally,
+    ) -> AsyncIterator[Member]:
+        """The members of a managed bucket's batch, in order (``found``: from
+        :meth:`lookup`; ``read_one``: for what is not hot)."""
+        ahead = _Ahead(self._reader, self._hot, found, self.ahead_bytes())
+        try:
+            position = 0
+            while position < len(keys):
+                ahead.advance(position)
+                group = self._hot_group(found, position)
+                if group:
+                    bodies = await pool.run(self._read_group, [found[i] for i in group])
+                    for i, body in zip(group, bodies, strict=True):
+                        yield await self._member(bucket, keys[i], found[i], body, read_one, tally)
+                    position = group[-1] + 1
+                    continue
+                await ahead.landed(position)
+                yield await self._member(bucket, keys[position], found[position], None, read_one, tally)
+                position += 1
+        finally:
+            await ahead.close()
+
+    def _hot_group(self, found: list[ObjectMeta | TierstoreError], position: int) -> list[int]:
+        """Positions from ``position`` on whose bodies are small and all hot
+        (or that are errors), up to GROUP_BYTES of them: read in one call."""
+        group: list[int] = []
+        nbytes = 0
+        hot = self._hot
+        for i in range(position, len(found)):
+            meta = found[i]
+            if isinstance(meta, ObjectMeta):
+                if meta.size > SMALL_READ or nbytes + meta.size > GROUP_BYTES and group:
+                    break
+                if any(c.file_id is None and not hot.is_cached(c.extent.cache_name)  # type: ignore[union-attr]
+                       for c in meta.chunks):
+                    break
+                nbytes += meta.size
+            group.append(i)
+        return group
+
+    def _read_group(self, metas: list[ObjectMeta | TierstoreError]) -> list[bytes | None]:
+        """Blocking: the hot bodies of ``metas`` (None where a piece is gone:
+        evicted, or a staged file flushed since the lookup, or torn).
+
+        Cached extents are read without a hit on them: a batch is a scan,
+        and under SIEVE a hit would keep the members already sent while the
+        hand evicts the unvisited extents fetched ahead of the batch, which
+        a batch larger than the hot tier needs next. Unvisited, the members
+        sent (older) go first."""
+        out: list[bytes | None] = []
+        for meta in metas:
+            if not isinstance(meta, ObjectMeta):
+                out.append(None)
+                continue
+            try:
+                pieces = [
+                    self._hot.read(c.file_id, 0, c.size) if c.file_id is not None
+                    else _read_file(self._hot.cache_path(c.extent.cache_name), c.size)  # type: ignore[union-attr]
+                    for c in meta.chunks
+                ]
+            except (FileNotFoundError, _Torn):
+                out.append(None)
+                continue
+            self._reader.hits += 1
+            out.append(b"".join(pieces))
+        return out
+
+    async def _member(
+        self, bucket: str, key: str, meta: ObjectMeta | TierstoreError, body: bytes | None,
+        read_one: ReadOne, tally: ReadTally,
+    ) -> Member:
+        """The member of ``key``: its hot ``body``, else read as a GET is."""
+        self._epochs.observe(bucket, key)
+        if not isinstance(meta, ObjectMeta):
+            return Member(key, error=meta)
+        if body is not None:
+            tally.hot += len(body)
+            return Member(key, meta, body)
+        return await _planned(key, read_one, tally)
+
+    # -- mounted buckets -----------------------------------------------------
+
+    @staticmethod
+    async def check_all(keys: Sequence[str], head: Callable[[str], Awaitable[object]]) -> None:
+        """Raise the first missing key's error, in request order: a HEAD of
+        each, MOUNT_AHEAD at once (a mounted batch that fails on a missing
+        key must say so before its first byte)."""
+        limit = asyncio.Semaphore(MOUNT_AHEAD)
+
+        async def one(key: str) -> None:
+            async with limit:
+                check_key(key)
+                await head(key)
+
+        results = await asyncio.gather(*(one(k) for k in keys), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def mounted(
+        self, bucket: str, keys: Sequence[str], read_one: ReadOne, tally: ReadTally,
+    ) -> AsyncIterator[Member]:
+        """The members of a mounted bucket's batch, in order: each read as
+        a GET reads it, MOUNT_AHEAD at once."""
+        tasks: dict[int, asyncio.Task[Member]] = {}
+        try:
+            for position, key in enumerate(keys):
+                for i in range(position, min(len(keys), position + MOUNT_AHEAD)):
+                    if i not in tasks:
+                        tasks[i] = asyncio.create_task(_planned(keys[i], read_one, tally))
+                self._epochs.observe(bucket, key)
+                yield await tasks.pop(position)
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            for task in tasks.values():  # a body read ahead and never sent
+                if not task.cancelled() and task.exception() is None:
+                    await _close(task.result().body)
+
+
+class _Torn(Exception):
+    """A cache file of another size than its extent's: read as a GET reads it."""
+
+
+def _read_file(path: Path, size: int) -> bytes:
+    with open(path, "rb", buffering=0) as file:
+        data = file.read(size + 1)
+    if len(data) != size:
+        raise _Torn(path)
+    return data
+
+
+async def _planned(key: str, read_one: ReadOne, tally: ReadTally) -> Member:
+    """One object read as a GET reads it; a failure becomes the member's error."""
+    try:
+        check_key(key)
+        answer = await read_one(key)
+    except TierstoreError as exc:
+        return Member(key, error=exc)
+    if isinstance(answer.body, bytes):
+        tally.hot += answer.tally.hot
+        tally.capacity += answer.tally.capacity
+        return Member(key, answer.meta, answer.body)
+    return Member(key, answer.meta, _counted(answer.body, answer.tally, tally))  # type: ignore[arg-type]
+
+
+async def _counted(body: AsyncIterator[bytes], mine: ReadTally, total: ReadTally) -> AsyncIterator[bytes]:
+    """A streamed body whose tally is added to the batch's as it goes."""
+    try:
+        async for block in body:
+            yield block
+    finally:
+        total.hot += mine.hot
+        total.capacity += mine.capacity
+        await _close(body)
+
+
+async def _close(body: object) -> None:
+    aclose = getattr(body, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+class _Ahead:
+    """The cold extents of the objects ahead of a managed batch's member
+    being sent, fetched in runs of packed neighbours (``fetch_many``), up
+    to ``window`` object bytes ahead."""
+
+    def __init__(self, reader: ExtentReader, hot: HotTier, found: list[ObjectMeta | TierstoreError],
+                 window: int) -> None:
+        self._reader = reader
+        self._hot = hot
+        self._found = found
+        self._window = window
+        self._planned = 0  # positions before this one were looked at
+        # Object bytes before each position: what is pending ahead, in O(1).
+        self._before = list(itertools.accumulate(
+            (m.size if isinstance(m, ObjectMeta) else 0 for m in found), initial=0))
+        self._landed: dict[str, asyncio.Event] = {}  # cache name -> set once cached
+        self._fetch_of: dict[int, asyncio.Task[None]] = {}  # position -> the fetch that brings it
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def advance(self, position: int) -> None:
+        """Fetch what is cold among the next ``window`` bytes of objects
+        from ``position`` on, not asked for yet: one ``fetch_many`` for them."""
+        if self._window <= 0:
+            return
+        self._planned = max(self._planned, position)
+        # Top up once half the window was sent: fewer, larger calls.
+        pending = self._before[self._planned] - self._before[position]
+        if pending > self._window // 2:
+            return
+        extents: list[Extent] = []
+        positions: list[int] = []
+        nbytes = pending
+        while self._planned < len(self._found) and nbytes < self._window:
+            i = self._planned
+            self._planned += 1
+            meta = self._found[i]
+            if not isinstance(meta, ObjectMeta):
+                continue
+            nbytes += meta.size
+            cold = [c.extent for c in meta.chunks
+                    if c.file_id is None and c.extent is not None and not self._hot.is_cached(c.extent.cache_name)]
+            if cold:
+                extents += cold
+                positions.append(i)
+        if not extents:
+            return
+        for ext in extents:
+            self._landed.setdefault(ext.cache_name, asyncio.Event())
+        task = asyncio.create_task(self._fetch(extents))
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        for i in positions:
+            self._fetch_of[i] = task
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:  # retrieved: the members read alone
+            log.warning("batch read-ahead failed: %s", task.exception())
+
+    async def _fetch(self, extents: list[Extent]) -> None:
+        def filled(ext: Extent) -> None:
+            event = self._landed.get(ext.cache_name)
+            if event is not None:
+                event.set()
+
+        # Failures are not raised here: the member whose extent failed is
+        # read alone in its turn, which fetches (and reports) it again.
+        await self._reader.fetch_many(extents, gap=BULK_GAP, span=BULK_SPAN, on_filled=filled)
+
+    async def landed(self, position: int) -> None:
+        """Wait until the member at ``position`` is cached, or the fetch that
+        was to bring it has ended (it may have failed: the member is then
+        read alone)."""
+        task = self._fetch_of.pop(position, None)
+        meta = self._found[position]
+        if task is None or not isinstance(meta, ObjectMeta):
+            return
+        events = [self._landed[c.extent.cache_name] for c in meta.chunks
+                  if c.extent is not None and c.extent.cache_name in self._landed]
+        waiting = [asyncio.ensure_future(e.wait()) for e in events if not e.is_set()]
+        if not waiting:
+            return
+        gathered = asyncio.ensure_future(asyncio.gather(*waiting))
+        try:
+            await asyncio.wait([gathered, task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gathered.cancel()
+            for w in waiting:
+                w.cancel()
+
+    async def close(self) -> None:
+        """Stop what is still being fetched (the stream ended or was cut)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
