@@ -32,7 +32,7 @@ from botocore.config import Config as BotoConfig
 from botocore.utils import parse_timestamp
 from delay_proxy import DelayProxy
 
-from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, stop_process, wait_http
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, free_ports, stop_process, wait_http
 
 REGION = "us-east-1"
 
@@ -70,7 +70,7 @@ def gateway(
     object record) takes a while, and that time is reported separately.
     """
     gw = Gateway(data_dir)
-    gw.port, gw.admin_port = free_port(), free_port()
+    gw.port, gw.admin_port = free_ports(2)
     gw.log_path = data_dir.parent / f"{data_dir.name}-gateway.log"
     with open(gw.log_path, "ab") as log:
         gw.proc = subprocess.Popen(

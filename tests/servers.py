@@ -6,6 +6,7 @@ Both bind 127.0.0.1 on free ports, are polled until ready, and are stopped
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -24,9 +25,19 @@ ADMIN_TOKEN = "tierstore-test-admin-token"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: all held open while they are chosen,
+    so two calls in a row cannot hand out the same port twice."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
 
 
 def wait_http(
@@ -112,7 +123,7 @@ class Gateway:
 
     def start(self, ports: tuple[int, int] | None = None) -> Gateway:
         """Start on ``ports`` (S3, admin), or on free ones."""
-        self.port, self.admin_port = ports or (free_port(), free_port())
+        self.port, self.admin_port = ports or tuple(free_ports(2))
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-gateway.log"
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -22,7 +22,7 @@ import boto3
 import pytest
 
 from tests.integration.conftest import clean_env
-from tests.servers import free_port, stop_process, wait_http
+from tests.servers import free_ports, stop_process, wait_http
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "docs" / "quickstart.md"
@@ -49,7 +49,7 @@ class Site:
         self.dir.mkdir()
         (self.dir / ".venv").symlink_to(Path(sys.prefix))
         (self.dir / "examples").symlink_to(ROOT / "examples")
-        self.port, self.admin_port = free_port(), free_port()
+        self.port, self.admin_port = free_ports(2)
         self.env = clean_env(
             root,
             PIP_DISABLE_PIP_VERSION_CHECK="1",

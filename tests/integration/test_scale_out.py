@@ -22,7 +22,7 @@ from botocore.exceptions import ClientError
 from tests.conftest import make_client
 from tests.integration.s3raw import Sender, check_error
 from tests.integration.test_cli_admin import cli
-from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
+from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port, free_ports
 from tiering.cluster.peers import HOT, PEER_HEADER
 
 LEASE_TTL = 3.0  # the skew allowance is a quarter of it
@@ -311,7 +311,8 @@ def test_a_read_miss_asks_the_segment_owner_so_the_store_is_read_once(
     which reads the store for everyone: after n2 and then n3 read the whole
     set, every extent was read from the store once, and n3 read none."""
     capacity = capacity_bucket(moto_endpoint)
-    ports = {name: (free_port(), free_port()) for name in ("p1", "p2", "p3")}
+    free = iter(free_ports(6))
+    ports = {name: (next(free), next(free)) for name in ("p1", "p2", "p3")}
     peers = ",".join(f"{name}=http://127.0.0.1:{s3}" for name, (s3, _) in ports.items())
     gws = []
     try:

@@ -29,7 +29,7 @@ from tests.conftest import assert_consistent
 from tests.integration.conftest import clean_env
 from tests.integration.helpers import wait_until
 from tests.integration.test_scale_out import capacity_bucket, eventually, node
-from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port
+from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_ports
 from tests.tls import Pki, make_pki
 from tiering.cluster.peers import owner
 
@@ -194,7 +194,8 @@ def test_peers_read_from_each_other_over_https(
     served by n1; with a CA that does not, n2 refuses n1's certificate and
     reads the store instead. The data is right either way."""
     capacity = capacity_bucket(moto_endpoint)
-    ports = {name: (free_port(), free_port()) for name in ("n1", "n2")}
+    free = iter(free_ports(4))
+    ports = {name: (next(free), next(free)) for name in ("n1", "n2")}
     peers = ",".join(f"{name}=https://127.0.0.1:{s3}" for name, (s3, _) in ports.items())
     ca = pki.ca if trusted else pki.other_ca
     nodes = []
