@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import s3fs
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import SSLError
 
+from gateway.accesslog import FLUSH_SECONDS
 from tests.conftest import assert_consistent
 from tests.integration.conftest import clean_env
 from tests.integration.helpers import wait_until
@@ -115,6 +117,7 @@ def _plain_http(port: int) -> bytes:
 @pytest.mark.parametrize("port", ["S3", "admin"])
 def test_plain_http_to_a_tls_port_is_refused_cleanly(gw: Gateway, pki: Pki, port: str) -> None:
     number = gw.port if port == "S3" else gw.admin_port
+    time.sleep(3 * FLUSH_SECONDS)  # earlier requests' access-log lines are out
     logged = len(gw.log())
     for _ in range(20):
         answer = _plain_http(number)
