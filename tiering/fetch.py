@@ -1,8 +1,10 @@
 """Reading extents back from the capacity tier.
 
-A miss costs one ranged GET of exactly the extent's stored bytes; they are
-checked against the extent's CRC and decoded before anyone sees them, and a
-mismatch is fetched again rather than served. Concurrent misses on the same
+A miss costs ranged GETs of exactly the extent's stored bytes: one for an
+extent of at most ``SUB_RANGE`` bytes, else equal sub-ranges of about that
+size fetched at once, each holding a GET slot (see ``ExtentReader._get``).
+The bytes are checked against the extent's CRC and decoded before anyone
+sees them, and a mismatch is fetched again rather than served. Concurrent misses on the same
 extent share one GET (single flight), and a node-wide semaphore bounds how
 many GETs are in flight. Verified bytes are written to the hot-tier cache in
 the background while the caller already streams them.
@@ -39,6 +41,7 @@ PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes 
 SEGMENTS = "segments/"
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
 SMALL_GET = 1024 * 1024  # an extent GET of at most this many bytes takes a small-GET slot
+SUB_RANGE = 2 * 1024 * 1024  # a larger extent is fetched as sub-ranges of about this size
 
 
 def segment_path(name: str) -> str:
@@ -115,6 +118,20 @@ def plan_runs(extents: Iterable[Extent], gap: int, span: int) -> list[Run]:
     return runs
 
 
+def sub_ranges(start: int, end: int, size: int) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into the fewest ranges of at most ``size`` bytes,
+    of equal length give or take one byte (no short tail to pay a round
+    trip for)."""
+    count = max(1, -(-(end - start) // size))
+    step, extra = divmod(end - start, count)
+    ranges: list[tuple[int, int]] = []
+    for i in range(count):
+        length = step + (1 if i < extra else 0)
+        ranges.append((start, start + length))
+        start += length
+    return ranges
+
+
 class _Abandoned(CapacityError):
     """The ``fetch_many`` run that was to bring an extent was cancelled
     before its GET completed; whoever waited for it fetches it alone.
@@ -134,9 +151,15 @@ def _retrieve(future: asyncio.Future[bytes]) -> None:
 class ExtentReader:
     """Cache-first reads of extents, filling the hot tier on misses."""
 
-    def __init__(self, capacity: CapacityStore, hot: HotTier, concurrency: int, small_gets: int = 64) -> None:
+    def __init__(
+        self, capacity: CapacityStore, hot: HotTier, concurrency: int, small_gets: int = 64,
+        sub_range: int = SUB_RANGE,
+    ) -> None:
+        if sub_range <= 0:
+            raise ValueError(f"sub_range must be positive, got {sub_range}")
         self._capacity = capacity
         self._hot = hot
+        self._sub_range = sub_range
         # GETs in flight, by size: small extents (small objects, read by many
         # readers at once, each waiting one round trip) get many slots, large
         # ones few, so memory stays bounded either way (TierSettings).
@@ -233,12 +256,8 @@ class ExtentReader:
         """GET the extent alone until its bytes verify, ``_ATTEMPTS`` times
         in all (``tried`` already made, by a run)."""
         ref = _entry_ref(ext)
-        gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         for attempt in range(tried + 1, _ATTEMPTS + 1):
-            async with gets:
-                if report is not None:
-                    report.requests += 1
-                stored = await self._capacity.get_range(segment_path(ext.segment), ext.offset, ext.offset + ext.stored)
+            stored = await self._get(ext, report)
             if report is not None:
                 report.bytes += len(stored)
             try:
@@ -251,6 +270,38 @@ class ExtentReader:
                         f"{_ATTEMPTS} times; not served"
                     ) from exc
         raise AssertionError("unreachable")
+
+    async def _get(self, ext: Extent, report: FetchReport | None) -> bytes:
+        """The extent's stored bytes, unverified: one GET, or sub-ranges of
+        it fetched at once and joined in order (any failed GET fails it).
+
+        Why sub-ranges: a whole read sends an extent only once all its bytes
+        are here and verified. With 8 MiB extents fetched whole, the eight
+        read ahead share the store's bandwidth and all end together, so
+        nothing is sent until the last arrives (measured: fetching and
+        sending did not overlap). Sub-ranges queue for GET slots in the
+        order they were asked for, so the extent a reader sends next holds
+        most of the slots and is complete first, while later ones still
+        arrive; and a store that limits each stream (a TCP window over a
+        long round trip) sees several streams per extent."""
+        name = segment_path(ext.segment)
+        ranges = sub_ranges(ext.offset, ext.offset + ext.stored, self._sub_range)
+        if len(ranges) == 1:
+            return await self._get_one(name, ext.offset, ext.offset + ext.stored, report)
+        tasks = [asyncio.create_task(self._get_one(name, start, end, report)) for start, end in ranges]
+        try:
+            parts = await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:  # after a failure or a cancellation, stop the rest
+                task.cancel()
+        return b"".join(parts)
+
+    async def _get_one(self, name: str, start: int, end: int, report: FetchReport | None) -> bytes:
+        gets = self._small_gets if end - start <= SMALL_GET else self._gets
+        async with gets:
+            if report is not None:
+                report.requests += 1
+            return await self._capacity.get_range(name, start, end)
 
     async def _fill(
         self, ext: Extent, data: bytes, pin: bool, turn: asyncio.Lock | None = None
