@@ -285,10 +285,11 @@ class ExtentReader:
         arrive; and a store that limits each stream (a TCP window over a
         long round trip) sees several streams per extent."""
         name = segment_path(ext.segment)
+        gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         ranges = sub_ranges(ext.offset, ext.offset + ext.stored, self._sub_range)
         if len(ranges) == 1:
-            return await self._get_one(name, ext.offset, ext.offset + ext.stored, report)
-        tasks = [asyncio.create_task(self._get_one(name, start, end, report)) for start, end in ranges]
+            return await self._get_one(gets, name, ext.offset, ext.offset + ext.stored, report)
+        tasks = [asyncio.create_task(self._get_one(gets, name, start, end, report)) for start, end in ranges]
         try:
             parts = await asyncio.gather(*tasks)
         finally:
@@ -296,8 +297,9 @@ class ExtentReader:
                 task.cancel()
         return b"".join(parts)
 
-    async def _get_one(self, name: str, start: int, end: int, report: FetchReport | None) -> bytes:
-        gets = self._small_gets if end - start <= SMALL_GET else self._gets
+    async def _get_one(
+        self, gets: asyncio.Semaphore, name: str, start: int, end: int, report: FetchReport | None
+    ) -> bytes:
         async with gets:
             if report is not None:
                 report.requests += 1

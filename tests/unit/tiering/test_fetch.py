@@ -10,7 +10,7 @@ import pytest
 from packer import format as seg
 from tiering.capacity import LocalDirStore
 from tiering.errors import CapacityError
-from tiering.fetch import ExtentReader, plan_runs, segment_path
+from tiering.fetch import ExtentReader, plan_runs, segment_path, sub_ranges
 from tiering.hot import HotTier
 from tiering.meta import Extent
 from tiering.segments import extent_of
@@ -472,5 +472,136 @@ def test_a_run_skips_what_was_cached_while_it_waited_for_a_get(tmp_path: Path) -
         assert store.ranges == [(segment_path(SEG_A), a[0].offset, a[0].offset + a[0].stored)]
         assert (report.requests, report.extents, report.skipped) == (1, 1, 1)
         await _consistent(reader, hot, {a[0].cache_name: _payload(0), b[0].cache_name: _payload(1)})
+
+    asyncio.run(go())
+
+
+# -- large extents: sub-range GETs ---------------------------------------------
+
+SUB = 16 * 1024  # the sub-range size these tests give the reader
+LARGE = bytes(range(256)) * 400  # 102,400 bytes: seven sub-ranges of SUB
+
+
+@pytest.mark.parametrize("start, end, size", [(0, 0, 4), (5, 6, 4), (0, 16, 4), (3, 20, 4), (10, 110, 7), (0, 100, 1000)])
+def test_sub_ranges_tile_the_range_in_near_equal_pieces(start: int, end: int, size: int) -> None:
+    ranges = sub_ranges(start, end, size)
+    assert ranges[0][0] == start and ranges[-1][1] == end
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    lengths = [e - s for s, e in ranges]
+    assert max(lengths) <= max(size, 0) or end == start
+    assert max(lengths) - min(lengths) <= 1
+    assert len(ranges) == max(1, -(-(end - start) // size))
+
+
+def _sub_reader(tmp_path: Path, concurrency: int = 4) -> tuple[Recording, HotTier, ExtentReader]:
+    store = Recording(tmp_path / "cap")
+    hot = HotTier(tmp_path / "hot", budget=1 << 30)
+    return store, hot, ExtentReader(store, hot, concurrency=concurrency, sub_range=SUB)
+
+
+def test_a_large_extent_is_fetched_in_sub_ranges_and_assembled(tmp_path: Path) -> None:
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path)
+        (ext,) = await _packed(store, SEG_A, [LARGE])
+        assert await reader.fetch(ext) == LARGE
+        got = sorted(store.ranges)
+        assert len(got) == 7
+        assert got[0][1] == ext.offset and got[-1][2] == ext.offset + ext.stored
+        assert all(a[2] == b[1] for a, b in zip(got, got[1:]))
+        await _consistent(reader, hot, {ext.cache_name: LARGE})
+
+    asyncio.run(go())
+
+
+def test_a_compressed_large_extent_is_assembled_before_it_is_decoded(tmp_path: Path) -> None:
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path)
+        payload = b"".join(f"row {i:07d}, label {i % 13}\n".encode() for i in range(40_000))
+        (ext,) = await _packed(store, SEG_A, [payload], compress=True)
+        assert ext.codec != "none" and ext.stored > SUB
+        assert await reader.fetch(ext) == payload
+        assert store.gets == -(-ext.stored // SUB)
+        await _consistent(reader, hot, {ext.cache_name: payload})
+
+    asyncio.run(go())
+
+
+def test_a_corrupt_sub_range_refetches_the_whole_extent(tmp_path: Path) -> None:
+    """The CRC covers the extent: one flipped byte in one sub-range fails it,
+    and the next attempt fetches every sub-range again."""
+
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path)
+        (ext,) = await _packed(store, SEG_A, [LARGE])
+        store.corrupt, store.corrupt_times = (SEG_A, ext.offset + 5 * SUB + 3), 1
+        assert await reader.fetch(ext) == LARGE
+        assert store.gets == 14
+        await _consistent(reader, hot, {ext.cache_name: LARGE})
+
+    asyncio.run(go())
+
+
+def test_a_sub_range_corrupt_every_time_is_an_error_not_bytes(tmp_path: Path) -> None:
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path)
+        (ext,) = await _packed(store, SEG_A, [LARGE])
+        store.corrupt, store.corrupt_times = (SEG_A, ext.offset + ext.stored - 1), 100
+        with pytest.raises(CapacityError, match="corrupt"):
+            await reader.fetch(ext)
+        await _consistent(reader, hot, {})
+
+    asyncio.run(go())
+
+
+def test_a_failed_sub_range_get_fails_the_read_and_caches_nothing(tmp_path: Path) -> None:
+    """One sub-range GET fails midway (after the store's own retries): the
+    read raises, nothing is cached or left in flight, and the next read
+    fetches every sub-range again and assembles the right bytes."""
+
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path, concurrency=2)
+        (ext,) = await _packed(store, SEG_A, [LARGE])
+        store.gate = asyncio.Event()
+        read = asyncio.create_task(reader.fetch(ext))
+        await store.entered.wait()
+        store.fail = 1  # the first GET to pass the gate fails; the second holds its slot
+        store.gate.set()
+        with pytest.raises(CapacityError, match="injected"):
+            await read
+        await _consistent(reader, hot, {})
+        store.ranges.clear()
+        assert await reader.fetch(ext) == LARGE
+        assert store.gets == 7
+        await _consistent(reader, hot, {ext.cache_name: LARGE})
+
+    asyncio.run(go())
+
+
+def test_sub_ranges_take_get_slots_in_the_order_extents_were_asked_for(tmp_path: Path) -> None:
+    """Two large extents read at once through two GET slots: every sub-range
+    of the first goes out before any of the second, so the extent a reader
+    sends next is complete first."""
+
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path, concurrency=2)
+        first, second = await _packed(store, SEG_A, [LARGE, LARGE[::-1]])
+        got = await asyncio.gather(reader.fetch(first), reader.fetch(second))
+        assert got == [LARGE, LARGE[::-1]]
+        starts = [start for _, start, _ in store.ranges]
+        assert all(first.offset <= s < first.offset + first.stored for s in starts[:7])
+        assert all(second.offset <= s < second.offset + second.stored for s in starts[7:])
+        await _consistent(reader, hot, {first.cache_name: LARGE, second.cache_name: LARGE[::-1]})
+
+    asyncio.run(go())
+
+
+def test_an_extent_up_to_the_sub_range_size_is_one_get(tmp_path: Path) -> None:
+    async def go():
+        store, hot, reader = _sub_reader(tmp_path)
+        (ext,) = await _packed(store, SEG_A, [LARGE[:SUB]])
+        assert ext.stored == SUB
+        assert await reader.fetch(ext) == LARGE[:SUB]
+        assert store.ranges == [(segment_path(SEG_A), ext.offset, ext.offset + SUB)]
+        await _consistent(reader, hot, {ext.cache_name: LARGE[:SUB]})
 
     asyncio.run(go())
