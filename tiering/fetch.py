@@ -142,6 +142,11 @@ def _entry_ref(ext: Extent) -> seg.EntryRef:
     return seg.EntryRef("", "", 0, 0, ext.offset, ext.stored, ext.raw, ext.codec, ext.crc)
 
 
+def _decode_parts(ref: seg.EntryRef, parts: list[bytes]) -> bytes:
+    """An extent's stored bytes, fetched in ``parts``, verified and decoded."""
+    return seg.decode_entry(ref, parts[0] if len(parts) == 1 else b"".join(parts))
+
+
 def _retrieve(future: asyncio.Future[bytes]) -> None:
     # A failed run nobody went on to wait for must not log "exception never retrieved".
     if not future.cancelled():
@@ -257,11 +262,11 @@ class ExtentReader:
         in all (``tried`` already made, by a run)."""
         ref = _entry_ref(ext)
         for attempt in range(tried + 1, _ATTEMPTS + 1):
-            stored = await self._get(ext, report)
+            parts = await self._get(ext, report)
             if report is not None:
-                report.bytes += len(stored)
+                report.bytes += sum(len(part) for part in parts)
             try:
-                return await pool.run(seg.decode_entry, ref, stored)
+                return await pool.run(_decode_parts, ref, parts)
             except FormatError as exc:
                 log.warning("extent %s@%d failed verification (attempt %d): %s", ext.segment, ext.offset, attempt, exc)
                 if attempt == _ATTEMPTS:
@@ -271,9 +276,11 @@ class ExtentReader:
                     ) from exc
         raise AssertionError("unreachable")
 
-    async def _get(self, ext: Extent, report: FetchReport | None) -> bytes:
-        """The extent's stored bytes, unverified: one GET, or sub-ranges of
-        it fetched at once and joined in order (any failed GET fails it).
+    async def _get(self, ext: Extent, report: FetchReport | None) -> list[bytes]:
+        """The extent's stored bytes in order, unverified: one GET, or
+        sub-ranges of it fetched at once (any failed GET fails it). Joined
+        by ``_decode_parts`` in the pool: 8 MiB copied on the event loop
+        held it for 2 to 6 ms (profiled).
 
         Why sub-ranges: a whole read sends an extent only once all its bytes
         are here and verified. With 8 MiB extents fetched whole, the eight
@@ -288,14 +295,13 @@ class ExtentReader:
         gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         ranges = sub_ranges(ext.offset, ext.offset + ext.stored, self._sub_range)
         if len(ranges) == 1:
-            return await self._get_one(gets, name, ext.offset, ext.offset + ext.stored, report)
+            return [await self._get_one(gets, name, ext.offset, ext.offset + ext.stored, report)]
         tasks = [asyncio.create_task(self._get_one(gets, name, start, end, report)) for start, end in ranges]
         try:
-            parts = await asyncio.gather(*tasks)
+            return await asyncio.gather(*tasks)
         finally:
             for task in tasks:  # after a failure or a cancellation, stop the rest
                 task.cancel()
-        return b"".join(parts)
 
     async def _get_one(
         self, gets: asyncio.Semaphore, name: str, start: int, end: int, report: FetchReport | None
