@@ -170,6 +170,10 @@ class ExtentReader:
         # ones few, so memory stays bounded either way (TierSettings).
         self._small_gets = asyncio.Semaphore(small_gets)
         self._gets = asyncio.Semaphore(concurrency)
+        # Sub-range GETs of extents over ``sub_range`` bytes: twice as many,
+        # so a store that limits each stream still sees 16 at once, while
+        # 16 x 2 MiB in flight is half of what 8 whole 8 MiB extents held.
+        self._sub_gets = asyncio.Semaphore(2 * concurrency)
         # Runs of fetch_many held in memory (each up to ``span`` bytes). Not
         # ``_gets``: a run keeps its buffer after its GET, while its extents
         # are verified and cached, and a corrupt one is refetched with a GET.
@@ -292,11 +296,12 @@ class ExtentReader:
         arrive; and a store that limits each stream (a TCP window over a
         long round trip) sees several streams per extent."""
         name = segment_path(ext.segment)
-        gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         ranges = sub_ranges(ext.offset, ext.offset + ext.stored, self._sub_range)
         if len(ranges) == 1:
+            gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
             return [await self._get_one(gets, name, ext.offset, ext.offset + ext.stored, report)]
-        tasks = [asyncio.create_task(self._get_one(gets, name, start, end, report)) for start, end in ranges]
+        tasks = [asyncio.create_task(self._get_one(self._sub_gets, name, start, end, report))
+                 for start, end in ranges]
         try:
             return await asyncio.gather(*tasks)
         finally:
