@@ -1,10 +1,8 @@
 """Reading extents back from the capacity tier.
 
-A miss costs ranged GETs of exactly the extent's stored bytes: one for an
-extent of at most ``SUB_RANGE`` bytes, else equal sub-ranges of about that
-size fetched at once, each holding a GET slot (see ``ExtentReader._get``).
-The bytes are checked against the extent's CRC and decoded before anyone
-sees them, and a mismatch is fetched again rather than served. Concurrent misses on the same
+A miss costs one ranged GET of exactly the extent's stored bytes; they are
+checked against the extent's CRC and decoded before anyone sees them, and a
+mismatch is fetched again rather than served. Concurrent misses on the same
 extent share one GET (single flight), and a node-wide semaphore bounds how
 many GETs are in flight. Verified bytes are written to the hot-tier cache in
 the background while the caller already streams them.
@@ -41,7 +39,6 @@ PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes 
 SEGMENTS = "segments/"
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
 SMALL_GET = 1024 * 1024  # an extent GET of at most this many bytes takes a small-GET slot
-SUB_RANGE = 2 * 1024 * 1024  # a larger extent is fetched as sub-ranges of about this size
 
 
 def segment_path(name: str) -> str:
@@ -118,20 +115,6 @@ def plan_runs(extents: Iterable[Extent], gap: int, span: int) -> list[Run]:
     return runs
 
 
-def sub_ranges(start: int, end: int, size: int) -> list[tuple[int, int]]:
-    """``[start, end)`` cut into the fewest ranges of at most ``size`` bytes,
-    of equal length give or take one byte (no short tail to pay a round
-    trip for)."""
-    count = max(1, -(-(end - start) // size))
-    step, extra = divmod(end - start, count)
-    ranges: list[tuple[int, int]] = []
-    for i in range(count):
-        length = step + (1 if i < extra else 0)
-        ranges.append((start, start + length))
-        start += length
-    return ranges
-
-
 class _Abandoned(CapacityError):
     """The ``fetch_many`` run that was to bring an extent was cancelled
     before its GET completed; whoever waited for it fetches it alone.
@@ -140,11 +123,6 @@ class _Abandoned(CapacityError):
 
 def _entry_ref(ext: Extent) -> seg.EntryRef:
     return seg.EntryRef("", "", 0, 0, ext.offset, ext.stored, ext.raw, ext.codec, ext.crc)
-
-
-def _decode_parts(ref: seg.EntryRef, parts: list[bytes]) -> bytes:
-    """An extent's stored bytes, fetched in ``parts``, verified and decoded."""
-    return seg.decode_entry(ref, parts[0] if len(parts) == 1 else b"".join(parts))
 
 
 def _retrieve(future: asyncio.Future[bytes]) -> None:
@@ -156,24 +134,14 @@ def _retrieve(future: asyncio.Future[bytes]) -> None:
 class ExtentReader:
     """Cache-first reads of extents, filling the hot tier on misses."""
 
-    def __init__(
-        self, capacity: CapacityStore, hot: HotTier, concurrency: int, small_gets: int = 64,
-        sub_range: int = SUB_RANGE,
-    ) -> None:
-        if sub_range <= 0:
-            raise ValueError(f"sub_range must be positive, got {sub_range}")
+    def __init__(self, capacity: CapacityStore, hot: HotTier, concurrency: int, small_gets: int = 64) -> None:
         self._capacity = capacity
         self._hot = hot
-        self._sub_range = sub_range
         # GETs in flight, by size: small extents (small objects, read by many
         # readers at once, each waiting one round trip) get many slots, large
         # ones few, so memory stays bounded either way (TierSettings).
         self._small_gets = asyncio.Semaphore(small_gets)
         self._gets = asyncio.Semaphore(concurrency)
-        # Sub-range GETs of extents over ``sub_range`` bytes: twice as many,
-        # so a store that limits each stream still sees 16 at once, while
-        # 16 x 2 MiB in flight is half of what 8 whole 8 MiB extents held.
-        self._sub_gets = asyncio.Semaphore(2 * concurrency)
         # Runs of fetch_many held in memory (each up to ``span`` bytes). Not
         # ``_gets``: a run keeps its buffer after its GET, while its extents
         # are verified and cached, and a corrupt one is refetched with a GET.
@@ -265,12 +233,16 @@ class ExtentReader:
         """GET the extent alone until its bytes verify, ``_ATTEMPTS`` times
         in all (``tried`` already made, by a run)."""
         ref = _entry_ref(ext)
+        gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         for attempt in range(tried + 1, _ATTEMPTS + 1):
-            parts = await self._get(ext, report)
+            async with gets:
+                if report is not None:
+                    report.requests += 1
+                stored = await self._capacity.get_range(segment_path(ext.segment), ext.offset, ext.offset + ext.stored)
             if report is not None:
-                report.bytes += sum(len(part) for part in parts)
+                report.bytes += len(stored)
             try:
-                return await pool.run(_decode_parts, ref, parts)
+                return await pool.run(seg.decode_entry, ref, stored)
             except FormatError as exc:
                 log.warning("extent %s@%d failed verification (attempt %d): %s", ext.segment, ext.offset, attempt, exc)
                 if attempt == _ATTEMPTS:
@@ -279,42 +251,6 @@ class ExtentReader:
                         f"{_ATTEMPTS} times; not served"
                     ) from exc
         raise AssertionError("unreachable")
-
-    async def _get(self, ext: Extent, report: FetchReport | None) -> list[bytes]:
-        """The extent's stored bytes in order, unverified: one GET, or
-        sub-ranges of it fetched at once (any failed GET fails it). Joined
-        by ``_decode_parts`` in the pool: 8 MiB copied on the event loop
-        held it for 2 to 6 ms (profiled).
-
-        Why sub-ranges: a whole read sends an extent only once all its bytes
-        are here and verified. With 8 MiB extents fetched whole, the eight
-        read ahead share the store's bandwidth and all end together, so
-        nothing is sent until the last arrives (measured: fetching and
-        sending did not overlap). Sub-ranges queue for GET slots in the
-        order they were asked for, so the extent a reader sends next holds
-        most of the slots and is complete first, while later ones still
-        arrive; and a store that limits each stream (a TCP window over a
-        long round trip) sees several streams per extent."""
-        name = segment_path(ext.segment)
-        ranges = sub_ranges(ext.offset, ext.offset + ext.stored, self._sub_range)
-        if len(ranges) == 1:
-            gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
-            return [await self._get_one(gets, name, ext.offset, ext.offset + ext.stored, report)]
-        tasks = [asyncio.create_task(self._get_one(self._sub_gets, name, start, end, report))
-                 for start, end in ranges]
-        try:
-            return await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:  # after a failure or a cancellation, stop the rest
-                task.cancel()
-
-    async def _get_one(
-        self, gets: asyncio.Semaphore, name: str, start: int, end: int, report: FetchReport | None
-    ) -> bytes:
-        async with gets:
-            if report is not None:
-                report.requests += 1
-            return await self._capacity.get_range(name, start, end)
 
     async def _fill(
         self, ext: Extent, data: bytes, pin: bool, turn: asyncio.Lock | None = None

@@ -22,9 +22,7 @@ class TierSettings:
     compact_threshold: float = 0.5  # rewrite segments whose live fraction falls below
     compact_interval: float = 60.0  # seconds between compaction passes
     # Large capacity-tier GETs (extents over 1 MiB, runs of neighbours) in
-    # flight per node, and the pieces one read fetches ahead of the one it
-    # sends; extents over 2 MiB are fetched in sub-ranges, twice this many
-    # in flight.
+    # flight per node, and the pieces one read fetches ahead of the one it sends.
     fetch_concurrency: int = 8
     # Small capacity-tier GETs (extents of at most 1 MiB: small objects) in
     # flight per node. Many readers of small objects each wait one store
@@ -39,10 +37,8 @@ class TierSettings:
     @property
     def store_connections(self) -> int:
         """Connections a store client keeps: every GET the reader lets
-        through at once (small, large, and twice ``fetch_concurrency``
-        sub-ranges of large extents: ``tiering/fetch.py``), and room for
-        uploads and listings beside them."""
-        return self.small_gets + 4 * self.fetch_concurrency
+        through at once, and room for uploads and listings beside them."""
+        return self.small_gets + 2 * self.fetch_concurrency
     write_through: bool = False  # the policy a new bucket gets
     # How long a write-through PUT waits for the flush: below the 60 s read
     # timeout of botocore and most S3 clients, so they see the 503.
