@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
-import hmac
 import os
 import random
 import statistics
@@ -38,25 +36,23 @@ from _common import ACCESS_KEY, REGION, SECRET_KEY, machine, temp_dir
 from gateway.app import S3App
 from gateway.config import Config
 from gateway.node import Node
+from tiering import sigv4
 from tiering.inputs import Integrity, NewObject
+from tiering.sigv4 import EMPTY_SHA256
 
 BUCKET = "app-cpu"
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
 def signed_scope(key: str, host: str) -> dict[str, Any]:
     """The ASGI scope of a GET as a lean SigV4 client sends it (header auth)."""
     path = f"/{BUCKET}/{key}"
     amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    scope = f"{amz_date[:8]}/{REGION}/s3/aws4_request"
+    scope = sigv4.credential_scope(amz_date[:8], REGION)
     signed = "host;x-amz-content-sha256;x-amz-date"
     headers_block = f"host:{host}\nx-amz-content-sha256:{EMPTY_SHA256}\nx-amz-date:{amz_date}\n"
     canonical = "\n".join(["GET", path, "", headers_block, signed, EMPTY_SHA256])
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    signing_key = ("AWS4" + SECRET_KEY).encode()
-    for part in (amz_date[:8], REGION, "s3", "aws4_request"):
-        signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+    signature = sigv4.signature(sigv4.signing_key(SECRET_KEY, amz_date[:8], REGION),
+                                sigv4.string_to_sign(amz_date, scope, canonical))
     headers = [
         (b"host", host.encode()),
         (b"accept-encoding", b"identity"),

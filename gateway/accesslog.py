@@ -93,18 +93,18 @@ class BatchedStderr(logging.StreamHandler):  # type: ignore[type-arg]
         self._size = 0
         self._pending_lock = threading.Lock()
         self._write_lock = threading.Lock()
-        self._flusher: threading.Thread | None = None
+        self._waiting = threading.Event()  # set when a line waits for the flusher
+        threading.Thread(target=self._flush_often, name="access-log", daemon=True).start()
 
     def add(self, line: str) -> None:
         with self._pending_lock:
             self._pending.append(line)
             self._size += len(line) + 1
-            full = self._size >= FLUSH_BYTES
+            first, full = len(self._pending) == 1, self._size >= FLUSH_BYTES
         if full:
             self.flush()
-        elif self._flusher is None:
-            self._flusher = threading.Thread(target=self._flush_often, name="access-log", daemon=True)
-            self._flusher.start()
+        elif first:
+            self._waiting.set()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -125,7 +125,10 @@ class BatchedStderr(logging.StreamHandler):  # type: ignore[type-arg]
                 pass
 
     def _flush_often(self) -> None:
+        """Write what waits at most FLUSH_SECONDS after it came; asleep while nothing does."""
         while True:
+            self._waiting.wait()
+            self._waiting.clear()
             time.sleep(FLUSH_SECONDS)
             self.flush()
 

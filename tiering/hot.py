@@ -130,7 +130,7 @@ class HotTier(CacheEviction):
     def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8) -> None:
         self.root = root
         self.cache_root = root / "cache"
-        self._staged_root, self._cache_root_str = str(root), str(self.cache_root)  # for read_now
+        self._root_str, self._cache_root_str = str(root), str(self.cache_root)
         self.budget = budget
         self.high = int(budget * high)
         self.low = int(budget * low)
@@ -158,8 +158,11 @@ class HotTier(CacheEviction):
     # -- staged files ------------------------------------------------------
 
     def path_of(self, file_id: str) -> Path:
+        return Path(self._staged_file(file_id))
+
+    def _staged_file(self, file_id: str) -> str:
         # The last two hex digits are random, so files spread evenly.
-        return self.root / file_id[-2:] / file_id
+        return os.path.join(self._root_str, file_id[-2:], file_id)
 
     @property
     def fixed(self) -> int:
@@ -272,7 +275,10 @@ class HotTier(CacheEviction):
     # -- cache files -------------------------------------------------------
 
     def cache_path(self, name: str) -> Path:
-        return self.cache_root / f"{zlib.crc32(name.encode()) & 0xFF:02x}" / name
+        return Path(self._cache_file(name))
+
+    def _cache_file(self, name: str) -> str:
+        return os.path.join(self._cache_root_str, f"{zlib.crc32(name.encode()) & 0xFF:02x}", name)
 
     def open_cached(self, name: str, size: int) -> int | None:
         """A descriptor on the cached copy of an extent, or None on a miss.
@@ -306,16 +312,25 @@ class HotTier(CacheEviction):
         finally:
             os.close(fd)
 
-    def read_now(self, file_id: str | None, cache_name: str | None, size: int) -> bytearray | None:
-        """The ``size`` bytes of a staged file (``file_id``) or of a cached
-        extent (``cache_name``), if the page cache holds them all: read with
-        ``RWF_NOWAIT``, which fails rather than wait for the disk, so it may
-        run on the event loop (an open, a read from memory, a close: under
-        ten microseconds for 64 KiB). None when any byte would need the
-        disk, or the file is gone or of another size: the caller then takes
-        the pool path, which waits for the disk and drops torn files."""
-        path = (os.path.join(self._staged_root, file_id[-2:], file_id) if file_id is not None
-                else self._cache_path_str(cache_name))  # type: ignore[arg-type]
+    def read_now(self, pieces: Iterable[tuple[str | None, str | None, int]]) -> bytes | bytearray | None:
+        """The bytes of ``pieces`` in order, each (file id, None, size) for a
+        staged file or (None, cache name, size) for a cached extent, if the
+        page cache holds them all: read with ``RWF_NOWAIT``, which fails
+        rather than wait for the disk, so this may run on the event loop (an
+        open, a read from memory, a close: under ten microseconds for
+        64 KiB). None when any byte would need the disk, or a file is gone
+        or of another size: the caller then takes the pool path, which waits
+        for the disk and drops torn files."""
+        read = []
+        for file_id, cache_name, size in pieces:
+            data = self._read_now(file_id, cache_name, size)
+            if data is None:
+                return None
+            read.append(data)
+        return read[0] if len(read) == 1 else b"".join(read)
+
+    def _read_now(self, file_id: str | None, cache_name: str | None, size: int) -> bytearray | None:
+        path = self._staged_file(file_id) if file_id is not None else self._cache_file(cache_name)  # type: ignore[arg-type]
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -333,9 +348,6 @@ class HotTier(CacheEviction):
         if cache_name is not None and not self.touch_cached(cache_name):
             return None  # dropped by an eviction meanwhile: not counted as a hit here
         return data
-
-    def _cache_path_str(self, name: str) -> str:
-        return os.path.join(self._cache_root_str, f"{zlib.crc32(name.encode()) & 0xFF:02x}", name)
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
         """Cache an extent's raw bytes (pinned: never evicted); False when

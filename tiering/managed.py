@@ -95,15 +95,13 @@ class ManagedBuckets:
 
     def _read_now(self, meta: ObjectMeta) -> bytes | bytearray | None:
         """The whole object from the page cache (``HotTier.read_now``), or None."""
-        pieces = []
-        for c in meta.chunks:
-            cache_name = c.extent.cache_name if c.file_id is None else None  # type: ignore[union-attr]
-            data = self._hot.read_now(c.file_id, cache_name, c.size)
-            if data is None:
-                return None
-            pieces.append(data)
-        self._tiers.reader.hits += 1
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+        data = self._hot.read_now(
+            (c.file_id, c.extent.cache_name if c.file_id is None else None, c.size)  # type: ignore[union-attr]
+            for c in meta.chunks
+        )
+        if data is not None:
+            self._tiers.reader.hits += 1
+        return data
 
     async def plan(self, read: Read) -> ReadPlan:
         """Decide ``read`` and, for a small object all in the hot tier, read

@@ -67,9 +67,6 @@ class RecordCache:
             for key in keys:
                 self._records.pop(key, None)
 
-    def clear(self) -> None:
-        self.drop(list(self._records))
-
 
 class Batch:
     """A rocksdict WriteBatch that remembers which cached records it writes."""

@@ -163,8 +163,8 @@ def test_a_read_the_page_cache_cannot_serve_at_once_goes_through_the_pool(
 
 def test_read_now_refuses_missing_and_torn_files(tmp_path: Path) -> None:
     hot = HotTier(tmp_path / "hot", 1 << 30)
-    assert hot.read_now(None, "seg-0-10", 10) is None  # not cached
+    assert hot.read_now([(None, "seg-0-10", 10)]) is None  # not cached
     assert hot.fill("seg-0-10", b"0123456789")
-    assert hot.read_now(None, "seg-0-10", 10) == b"0123456789"
+    assert hot.read_now([(None, "seg-0-10", 10)]) == b"0123456789"
     hot.cache_path("seg-0-10").write_bytes(b"01234")  # torn by a crash
-    assert hot.read_now(None, "seg-0-10", 10) is None
+    assert hot.read_now([(None, "seg-0-10", 10)]) is None
