@@ -6,8 +6,10 @@ cache (mounted objects' records are kept there decoded, like objects')."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
+
+from rocksdict import WriteBatch
 
 from tiering.errors import NoSuchBucket
 from tiering.keys import SEP, bkey, hkey, mkey, nkey
@@ -78,6 +80,20 @@ class LocalRecords:
         raw_key = nkey(mount, obj.key)
         self._db.put(raw_key, obj.to_bytes())
         self.records.drop((raw_key,))
+
+    def renew_mounted(self, mount: str, objects: Iterable[MountedObject]) -> None:
+        """Put the renewed descriptions of ``objects`` of ``mount`` in one
+        unsynced write (like :meth:`put_mounted`), and keep them decoded in
+        the record cache: a revalidation renews up to a page of records at
+        once, and dropping them would send the next read of each key to the
+        database."""
+        batch = WriteBatch(raw_mode=True)
+        records: dict[bytes, MountedObject] = {}
+        for obj in objects:
+            raw_key = nkey(mount, obj.key)
+            batch.put(raw_key, obj.to_bytes())
+            records[raw_key] = obj
+        self.records.write_through(lambda: self._db.write(batch), records)
 
     def delete_mounted(self, mount: str, key: str) -> None:
         raw_key = nkey(mount, key)

@@ -22,7 +22,7 @@ hit, so a hit is one dict lookup and takes no lock).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rocksdict import WriteBatch
@@ -59,6 +59,23 @@ class RecordCache:
             if key not in records and len(records) >= self.entries:
                 del records[next(iter(records))]
             records[key] = record
+
+    def write_through(self, write: Callable[[], None], records: dict[bytes, Any]) -> None:
+        """Run ``write`` (a database write of exactly ``records``, encoded)
+        and keep ``records`` as the new decoded values. The write runs under
+        the lock: another writer's write of one of these keys, before or
+        after it, is followed by that writer's drop, so the cache never
+        holds a value the database no longer has."""
+        with self._lock:
+            write()
+            self.commits += 1
+            kept = self._records
+            for key, record in records.items():
+                if key not in kept and len(kept) >= self.entries:
+                    if self.entries <= 0:
+                        break
+                    del kept[next(iter(kept))]
+                kept[key] = record
 
     def drop(self, keys: Iterable[bytes]) -> None:
         """Forget ``keys`` after a write of them reached the database."""

@@ -110,16 +110,17 @@ class Revalidator:
         listed: deleted at the source)."""
         now = now_ms()
         seen = set()
-        stale = []
+        stale, renewed = [], []
         for found in listed:
             seen.add(found.key)
             known = self._index.get_mounted(name, found.key)
             if known is None:
                 continue
             if _same(known, found):
-                self._index.put_mounted(name, replace(known, validated_ms=now))
+                renewed.append(replace(known, validated_ms=now))
             else:
                 stale.append(known)
+        self._index.renew_mounted(name, renewed)
         for key in covered:
             if key not in seen and (known := self._index.get_mounted(name, key)) is not None:
                 stale.append(known)

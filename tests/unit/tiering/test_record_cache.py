@@ -17,6 +17,7 @@ from tiering.conditions import WriteConditions
 from tiering.hot import HotTier
 from tiering.index import Index
 from tiering.inputs import Integrity, NewObject
+from tiering.keys import nkey
 from tiering.meta import BucketInfo, Chunk, MountedObject, ObjectMeta
 from tiering.node import Node
 from tiering.reads import Read
@@ -58,6 +59,31 @@ def test_mounted_records_are_cached_and_dropped_the_same_way(index: Index) -> No
     assert index.cached_mounted("m", "k") is None and index.get_mounted("m", "k").etag == "b"  # type: ignore[union-attr]
     index.delete_mounted("m", "k")
     assert index.cached_mounted("m", "k") is None and index.get_mounted("m", "k") is None
+
+
+def test_a_renewal_keeps_its_records_decoded_and_a_later_write_still_drops_them(index: Index) -> None:
+    objs = [MountedObject(key=f"k{i}", size=1, etag="a", last_modified_ms=1, validated_ms=1) for i in range(3)]
+    for obj in objs:
+        index.put_mounted("m", obj)
+    renewed = [replace(obj, validated_ms=2) for obj in objs]
+    index.renew_mounted("m", renewed)
+    for obj in renewed:  # in memory without a database read, and in the database
+        assert index.cached_mounted("m", obj.key) == obj
+    index.records.drop(nkey("m", obj.key) for obj in objs)  # read back from the database
+    assert [index.get_mounted("m", obj.key) for obj in objs] == renewed
+    index.renew_mounted("m", renewed[:1])
+    index.put_mounted("m", replace(objs[0], etag="b"))  # a fetch of a new version after the renewal
+    assert index.cached_mounted("m", "k0") is None and index.get_mounted("m", "k0").etag == "b"  # type: ignore[union-attr]
+
+
+def test_a_write_through_of_a_full_cache_stays_bounded() -> None:
+    cache = RecordCache(2)
+    wrote = []
+    cache.write_through(lambda: wrote.append(1), {b"Na": 1, b"Nb": 2, b"Nc": 3})
+    assert wrote == [1] and len(cache) == 2 and cache.get(b"Nc") == 3 and cache.get(b"Na") is None
+    off = RecordCache(0)
+    off.write_through(lambda: wrote.append(2), {b"Na": 1})
+    assert wrote == [1, 2] and len(off) == 0
 
 
 def test_a_record_read_before_a_write_is_not_kept_after_it() -> None:

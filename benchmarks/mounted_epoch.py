@@ -1,0 +1,142 @@
+"""Epochs of a mounted data set that outlast the mount's freshness window,
+side by side with nginx serving the same files from local disk.
+
+The user's case of docs/mounts.md: a data set already in S3 is mounted
+(``POST /mounts``, the defaults but for ``--freshness``), and epochs read
+it in a shuffled order. Once an epoch takes longer than the freshness
+window, every object it reads was validated longer ago than that: unless
+revalidation stays out of the way, a "warm" epoch pays a store round trip
+per object. This measures that: each warm epoch's objects/s, its ratio to
+nginx-local's epoch in the same round, and the store requests it caused,
+by operation (counted by the delay proxy), against the epoch's length and
+the window.
+
+Started on 127.0.0.1, each stopped by its PID at the end, temp dirs
+removed: moto behind ``delay_proxy.DelayProxy`` (``--latency-ms``, 20),
+the gateway on its defaults, nginx-local (when nginx is installed or can
+be installed with apt-get). ``--objects`` (20,000; ``--quick`` 2,000)
+objects of ``--size`` (64 KiB) are put straight into moto and written as
+files for nginx. Then a cold epoch, and ``--warm`` (3) rounds of a warm
+epoch and an nginx-local epoch (the order alternating), each epoch a new
+shuffled order read by ``--readers`` (16) lean readers (one keep-alive
+connection each, SigV4 by a cached key; nginx: unsigned).
+
+Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import _common  # first: puts the repo root on sys.path
+from _common import delayed_moto, gateway, machine, process_cpu, table, temp_dir, write_results
+from _compare_client import PlainClient, SignedClient
+from _compare_peers import NginxLocal, ensure_nginx
+from _compare_workloads import epoch
+from capacity import MOTO_KEY, moto_client
+from epoch import Admin, body_of, checker, key_of
+
+from tests.servers import children
+
+SOURCE = "source"  # the bucket in moto
+PREFIX = "set"  # the data set's prefix in it
+MOUNTED = "mounted"  # the gateway's bucket
+KiB = 1024
+
+
+def put_source(endpoint: str, keys: list[str], size: int, www: Path) -> None:
+    """The data set into moto (no delay) and, for nginx, into ``www/mounted``."""
+    s3 = moto_client(endpoint)
+    s3.create_bucket(Bucket=SOURCE)
+
+    def put(i: int) -> None:
+        body = body_of(i, size)
+        s3.put_object(Bucket=SOURCE, Key=f"{PREFIX}/{keys[i]}", Body=body)
+        path = www / MOUNTED / keys[i]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(put, range(len(keys))))
+
+
+def store_requests(before: dict, after: dict) -> dict[str, int]:
+    ops = after["operations"]
+    return {op: n - before["operations"].get(op, 0) for op, n in ops.items() if n - before["operations"].get(op, 0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2,000 objects")
+    ap.add_argument("--objects", type=int, help="objects in the data set (20,000; --quick 2,000)")
+    ap.add_argument("--size", type=int, default=64 * KiB)
+    ap.add_argument("--readers", type=int, default=16)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--freshness", type=int, default=60, help="the mount's freshness, seconds (60, its default)")
+    ap.add_argument("--warm", type=int, default=3, help="rounds of a warm epoch and nginx-local's (3)")
+    ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = ap.parse_args(argv)
+    _common.exit_cleanly_on_sigterm()
+    objects = args.objects or (2000 if args.quick else 20000)
+    keys = [key_of(i) for i in range(objects)]
+    check = checker(args.size)
+    results: dict[str, dict] = {}
+    nginx = ensure_nginx()
+    with temp_dir("mounted-epoch") as tmp, delayed_moto(args.latency_ms) as moto, contextlib.ExitStack() as stack:
+        print(f"putting {objects:,} objects into the store ...", flush=True)
+        put_source(moto.endpoint, keys, args.size, tmp / "www")
+        gw = stack.enter_context(gateway(tmp / "data"))
+        admin = Admin(gw.admin_url)
+        stack.callback(admin.close)
+        admin("POST", "/mounts", json={
+            "name": MOUNTED, "source": f"s3://{SOURCE}/{PREFIX}", "endpoint": moto.proxy.endpoint,
+            "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
+        })
+        local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www").start()) if nginx else None
+        gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
+        lean = SignedClient(gw.port)
+
+        def run(name: str, client, pids, seed: int) -> dict:  # type: ignore[no-untyped-def]
+            order = list(keys)
+            random.Random(seed).shuffle(order)
+            before = moto.proxy.snapshot()
+            figures = epoch(client, MOUNTED, order, args.readers, args.size, check, pids)
+            figures["store"] = store_requests(before, moto.proxy.snapshot())
+            results[name] = figures
+            print(f"{name}: {figures['objects_per_s']:,.0f} objects/s in {figures['wall_s']:.1f} s, "
+                  f"store {figures['store']}", flush=True)
+            return figures
+
+        run("tierstore cold", lean, gw_pids, seed=0)
+        for r in range(1, args.warm + 1):
+            pair = [("tierstore", lean, gw_pids)]
+            if local is not None:
+                pair.append(("nginx-local", PlainClient(local.port), {"server": local.pids}))
+            for name, client, pids in pair if r % 2 else pair[::-1]:
+                run(f"{name} warm {r}", client, pids, seed=r)
+        cpu = process_cpu(gw.proc.pid)
+
+    rows = []
+    for name, f in results.items():
+        r = name.rsplit(" ", 1)[-1]
+        peer = results.get(f"nginx-local warm {r}")
+        ratio = f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x" if peer and name.startswith("tierstore") else "-"
+        rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
+                     f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.2f}",
+                     ", ".join(f"{op} {n}" for op, n in sorted(f["store"].items())) or "0"])
+    print(machine())
+    print(f"mounted data set of {objects:,} x {args.size:,} B, store +{args.latency_ms:g} ms, "
+          f"freshness {args.freshness} s, {args.readers} lean readers, a new shuffled order each epoch")
+    print(table(["epoch", "objects/s", "seconds", "p50 ms", "p99 ms", "x nginx-local (same round)",
+                 "server CPU s / 1k GETs", "store requests"], rows))
+    print(f"(gateway CPU over the run: {cpu:.1f} s)")
+    write_results(args, {"objects": objects, "freshness": args.freshness, "epochs": results})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
