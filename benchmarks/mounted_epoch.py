@@ -18,7 +18,8 @@ be installed with apt-get). ``--objects`` (20,000; ``--quick`` 2,000)
 objects of ``--size`` (64 KiB) are put straight into moto and written as
 files for nginx. Then a cold epoch, and ``--warm`` (3) rounds of a warm
 epoch and an nginx-local epoch (the order alternating), each epoch a new
-shuffled order read by ``--readers`` (16) lean readers (one keep-alive
+shuffled order read by ``--readers`` (16) lean readers; first of all, the store read
+directly by the same readers (one keep-alive
 connection each, SigV4 by a cached key; nginx: unsigned).
 
 Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5]
@@ -65,8 +66,12 @@ def put_source(endpoint: str, keys: list[str], size: int, www: Path) -> None:
 
 
 def store_requests(before: dict, after: dict) -> dict[str, int]:
+    """Requests by S3 operation, and connections opened, between two proxy snapshots."""
     ops = after["operations"]
-    return {op: n - before["operations"].get(op, 0) for op, n in ops.items() if n - before["operations"].get(op, 0)}
+    counts = {op: n - before["operations"].get(op, 0) for op, n in ops.items() if n - before["operations"].get(op, 0)}
+    if after["connections"] > before["connections"]:
+        counts["connections"] = after["connections"] - before["connections"]
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,17 +105,19 @@ def main(argv: list[str] | None = None) -> int:
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
 
-        def run(name: str, client, pids, seed: int) -> dict:  # type: ignore[no-untyped-def]
-            order = list(keys)
+        def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "") -> dict:  # type: ignore[no-untyped-def]
+            order = [prefix + key for key in keys]
             random.Random(seed).shuffle(order)
             before = moto.proxy.snapshot()
-            figures = epoch(client, MOUNTED, order, args.readers, args.size, check, pids)
+            figures = epoch(client, bucket, order, args.readers, args.size, check, pids)
             figures["store"] = store_requests(before, moto.proxy.snapshot())
             results[name] = figures
             print(f"{name}: {figures['objects_per_s']:,.0f} objects/s in {figures['wall_s']:.1f} s, "
                   f"store {figures['store']}", flush=True)
             return figures
 
+        run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid]}, seed=0,
+            bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
         for r in range(1, args.warm + 1):
             pair = [("tierstore", lean, gw_pids)]
@@ -124,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, f in results.items():
         r = name.rsplit(" ", 1)[-1]
         peer = results.get(f"nginx-local warm {r}")
+        if name == "tierstore cold":  # against the store read directly
+            peer = results["the store directly"]
         ratio = f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x" if peer and name.startswith("tierstore") else "-"
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
                      f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.2f}",
@@ -131,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     print(machine())
     print(f"mounted data set of {objects:,} x {args.size:,} B, store +{args.latency_ms:g} ms, "
           f"freshness {args.freshness} s, {args.readers} lean readers, a new shuffled order each epoch")
-    print(table(["epoch", "objects/s", "seconds", "p50 ms", "p99 ms", "x nginx-local (same round)",
+    print(table(["epoch", "objects/s", "seconds", "p50 ms", "p99 ms", "x nginx-local (same round); cold: x the store",
                  "server CPU s / 1k GETs", "store requests"], rows))
     print(f"(gateway CPU over the run: {cpu:.1f} s)")
     write_results(args, {"objects": objects, "freshness": args.freshness, "epochs": results})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import NamedTuple
 
 from packer.ranges import ByteRange
 from tiering import pool
@@ -20,7 +21,16 @@ from tiering.reads import ReadTally
 
 READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming from a local file
 
-Source = int | bytes  # an open descriptor (the caller's to close), or fetched bytes
+
+
+class Held(NamedTuple):
+    """A piece's bytes in memory while they are written to the hot tier
+    (fetched a moment ago by another read): served from there, counted hot."""
+
+    data: bytes
+
+
+Source = int | bytes | Held  # an open descriptor (the caller's to close), fetched bytes, or held ones
 
 
 async def stream(
@@ -42,6 +52,11 @@ async def stream(
                     ahead[later] = asyncio.create_task(open_piece(later))
             task = ahead.pop(index, None)
             source = await task if task is not None else await open_piece(index)
+            if isinstance(source, Held):
+                tally.hot += wanted.end - wanted.start
+                source = source.data
+                yield source if wanted.start == 0 and wanted.end == len(source) else source[wanted.start : wanted.end]
+                continue
             if isinstance(source, bytes):
                 # Fetched: one send, and no copy for a whole piece.
                 tally.capacity += wanted.end - wanted.start

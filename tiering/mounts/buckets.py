@@ -34,7 +34,7 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from packer.ranges import ByteRange, split_over
@@ -59,7 +59,7 @@ from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.names import check_bucket_name
-from tiering.readahead import stream
+from tiering.readahead import Held, stream
 from tiering.reads import ReadTally
 from tiering.settings import TierSettings
 
@@ -88,6 +88,11 @@ class Mounts:
         self._probes: SingleFlight[tuple[MountedObject, bytes | None]] = SingleFlight()
         self.listings = ListingCache()
         self.revalidator = Revalidator(index, self.client, self._forget)
+        # Pieces fetched from the source and being written to the hot tier
+        # behind the answer that brought them: a read meanwhile takes the
+        # bytes from here rather than asking the source again.
+        self._filling: dict[str, tuple[bytes, asyncio.Task[None]]] = {}
+        self._fills: set[asyncio.Task[None]] = set()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -113,6 +118,7 @@ class Mounts:
 
     async def close(self) -> None:
         await self.revalidator.close()
+        await asyncio.gather(*self._fills)
         for source in self._sources.values():
             await source.close()
 
@@ -343,11 +349,30 @@ class Mounts:
         if data is None or (found.size > probe and len(data) < self._settings.part_size):
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
         if leader:
-            try:
-                await pool.run(self._hot.fill, piece_name(name, key, found.etag, 0), data)
-            except OSError as exc:
-                log.warning("could not cache %s/%s: %s", name, key, exc)
+            self._fill_behind(piece_name(name, key, found.etag, 0), data)
         return _as_meta(name, found), data if found.size <= probe else None
+
+    def _fill_behind(self, piece: str, data: bytes) -> None:
+        """Cache ``piece`` in the hot tier without holding up the answer
+        that fetched it (a file write and a rename in the pool)."""
+
+        async def fill() -> None:
+            try:
+                await pool.run(self._hot.fill, piece, data)
+            except OSError as exc:  # a full disk costs the cache, not the read
+                log.warning("could not cache %s: %s", piece, exc)
+            finally:
+                if self._filling.get(piece, (None, None))[1] is task:
+                    del self._filling[piece]
+
+        task = asyncio.create_task(fill(), name=f"fill {piece}")
+        self._filling[piece] = (data, task)
+        self._fills.add(task)
+        task.add_done_callback(self._fills.discard)
+
+    async def _filled(self, pieces: Iterable[str]) -> None:
+        """Until the fills behind answers of any of ``pieces`` are done."""
+        await asyncio.gather(*(held[1] for piece in pieces if (held := self._filling.get(piece))))
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is
@@ -356,6 +381,7 @@ class Mounts:
         piece and then its other pieces, fetched concurrently."""
         meta, _ = await self.open_for_read(name, key, self._settings.part_size)
         names = self.piece_names(name, meta)
+        await self._filled(names)  # a warm reports what is in the hot tier
         missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
         if missing and meta.size > room:
             return MountWarm(meta.size, hot=False)
@@ -367,6 +393,7 @@ class Mounts:
                 os.close(got)  # cached meanwhile by a reader
 
         await asyncio.gather(*(one(i) for i in missing))
+        await self._filled(names)
         return MountWarm(meta.size, all(self._hot.is_cached(piece) for piece in names))
 
     async def _forget(self, name: str, known: MountedObject) -> None:
@@ -390,16 +417,15 @@ class Mounts:
     async def _piece(self, meta: ObjectMeta, index: int, size: int) -> int | bytes:
         """A descriptor on the cached piece, or its bytes after a fetch."""
         name = piece_name(meta.bucket, meta.key, meta.etag, index)
+        held = self._filling.get(name)
+        if held is not None:
+            return Held(held[0])
         fd = await pool.run(self._hot.open_cached, name, size)
         if fd is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size))
-        if not leader:
-            return data
-        try:
-            await pool.run(self._hot.fill, name, data)
-        except OSError as exc:  # a full disk costs the cache, not the read
-            log.warning("could not cache %s/%s piece %d: %s", meta.bucket, meta.key, index, exc)
+        if leader:
+            self._fill_behind(name, data)
         return data
 
     async def _fetch(self, meta: ObjectMeta, index: int, size: int) -> bytes:
