@@ -159,7 +159,9 @@ class RemoteObjects:
         if where.missing == "NoSuchBucket":
             raise NoSuchBucket(BucketName=bucket)
         if where.missing == "NoSuchKey":
-            raise NoSuchKey(Key=key)
+            # The writer answers a miss: in a versioned bucket it may be a
+            # delete marker, which S3 names in the answer's headers.
+            raise Elsewhere()
         if where.record is None:  # not all hot, or due for revalidation: the writer answers
             raise Elsewhere()
         return ObjectMeta.from_bytes(where.record), list(where.files)
@@ -358,7 +360,7 @@ class WorkerApp(S3App):
         # The writer verifies (and answers the errors of) what it is given;
         # another gateway's request too: it must neither move the epochs nor
         # be served half from here (tiering/cluster/peers.py).
-        if route is None or route.op not in SERVED_HERE or PEER_HEADER in req.headers:
+        if route is None or route.op not in SERVED_HERE or PEER_HEADER in req.headers or "versionId" in req.query:
             raise Elsewhere()
 
 
