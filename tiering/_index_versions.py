@@ -169,10 +169,11 @@ class VersionRecords:
         ledger.unpin(meta)
         self._pending(batch, _tombstone(meta))
 
-    def _promote(self, batch: Batch, bucket: str, key: str) -> None:
-        """The current version was deleted: the newest remaining version
-        becomes current, unless it is a delete marker (then none is)."""
-        newest = next(self._versions(bucket, key), None)
+    def _promote(self, batch: Batch, bucket: str, key: str, removed: bytes) -> None:
+        """The latest version (``removed``, its key: the current version or
+        a delete marker) was deleted: the newest remaining one becomes
+        current, unless it is a delete marker (then none is)."""
+        newest = next(((k, m) for k, m in self._versions(bucket, key) if k != removed), None)
         if newest is not None and not newest[1].delete_marker:
             batch.delete(newest[0])
             batch.put(okey(bucket, key), newest[1].to_bytes())
@@ -225,8 +226,8 @@ class VersionRecords:
         raw_key, meta = found
         batch.delete(raw_key)
         self._kill(batch, ledger, meta)
-        if raw_key == okey(bucket, key):
-            self._promote(batch, bucket, key)
+        if raw_key == okey(bucket, key) or self._db.get(okey(bucket, key)) is None:
+            self._promote(batch, bucket, key, raw_key)
         return Deletion(version, meta.delete_marker, (meta,))
 
     def delete_object(

@@ -45,7 +45,7 @@ class RecoveryReport:
     objects: int = 0
     buckets: int = 0
     versions: int = 0  # noncurrent versions and delete markers restored
-    deleted: int = 0  # versions a tombstone deleted
+    deleted: int = 0  # keys a tombstone left without any version
     incomplete: int = 0  # manifests naming a segment that no longer exists
     bytes: int = 0
 
@@ -98,16 +98,18 @@ async def recover(
             top_seq = max(top_seq, tomb.seq)
 
     survivors: dict[tuple[str, str], list[ObjectMeta]] = {}
+    buried: set[tuple[str, str]] = set()
     for (bucket, key, _), (seq, name, plain) in best.items():
         meta = replace(ObjectMeta.from_plain(plain), manifest=name)
         if any(t.seq > seq and t.kills(meta.vseq, meta.is_null) for t in tombs.get((bucket, key), ())):
-            report.deleted += 1
+            buried.add((bucket, key))
             continue
         if any(c.extent is None or c.extent.segment not in footers for c in meta.chunks):
             report.incomplete += 1
             continue
         survivors.setdefault((bucket, key), []).append(meta)
     objects, noncurrent = _arrange(survivors)
+    report.deleted = len(buried - survivors.keys())
 
     live: dict[str, int] = dict.fromkeys(footers, 0)
     pins: dict[str, int] = dict.fromkeys(footers, 0)
