@@ -138,7 +138,13 @@ class RemoteObjects:
     async def read(self, read: Read) -> ReadPlan:
         # One lookup: a GET counts as a read of the cache and moves the
         # writer's epoch readers, as a GET there does.
-        meta, files = await self._hot(read.bucket, read.key, read=read.body)
+        try:
+            meta, files = await self._hot(read.bucket, read.key, read=read.body)
+        except NoSuchKey:
+            # The writer answers a GET or HEAD of a missing key: in a
+            # versioned bucket it may be a delete marker, which S3 names in
+            # the answer's headers. (A batch's missing member stays here.)
+            raise Elsewhere() from None
         decision = decide(meta, read)
         tally = ReadTally()
         if not (read.body and decision.sends_body):
@@ -159,9 +165,7 @@ class RemoteObjects:
         if where.missing == "NoSuchBucket":
             raise NoSuchBucket(BucketName=bucket)
         if where.missing == "NoSuchKey":
-            # The writer answers a miss: in a versioned bucket it may be a
-            # delete marker, which S3 names in the answer's headers.
-            raise Elsewhere()
+            raise NoSuchKey(Key=key)
         if where.record is None:  # not all hot, or due for revalidation: the writer answers
             raise Elsewhere()
         return ObjectMeta.from_bytes(where.record), list(where.files)
