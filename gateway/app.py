@@ -230,7 +230,7 @@ class S3App:
             validators = [(k.lower(), v) for k, v in err.fields.items()
                           if k.lower() in ("etag", "last-modified", "cache-control", "expires")]
             return Response(status=304, headers=validators), None
-        headers: list[tuple[str, str]] = []
+        headers: list[tuple[str, str]] = list(err.headers)
         if err.code == "SlowDown":
             headers.append(("retry-after", "1"))
         # HEAD answers carry no body; the status and headers say it all.

@@ -8,6 +8,8 @@ XML, headers) are raised directly as :class:`S3Error` with a code from
 
 from __future__ import annotations
 
+from email.utils import formatdate
+
 from tiering import errors as t
 
 # S3 error code -> HTTP status. Codes and statuses follow the S3 API
@@ -47,6 +49,7 @@ STATUS: dict[str, int] = {
     "NoSuchBucket": 404,
     "NoSuchKey": 404,
     "NoSuchUpload": 404,
+    "NoSuchVersion": 404,
     "NotImplemented": 501,
     "NotModified": 304,
     "PreconditionFailed": 412,
@@ -66,7 +69,11 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     t.BucketNotEmpty: "BucketNotEmpty",
     t.BucketAlreadyOwnedByYou: "BucketAlreadyOwnedByYou",
     t.InvalidBucketName: "InvalidBucketName",
+    t.DeletedKey: "NoSuchKey",  # the key's latest version is a delete marker
     t.NoSuchKey: "NoSuchKey",
+    t.NoSuchVersion: "NoSuchVersion",
+    t.DeleteMarkerVersion: "MethodNotAllowed",  # a delete marker named by its versionId
+    t.MalformedVersioning: "MalformedXML",
     t.NoSuchUpload: "NoSuchUpload",
     t.KeyTooLong: "KeyTooLongError",
     t.InvalidArgument: "InvalidArgument",
@@ -135,6 +142,8 @@ class S3Error(Exception):
         self.message = message or DEFAULT_MESSAGE.get(code, code)
         # Extra elements of the <Error> body (BucketName, Key, RangeRequested, ...).
         self.fields = {k: str(v) for k, v in fields.items() if v is not None}
+        # Headers the error answer carries (a delete marker's, for one).
+        self.headers: list[tuple[str, str]] = []
         super().__init__(f"{code}: {self.message}")
 
 
@@ -146,5 +155,17 @@ def to_s3_error(exc: BaseException) -> S3Error:
         for cls in type(exc).__mro__:
             code = CODE_OF.get(cls)  # type: ignore[arg-type]
             if code is not None:
-                return S3Error(code, exc.message or None, **exc.detail)
+                err = S3Error(code, exc.message or None, **exc.detail)
+                if isinstance(exc, t.DeleteMarkerError):
+                    err.headers = delete_marker_headers(exc)
+                return err
     return S3Error("InternalError")
+
+
+def delete_marker_headers(exc: t.DeleteMarkerError) -> list[tuple[str, str]]:
+    """What S3 says of a delete marker a read met: that it is one, its
+    version id and, when it was named by its id, its Last-Modified."""
+    out = [("x-amz-delete-marker", "true"), ("x-amz-version-id", exc.version)]
+    if isinstance(exc, t.DeleteMarkerVersion):
+        out.append(("last-modified", formatdate(exc.last_modified_ms // 1000, usegmt=True)))
+    return out

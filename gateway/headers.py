@@ -217,6 +217,8 @@ def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> lis
     out += [(f"x-amz-meta-{name}", _latin1(value)) for name, value in meta.user_meta.items()]
     if meta.tags:
         out.append(("x-amz-tagging-count", str(len(meta.tags))))
+    if meta.version is not None:  # written in a versioned bucket
+        out.append(("x-amz-version-id", meta.version))
     return out
 
 

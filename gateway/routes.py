@@ -47,6 +47,7 @@ TABLE: dict[tuple[str, str, str | None], Route] = {
     ("bucket", "GET", None): Route("ListObjects", listing.list_objects),
     ("bucket", "GET", "location"): Route("GetBucketLocation", buckets.get_location),
     ("bucket", "GET", "versioning"): Route("GetBucketVersioning", buckets.get_versioning),
+    ("bucket", "PUT", "versioning"): Route("PutBucketVersioning", buckets.put_versioning),
     ("bucket", "GET", "versions"): Route("ListObjectVersions", listing.list_versions),
     ("bucket", "GET", "acl"): Route("GetBucketAcl", buckets.get_acl),
     ("bucket", "PUT", "acl"): Route("PutBucketAcl", buckets.put_acl),

@@ -138,7 +138,13 @@ class RemoteObjects:
     async def read(self, read: Read) -> ReadPlan:
         # One lookup: a GET counts as a read of the cache and moves the
         # writer's epoch readers, as a GET there does.
-        meta, files = await self._hot(read.bucket, read.key, read=read.body)
+        try:
+            meta, files = await self._hot(read.bucket, read.key, read=read.body)
+        except NoSuchKey:
+            # The writer answers a GET or HEAD of a missing key: in a
+            # versioned bucket it may be a delete marker, which S3 names in
+            # the answer's headers. (A batch's missing member stays here.)
+            raise Elsewhere() from None
         decision = decide(meta, read)
         tally = ReadTally()
         if not (read.body and decision.sends_body):
@@ -358,7 +364,7 @@ class WorkerApp(S3App):
         # The writer verifies (and answers the errors of) what it is given;
         # another gateway's request too: it must neither move the epochs nor
         # be served half from here (tiering/cluster/peers.py).
-        if route is None or route.op not in SERVED_HERE or PEER_HEADER in req.headers:
+        if route is None or route.op not in SERVED_HERE or PEER_HEADER in req.headers or "versionId" in req.query:
             raise Elsewhere()
 
 

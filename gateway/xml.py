@@ -26,6 +26,7 @@ from gateway.headers import decimal
 from tiering.index import ListEntry, ListPage
 from tiering.meta import BucketInfo, Checksum, ObjectMeta, Part, Upload
 from tiering.multipart import MAX_PART_NUMBER, ChosenPart
+from tiering.versions import VersionPage
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -122,8 +123,9 @@ def location(region: str) -> bytes:
     return _doc("LocationConstraint", value)
 
 
-def versioning() -> bytes:
-    return _doc("VersioningConfiguration", "")
+def versioning(status: str | None) -> bytes:
+    """GetBucketVersioning: a bucket never versioned has no Status at all."""
+    return _doc("VersioningConfiguration", _el("Status", status) if status else "")
 
 
 def acl(owner: Owner) -> bytes:
@@ -225,27 +227,41 @@ def list_objects_v1(
 
 def list_versions(
     bucket: str,
-    page: ListPage,
+    page: VersionPage,
     *,
     prefix: str,
     delimiter: str,
     max_keys: int,
     encoding_type: str | None,
     key_marker: str,
+    version_marker: str,
     owner: Owner,
 ) -> bytes:
-    """Versioning is never enabled, so each object is its one "null" version."""
+    """ListObjectVersions: versions and delete markers in the order listed
+    (key order, newest first), then the common prefixes."""
     enc = _key_encoder(encoding_type)
     body = [
         _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
         _el("KeyMarker", enc(key_marker)),
-        "<VersionIdMarker></VersionIdMarker>",
+        _el("VersionIdMarker", version_marker),
         _el("IsTruncated", "true" if page.truncated else "false"),
     ]
-    if page.truncated and page.last is not None:
-        body.append(_el("NextKeyMarker", enc(page.last)))
-        body.append("<NextVersionIdMarker>null</NextVersionIdMarker>")
-    body.append(_entries(page, enc, owner, "Version", "<VersionId>null</VersionId><IsLatest>true</IsLatest>"))
+    if page.truncated and page.next_key is not None:
+        body.append(_el("NextKeyMarker", enc(page.next_key)))
+        if page.next_version is not None:
+            body.append(_el("NextVersionIdMarker", page.next_version))
+    owner_xml = owner.xml()
+    for e in page.entries:
+        head = (f"{_el('Key', enc(e.key))}{_el('VersionId', e.version)}"
+                f"{_el('IsLatest', 'true' if e.latest else 'false')}"
+                f"<LastModified>{iso8601(e.last_modified_ms)}</LastModified>")
+        if e.marker:
+            body.append(f"<DeleteMarker>{head}{owner_xml}</DeleteMarker>")
+        else:
+            checksum = _el("ChecksumAlgorithm", e.checksum_algorithm) if e.checksum_algorithm else ""
+            body.append(f"<Version>{head}<ETag>&quot;{e.etag}&quot;</ETag>{checksum}<Size>{e.size}</Size>"
+                        f"{owner_xml}<StorageClass>STANDARD</StorageClass></Version>")
+    body.append("".join(f"<CommonPrefixes>{_el('Prefix', enc(p))}</CommonPrefixes>" for p in page.prefixes))
     return _doc("ListVersionsResult", "".join(body))
 
 
@@ -280,6 +296,9 @@ class DeleteOutcome:
     version_id: str | None = None
     code: str | None = None  # set for a failed key
     message: str | None = None
+    # A delete marker was made (its id) or the version deleted was one.
+    marker: bool = False
+    marker_version: str | None = None
 
 
 def delete_result(outcomes: Iterable[DeleteOutcome], quiet: bool) -> bytes:
@@ -289,7 +308,10 @@ def delete_result(outcomes: Iterable[DeleteOutcome], quiet: bool) -> bytes:
         if o.code is not None:
             body.append(f"<Error>{_el('Key', o.key)}{version}{_el('Code', o.code)}{_el('Message', o.message)}</Error>")
         elif not quiet:
-            body.append(f"<Deleted>{_el('Key', o.key)}{version}</Deleted>")
+            marker = "<DeleteMarker>true</DeleteMarker>" if o.marker else ""
+            if o.marker_version:
+                marker += _el("DeleteMarkerVersionId", o.marker_version)
+            body.append(f"<Deleted>{_el('Key', o.key)}{version}{marker}</Deleted>")
     return _doc("DeleteResult", "".join(body))
 
 
@@ -497,6 +519,20 @@ def parse_tagging(body: bytes) -> dict[str, str]:
             raise S3Error("InvalidTag", "Cannot provide multiple Tags with the same key", TagKey=key)
         tags[key] = value
     return tags
+
+
+def parse_versioning(body: bytes) -> tuple[str, bool]:
+    """PutBucketVersioning's body: (the Status asked for, whether it asks
+    for MFA delete)."""
+    root = _parse(body, 4)
+    if _local(root.tag) != "VersioningConfiguration":
+        raise S3Error("MalformedXML")
+    status, mfa = _text(root, "Status"), _text(root, "MfaDelete")
+    if status is None or status.strip() not in ("Enabled", "Suspended"):
+        raise S3Error("MalformedXML")
+    if mfa is not None and mfa.strip() not in ("Enabled", "Disabled"):
+        raise S3Error("MalformedXML")
+    return status.strip(), mfa is not None and mfa.strip() == "Enabled"
 
 
 def parse_location_constraint(body: bytes) -> str | None:

@@ -17,10 +17,16 @@ Header (16 bytes)::
     12  4  crc32 of bytes [0, 12)
 
 Footer: the zstd frame (with its content size) of compact, key-sorted, ASCII
-JSON ``{"v": 1, "segment": id, "created_ms": int, "entries": [...],
+JSON ``{"v": 2, "segment": id, "created_ms": int, "entries": [...],
 "tombstones": [...], "records": [...]}``. Each entry is an object with
 ``bucket key seq part offset stored raw codec crc`` and, when set, ``upload``
-and ``meta``; ``crc`` is the crc32 of the entry's stored bytes.
+and ``meta``; ``crc`` is the crc32 of the entry's stored bytes. A tombstone
+is ``bucket key seq`` and, from footer version 2 on, optionally ``version``
+(the version sequence number of the one object version it deletes) and
+``null`` (that version was the key's null version: every older null version
+of the key is deleted too); without ``version`` it deletes the whole key.
+Footer version 1 (no version fields) is read as before; the header and
+trailer layouts did not change, so their version stays 1.
 
 Trailer (36 bytes, the last of the segment)::
 
@@ -56,7 +62,9 @@ from packer import codec as _codec
 from packer.errors import CorruptData, UnsupportedVersion
 from packer.ranges import ByteRange
 
-VERSION: Final = 1
+VERSION: Final = 1  # header and trailer layout
+FOOTER_VERSION: Final = 2  # the footer document; 2 added tombstones of one object version
+READABLE_FOOTERS: Final = (1, 2)
 MAGIC: Final = b"TSSEG\x00\r\n"
 TRAILER_MAGIC: Final = b"TSSEGEND"
 
@@ -136,11 +144,24 @@ class EntryRef:
 
 @dataclass(frozen=True, slots=True)
 class Tombstone:
-    """A deletion of ``(bucket, key, seq)`` recorded in a segment."""
+    """A deletion of ``(bucket, key, seq)`` recorded in a segment: of the
+    whole key, or of one object ``version`` (its version sequence number;
+    ``null``: the key's null version, and with it any older null version)."""
 
     bucket: str
     key: str
     seq: int
+    version: int | None = None
+    null: bool = False
+
+    def kills(self, vseq: int, is_null: bool) -> bool:
+        """Whether this tombstone deletes the object version ``vseq``
+        (``is_null``: the key's null version); sequence order aside."""
+        if self.version is None:
+            return True
+        if self.null and is_null:
+            return vseq <= self.version
+        return vseq == self.version
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,12 +334,16 @@ class SegmentEncoder:
         self._offset += len(stored)
         return ref, stored
 
-    def add_tombstone(self, bucket: str, key: str, seq: int) -> None:
+    def add_tombstone(
+        self, bucket: str, key: str, seq: int, version: int | None = None, null: bool = False
+    ) -> None:
         self._require(_OPEN, "add a tombstone")
         _check_name("bucket", bucket)
         _check_name("key", key)
         _check_count("seq", seq)
-        self._tombstones.append(Tombstone(bucket, key, seq))
+        if version is not None:
+            _check_count("version", version)
+        self._tombstones.append(Tombstone(bucket, key, seq, version, bool(null) and version is not None))
 
     def add_record(self, record: dict[str, Any]) -> None:
         self._require(_OPEN, "add a record")
@@ -328,13 +353,11 @@ class SegmentEncoder:
         """Return the footer and trailer, the last bytes of the segment."""
         self._require(_OPEN, "finish")
         document = {
-            "v": VERSION,
+            "v": FOOTER_VERSION,
             "segment": self._segment,
             "created_ms": self._created_ms,
             "entries": [_entry_to_json(ref) for ref in self._entries],
-            "tombstones": [
-                {"bucket": t.bucket, "key": t.key, "seq": t.seq} for t in self._tombstones
-            ],
+            "tombstones": [_tombstone_to_json(t) for t in self._tombstones],
             "records": self._records,
         }
         raw = _dumps(document).encode("ascii")
@@ -344,6 +367,15 @@ class SegmentEncoder:
         fields = struct.pack(">QQIHH", len(footer), self._offset, zlib.crc32(footer), VERSION, 0)
         self._state = _FINISHED
         return footer + fields + struct.pack(">I8s", zlib.crc32(fields), TRAILER_MAGIC)
+
+
+def _tombstone_to_json(tomb: Tombstone) -> dict[str, Any]:
+    obj: dict[str, Any] = {"bucket": tomb.bucket, "key": tomb.key, "seq": tomb.seq}
+    if tomb.version is not None:
+        obj["version"] = tomb.version
+        if tomb.null:
+            obj["null"] = True
+    return obj
 
 
 def _entry_to_json(ref: EntryRef) -> dict[str, Any]:
@@ -539,16 +571,21 @@ def _entry_from_json(value: object) -> EntryRef:
     return ref
 
 
-def _tombstone_from_json(value: object) -> Tombstone:
+def _tombstone_from_json(value: object, footer_version: int) -> Tombstone:
     obj = _dict(value, "tombstone")
-    return Tombstone(_get(obj, "bucket", str), _get(obj, "key", str), _get_count(obj, "seq"))
+    bucket, key, seq = _get(obj, "bucket", str), _get(obj, "key", str), _get_count(obj, "seq")
+    if footer_version < 2:
+        return Tombstone(bucket, key, seq)
+    version = None if obj.get("version") is None else _get_count(obj, "version")
+    null = bool(_get_optional(obj, "null", bool)) and version is not None
+    return Tombstone(bucket, key, seq, version, null)
 
 
 def _footer_from_json(document: object, data_end: int) -> Footer:
     obj = _dict(document, "document")
     version = _get(obj, "v", int)
-    if version != VERSION:
-        raise UnsupportedVersion(f"segment footer version {version}, this code reads {VERSION}")
+    if version not in READABLE_FOOTERS:
+        raise UnsupportedVersion(f"segment footer version {version}, this code reads {READABLE_FOOTERS}")
     entries = tuple(_entry_from_json(e) for e in _get(obj, "entries", list))
     position = HEADER_SIZE
     for ref in entries:
@@ -563,7 +600,7 @@ def _footer_from_json(document: object, data_end: int) -> Footer:
         segment=_get(obj, "segment", str),
         created_ms=_get_count(obj, "created_ms"),
         entries=entries,
-        tombstones=tuple(_tombstone_from_json(t) for t in _get(obj, "tombstones", list)),
+        tombstones=tuple(_tombstone_from_json(t, version) for t in _get(obj, "tombstones", list)),
         records=tuple(_dict(r, "record") for r in _get(obj, "records", list)),
         data_end=data_end,
     )

@@ -156,7 +156,11 @@ class Compactor:
 
     async def _tombstone_needed(self, tomb: seg.Tombstone) -> bool:
         """Needed unless a newer version of the key is itself safely in the
-        capacity tier (its manifest written)."""
+        capacity tier (its manifest written). A tombstone of one object
+        version is always kept: any older segment may hold a manifest of
+        that version, and about 70 bytes are not worth finding out."""
+        if tomb.version is not None:
+            return True
         meta = await pool.run(self._index.get_object, tomb.bucket, tomb.key)
         return meta is None or meta.seq < tomb.seq or meta.manifest is None
 
@@ -173,7 +177,8 @@ class Compactor:
                 log.error("segment %s is in the index but not in the capacity store", old.name)
                 return None
         live_entries: list[tuple[str, seg.EntryRef]] = []
-        metas: dict[tuple[str, str], ObjectMeta] = {}
+        # Every version (current or not) with bytes or its manifest here.
+        metas: dict[tuple[str, str, int], ObjectMeta] = {}
         tombstones: list[seg.Tombstone] = []
         buckets: list[dict] = []
         for footer in footers:
@@ -183,19 +188,22 @@ class Compactor:
                     self._index.owners_of_upload_entries, entry.upload, footer.segment
                 ):
                     return None  # an open upload still uses it: try again later
-                meta = await pool.run(self._index.get_object, entry.bucket, entry.key)
-                if meta is None or not any(c.extent is not None and c.extent.place == place for c in meta.chunks):
+                versions = await pool.run(self._index.versions_of, entry.bucket, entry.key)
+                owners = [m for m in versions if any(c.extent is not None and c.extent.place == place
+                                                     for c in m.chunks)]
+                if not owners:
                     continue
                 live_entries.append((footer.segment, entry))
-                metas[(meta.bucket, meta.key)] = meta
+                for meta in owners:
+                    metas[(meta.bucket, meta.key, meta.vseq)] = meta
             for record in footer.records:
                 if record.get("t") == "bucket":
                     buckets.append(record)
                 elif record.get("t") == "obj":
-                    bucket, key = record["m"]["bucket"], record["m"]["key"]
-                    meta = await pool.run(self._index.get_object, bucket, key)
-                    if meta is not None and meta.manifest in names:
-                        metas[(bucket, key)] = meta
+                    bucket, key, vseq = record["m"]["bucket"], record["m"]["key"], record["m"].get("vseq", 0)
+                    found = await pool.run(self._index.find_vseq, bucket, key, vseq)
+                    if found is not None and found[1].manifest in names:
+                        metas[(bucket, key, vseq)] = found[1]
             tombstones += [tomb for tomb in footer.tombstones if await self._tombstone_needed(tomb)]
 
         info: SegmentInfo | None = None
@@ -223,7 +231,7 @@ class Compactor:
                     return None  # an extent we did not see as live: the index changed
                 encoder.add_record(manifest(replace(meta, chunks=chunks)))
             for tomb in tombstones:
-                encoder.add_tombstone(tomb.bucket, tomb.key, tomb.seq)
+                encoder.add_tombstone(tomb.bucket, tomb.key, tomb.seq, tomb.version, tomb.null)
             for record in buckets:
                 encoder.add_record(record)
             out.append(await pool.run(encoder.finish))

@@ -41,6 +41,32 @@ class NoSuchUpload(TierstoreError):
     pass
 
 
+class MalformedVersioning(TierstoreError):
+    """A versioning configuration S3 would not accept (400 MalformedXML)."""
+
+
+class NoSuchVersion(TierstoreError):
+    """A well-formed versionId that names no version of the key."""
+
+
+class DeleteMarkerError(TierstoreError):
+    """A read met a delete marker: ``version`` is its id, ``last_modified_ms``
+    its time (S3 answers both as headers)."""
+
+    def __init__(self, message: str = "", version: str = "null", last_modified_ms: int = 0, **detail: object) -> None:
+        super().__init__(message, **detail)
+        self.version = version
+        self.last_modified_ms = last_modified_ms
+
+
+class DeletedKey(DeleteMarkerError, NoSuchKey):
+    """The key's current version is a delete marker (a read without versionId: 404)."""
+
+
+class DeleteMarkerVersion(DeleteMarkerError):
+    """A read named a delete marker by its versionId (S3: 405 MethodNotAllowed)."""
+
+
 class KeyTooLong(TierstoreError):
     pass
 

@@ -9,6 +9,7 @@ unreferenced (a leak); segment counters match what references them.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -42,8 +43,8 @@ def check(data_dir: Path) -> list[str]:
                 else:
                     live[chunk.extent.segment] += chunk.extent.weight
 
-        for meta in index.iter_objects():
-            owner = f"object {meta.bucket}/{meta.key}"
+        for meta in itertools.chain(index.iter_objects(), index.iter_versions()):
+            owner = f"object {meta.bucket}/{meta.key}" + (f" version {meta.version}" if meta.version else "")
             if sum(c.size for c in meta.chunks) != meta.size:
                 problems.append(f"{owner}: chunk sizes do not add up to {meta.size}")
             if meta.part_sizes and sum(meta.part_sizes) != meta.size:

@@ -27,8 +27,10 @@ from rocksdict import Options, Rdict, WriteOptions
 
 from tiering._index_local import LocalRecords
 from tiering._index_uploads import UploadRecords
+from tiering._index_versions import VersionRecords, kept_as_noncurrent, new_version
 from tiering.conditions import WriteConditions
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchKey, NoSuchUpload, PreconditionFailed
+from tiering.versions import SUSPENDED
 from tiering.index_tiers import Ledger, TierRecords
 from tiering.keys import (
     SEG_KEY,
@@ -42,6 +44,7 @@ from tiering.keys import (
     okey,
     pkey,
     seqkey,
+    successor,
     ukey,
 )
 from tiering.meta import (
@@ -54,20 +57,6 @@ from tiering.meta import (
     now_ms,
 )
 from tiering.record_cache import Batch, RecordCache
-
-
-def successor(prefix: str) -> str:
-    """The smallest string greater than every string starting with ``prefix``.
-
-    Used to jump past a whole common prefix with one seek. UTF-8 order equals
-    code point order, so incrementing the last code point is enough.
-    """
-    while prefix:
-        last = ord(prefix[-1])
-        if last < 0x10FFFF:
-            return prefix[:-1] + chr(last + 1 if last + 1 != 0xD800 else 0xE000)
-        prefix = prefix[:-1]
-    return "\U0010ffff" * 2  # nothing is greater; callers stop there
 
 
 class ListEntry(NamedTuple):
@@ -93,12 +82,14 @@ class ListPage:
     last: str | None = None  # last key or common prefix returned (the next marker)
 
 
-class Index(TierRecords, UploadRecords, LocalRecords):
+class Index(TierRecords, UploadRecords, LocalRecords, VersionRecords):
     """rocksdict-backed namespace: buckets, objects, uploads and parts.
 
     The records of multipart uploads and their parts are kept by
     ``UploadRecords`` (``tiering._index_uploads``), those of the capacity
-    tier by ``TierRecords`` (``tiering.index_tiers``); this class owns the
+    tier by ``TierRecords`` (``tiering.index_tiers``), noncurrent versions
+    and delete markers by ``VersionRecords`` (``tiering._index_versions``);
+    this class owns the
     database, its lock and the sequence counters they share."""
 
     def __init__(self, path: Path, cached_records: int = 0) -> None:
@@ -208,7 +199,7 @@ class Index(TierRecords, UploadRecords, LocalRecords):
         with self._lock:
             if self._db.get(bkey(name)) is None:
                 raise NoSuchBucket(BucketName=name)
-            if self._any_with_prefix(okey(name)) or self._any_with_prefix(ukey(name)):
+            if self.has_objects(name) or self._any_with_prefix(ukey(name)):
                 raise BucketNotEmpty(BucketName=name)
             batch = self._batch()
             batch.delete(bkey(name))
@@ -276,10 +267,11 @@ class Index(TierRecords, UploadRecords, LocalRecords):
         version replaced, as they are now: a flush may have moved them since
         the caller read it. ``segment`` is a segment written for this
         object alone (streamed straight to the capacity tier), recorded in
-        the same batch."""
+        the same batch. In a versioned bucket the version replaced stays,
+        noncurrent (``tiering/versions.py``); the version returned is the
+        one whose bytes nothing uses any more, if any."""
         with self._lock:
-            if self._db.get(bkey(meta.bucket)) is None:
-                raise NoSuchBucket(BucketName=meta.bucket)
+            status = self._status(meta.bucket)
             raw = self._db.get(okey(meta.bucket, meta.key))
             old = ObjectMeta.from_bytes(raw) if raw is not None else None
             if conditions:
@@ -292,7 +284,7 @@ class Index(TierRecords, UploadRecords, LocalRecords):
                 meta = replace(meta, chunks=old.chunks)
             if drop_upload is not None and chosen_parts:
                 meta = replace(meta, chunks=self._current_chunks(drop_upload.upload_id, chosen_parts))
-            return self._commit(meta, old, drop_upload, drop_parts, segment), old
+            return self._commit(meta, old, drop_upload, drop_parts, segment, status)
 
     def retag(self, bucket: str, key: str, tags: dict[str, str]) -> ObjectMeta:
         """Give the current version of ``key`` these tags (PutObjectTagging,
@@ -303,27 +295,39 @@ class Index(TierRecords, UploadRecords, LocalRecords):
             if raw is None:
                 raise NoSuchKey(Key=key)
             old = ObjectMeta.from_bytes(raw)
-            return self._commit(replace(old, tags=tags), old)
+            return self._commit(replace(old, tags=tags), old, same_version=True)[0]
 
     def _commit(
         self, meta: ObjectMeta, old: ObjectMeta | None, drop_upload: Upload | None = None,
         drop_parts: list[int] = (), segment: SegmentInfo | None = None,  # type: ignore[assignment]
-    ) -> ObjectMeta:
-        """Write ``meta`` as the new version of its key over ``old``, in one
-        batch (the caller holds the lock)."""
+        status: str | None = None, same_version: bool = False,
+    ) -> tuple[ObjectMeta, ObjectMeta | None]:
+        """Write ``meta`` as the new current record of its key over ``old``,
+        in one batch (the caller holds the lock): a new version in a bucket
+        of versioning ``status``, or (``same_version``) a new record of the
+        same version. Returns it and the version whose bytes died, if any."""
         batch = self._batch()
         ledger = Ledger()
         seq = self._next_seq(batch)
-        # A new version needs its own manifest in the capacity tier, even
+        # A new record needs its own manifest in the capacity tier, even
         # when it reuses flushed bytes (a metadata-only copy, a Complete).
-        meta = replace(meta, seq=seq, manifest=None)
+        if same_version:
+            meta = replace(meta, seq=seq, manifest=None)
+        else:
+            meta = replace(meta, seq=seq, manifest=None, vseq=seq, version=new_version(status, seq))
         batch.put(okey(meta.bucket, meta.key), meta.to_bytes())
-        batch.put(seqkey(b"F", seq), label(meta.bucket, meta.key))
+        batch.put(seqkey(b"F", seq), label(meta.bucket, meta.key, vseq=meta.vseq))
         if segment is not None:
             batch.put(gkey(segment.name), segment.to_bytes())
-        if old is not None:
+        gone = None
+        if old is not None and not same_version and kept_as_noncurrent(status, old):
+            self._demote(batch, old)
+        elif old is not None:
             ledger.release(old.chunks, keep=meta.chunks)
             ledger.unpin(old)
+            gone = old
+        if status == SUSPENDED and not same_version:
+            gone = self._drop_null(batch, ledger, meta.bucket, meta.key) or gone
         if drop_upload is not None:
             batch.delete(ukey(drop_upload.bucket, drop_upload.key, drop_upload.upload_id))
             for number in drop_parts:
@@ -333,7 +337,7 @@ class Index(TierRecords, UploadRecords, LocalRecords):
                 batch.delete(pkey(drop_upload.upload_id, number))
         self._apply(batch, ledger)
         self._write(batch)
-        return meta
+        return meta, gone
 
     def _current_chunks(self, upload_id: str, numbers: list[int]) -> tuple[Chunk, ...]:
         chunks: list[Chunk] = []
@@ -344,25 +348,6 @@ class Index(TierRecords, UploadRecords, LocalRecords):
             chunks.extend(Part.from_bytes(raw).chunks)
         return tuple(chunks)
 
-    def delete_object(self, bucket: str, key: str, conditions: WriteConditions | None = None) -> ObjectMeta | None:
-        """Remove the key; return what was there (None if nothing).
-        ``conditions`` (If-Match) are checked under the lock, atomically
-        with the delete."""
-        with self._lock:
-            raw = self._db.get(okey(bucket, key))
-            old = ObjectMeta.from_bytes(raw) if raw is not None else None
-            if conditions:
-                conditions.check(old, key)
-            if old is None:
-                return None
-            batch = self._batch()
-            batch.delete(okey(bucket, key))
-            ledger = Ledger()
-            self._bury(batch, ledger, old)
-            self._apply(batch, ledger)
-            self._write(batch)
-            return old
-
     def _bury(self, batch: Batch, ledger: Ledger, old: ObjectMeta) -> None:
         """A deleted version: its extents die, and a tombstone goes to the
         capacity tier so a rebuild from footers cannot bring it back."""
@@ -370,26 +355,9 @@ class Index(TierRecords, UploadRecords, LocalRecords):
         ledger.unpin(old)
         self._pending(batch, {"t": "del", "b": old.bucket, "k": old.key})
 
-    def delete_objects(self, bucket: str, keys: list[str]) -> list[ObjectMeta]:
-        """Remove many keys in one synced batch (DeleteObjects); return the
-        versions that were there."""
-        with self._lock:
-            batch = self._batch()
-            ledger = Ledger()
-            removed = []
-            for key in dict.fromkeys(keys):
-                raw = self._db.get(okey(bucket, key))
-                if raw is not None:
-                    batch.delete(okey(bucket, key))
-                    removed.append(ObjectMeta.from_bytes(raw))
-                    self._bury(batch, ledger, removed[-1])
-            if removed:
-                self._apply(batch, ledger)
-                self._write(batch)
-            return removed
-
     def has_objects(self, bucket: str) -> bool:
-        return self._any_with_prefix(okey(bucket))
+        """Whether the bucket holds any version (a delete marker counts, as in S3)."""
+        return self._any_with_prefix(okey(bucket)) or self.has_versions(bucket)
 
     def iter_objects(self, bucket: str | None = None, prefix: str = "") -> Iterator[ObjectMeta]:
         """Every object (of ``bucket``, under ``prefix``), in key order."""
@@ -466,12 +434,12 @@ class Index(TierRecords, UploadRecords, LocalRecords):
         return page
 
     def referenced_files(self) -> set[str]:
-        """Every hot-tier file id an object or a part refers to.
+        """Every hot-tier file id an object version or a part refers to.
 
         Reads raw msgpack maps instead of building records: this runs over
         the whole index when a start-up follows a crash."""
         ids: set[str] = set()
-        for tag in (b"O", b"P"):
+        for tag in (b"O", b"V", b"P"):
             for _, value in self._scan(tag, tag):
                 ids.update(c["file_id"] for c in msgpack.unpackb(value, raw=False)["chunks"] if c.get("file_id"))
         return ids

@@ -28,6 +28,7 @@ from tiering.keys import (
     pkey,
     seqkey,
     term_of,
+    vkey,
 )
 from tiering.meta import BucketInfo, Chunk, Extent, ObjectMeta, Part, SegmentInfo, Upload
 
@@ -88,6 +89,7 @@ class TierRecords:
         def _scan(self, start: bytes, prefix: bytes) -> Iterable[tuple[bytes, bytes]]: ...
         def get_upload(self, bucket: str, key: str, upload_id: str) -> Upload | None: ...
         def get_object(self, bucket: str, key: str) -> ObjectMeta | None: ...
+        def find_vseq(self, bucket: str, key: str, vseq: int) -> tuple[bytes, ObjectMeta] | None: ...
 
     # -- capacity tier: flush, compaction, recovery --------------------------
     # The flusher and the compactor never run at the same time (the tier
@@ -107,7 +109,8 @@ class TierRecords:
         and part record: run once, when an older index is opened."""
         with self._lock:
             live: defaultdict[str, int] = defaultdict(int)
-            for prefix, decode in ((b"O", ObjectMeta.from_bytes), (b"P", Part.from_bytes)):
+            for prefix, decode in ((b"O", ObjectMeta.from_bytes), (b"V", ObjectMeta.from_bytes),
+                                   (b"P", Part.from_bytes)):
                 for _, raw in self._scan(prefix, prefix):
                     for chunk in decode(raw).chunks:
                         if chunk.extent is not None:
@@ -147,9 +150,11 @@ class TierRecords:
                 if raw is not None:
                     item.upload, item.part = upload, Part.from_bytes(raw)
             else:
-                meta = self.get_object(label["b"], label["k"])
-                if meta is not None and meta.seq == item.fseq:
-                    item.meta = meta
+                # The version may have stopped being current since it was
+                # queued: it is found by its vseq, wherever it is now.
+                found = self.find_vseq(label["b"], label["k"], label.get("v", 0))
+                if found is not None and found[1].seq == item.fseq:
+                    item.meta = found[1]
             items.append(item)
         return items
 
@@ -189,9 +194,8 @@ class TierRecords:
                 batch.delete(seqkey(b"F", fseq))
             for item, chunks in done:
                 if item.meta is not None:
-                    object_key = okey(item.meta.bucket, item.meta.key)
-                    raw = self._db.get(object_key)
-                    current = ObjectMeta.from_bytes(raw) if raw is not None else None
+                    found = self.find_vseq(item.meta.bucket, item.meta.key, item.meta.vseq)
+                    object_key, current = found if found is not None else (b"", None)
                     if current is None or current.seq != item.meta.seq:
                         batch.delete(seqkey(b"F", item.fseq))  # replaced: the new version is queued
                         continue
@@ -256,13 +260,13 @@ class TierRecords:
         olds: list[str],
         info: SegmentInfo | None,
         moved: dict[tuple[str, int, int], Extent],
-        versions: dict[tuple[str, str], int],
+        versions: dict[tuple[str, str, int], int],
         carried: int,
     ) -> list[tuple[str, str]] | None:
         """Replace segments ``olds`` by ``info`` (None: nothing was worth
         keeping). ``moved`` maps old extent places to new extents;
-        ``versions`` gives, for every object whose manifest the new segment
-        carries, the version it describes. If an object with bytes in the
+        ``versions`` gives, for every object version (bucket, key, vseq)
+        whose manifest the new segment carries, the record (seq) it describes. If an object with bytes in the
         old segments changed meanwhile, the new segment may describe a stale
         layout: nothing is committed (None) and the caller discards it.
         Returns cache renames (old name, new name)."""
@@ -273,18 +277,18 @@ class TierRecords:
             live, pins = 0, carried
             renames: list[tuple[str, str]] = []
             updates: list[tuple[bytes, ObjectMeta]] = []
-            for (bucket, key), seq in versions.items():
-                raw = self._db.get(okey(bucket, key))
-                meta = ObjectMeta.from_bytes(raw) if raw is not None else None
-                if meta is None:
+            for (bucket, key, vseq), seq in versions.items():
+                found = self.find_vseq(bucket, key, vseq)
+                if found is None:
                     continue  # deleted since: nothing of it lives on
+                record_key, meta = found
                 has_bytes = any(c.extent and c.extent.segment in gone for c in meta.chunks)
                 if meta.seq != seq:
                     if has_bytes:
                         return None
                     continue  # replaced since: its new version has its own manifest
                 if has_bytes or meta.manifest in gone:
-                    updates.append((okey(bucket, key), meta))
+                    updates.append((record_key, meta))
             for object_key, meta in updates:
                 chunks = []
                 for chunk in meta.chunks:
@@ -322,15 +326,18 @@ class TierRecords:
         segments: Iterable[SegmentInfo],
         seq: int,
         segment_count: int,
+        noncurrent: Iterable[ObjectMeta] = (),
     ) -> None:
         """Load a namespace rebuilt from the capacity tier into an empty
-        index. Batches are not synced one by one; one synced write ends it."""
+        index: current versions, ``noncurrent`` versions and delete markers.
+        Batches are not synced one by one; one synced write ends it."""
         with self._lock:
             batch = self._batch()
             pending = 0
             for record_key, record in itertools.chain(
                 ((bkey(b.name), b) for b in buckets),
                 ((okey(m.bucket, m.key), m) for m in objects),
+                ((vkey(m.bucket, m.key, m.vseq), m) for m in noncurrent),
                 ((gkey(g.name), g) for g in segments),
             ):
                 batch.put(record_key, record.to_bytes())
@@ -400,7 +407,19 @@ class TierRecords:
                 top = max(top, meta.seq)
                 where = (meta.bucket, meta.key)
                 old = current[where] if where in current else self.get_object(*where)
-                if old is not None and old.seq > meta.seq:
+                # A follower keeps current versions only (docs/scale-out.md):
+                # a version older than the current one is not applied, and a
+                # newer delete marker removes the current one.
+                if old is not None and (old.vseq, old.seq) > (meta.vseq, meta.seq):
+                    continue
+                if meta.delete_marker:
+                    if old is not None:
+                        ledger.release(old.chunks)
+                        ledger.unpin(old)
+                        gone.extend(old.chunks)
+                        batch.delete(okey(*where))
+                    current[where] = None
+                    pins += 1
                     continue
                 if old is not None:
                     ledger.release(old.chunks, keep=meta.chunks)
@@ -422,7 +441,7 @@ class TierRecords:
                 pins += 1
                 where = (tomb.bucket, tomb.key)
                 old = current[where] if where in current else self.get_object(*where)
-                if old is None or old.seq >= tomb.seq:
+                if old is None or old.seq >= tomb.seq or not tomb.kills(old.vseq, old.is_null):
                     continue
                 ledger.release(old.chunks)
                 ledger.unpin(old)

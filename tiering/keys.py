@@ -4,7 +4,9 @@ every raw key, and the small msgpack values that are not records.
 Key prefixes (NUL separates names; numbers are big-endian):
 
     B<bucket>                          -> BucketInfo
-    O<bucket>\\0<key>                   -> ObjectMeta
+    O<bucket>\\0<key>                   -> ObjectMeta: the current version
+    V<bucket>\\0<key>\\0<~vseq, 8>       -> ObjectMeta: a noncurrent version or a delete
+                                          marker, newest first (``tiering/versions.py``)
     U<bucket>\\0<key>\\0<upload id>      -> Upload
     P<upload id>\\0<part number, 4>     -> Part
     F<seq, 8>                          -> flush queue: an object's or upload part's ``label``
@@ -34,6 +36,24 @@ def bkey(bucket: str) -> bytes:
 
 def okey(bucket: str, key: str = "") -> bytes:
     return b"O" + bucket.encode() + SEP + key.encode()
+
+
+def vkey(bucket: str, key: str | None = None, vseq: int | None = None) -> bytes:
+    """A noncurrent version or delete marker; the inverted vseq puts a
+    key's newest version first. Without ``vseq``: the prefix of the key's
+    versions (with the trailing NUL, so "a" never matches "ab")."""
+    base = b"V" + bucket.encode() + SEP
+    if key is None:
+        return base
+    base += key.encode() + SEP
+    return base if vseq is None else base + (_TOP - vseq).to_bytes(8, "big")
+
+
+def vseq_of_vkey(raw: bytes) -> int:
+    return _TOP - int.from_bytes(raw[-8:], "big")
+
+
+_TOP = 2**64 - 1
 
 
 def ukey(bucket: str, key: str = "", upload_id: str | None = None) -> bytes:
@@ -88,15 +108,34 @@ def follow_key(term: int) -> bytes:
 
 
 
-def label(bucket: str, key: str, upload: str | None = None, part: int | None = None) -> bytes:
+def successor(prefix: str) -> str:
+    """The smallest string greater than every string starting with ``prefix``.
+
+    Used to jump past a whole common prefix with one seek. UTF-8 order equals
+    code point order, so incrementing the last code point is enough.
+    """
+    while prefix:
+        last = ord(prefix[-1])
+        if last < 0x10FFFF:
+            return prefix[:-1] + chr(last + 1 if last + 1 != 0xD800 else 0xE000)
+        prefix = prefix[:-1]
+    return "\U0010ffff" * 2  # nothing is greater; callers stop there
+
+
+def label(bucket: str, key: str, upload: str | None = None, part: int | None = None, vseq: int = 0) -> bytes:
+    """A flush-queue entry: the object version (``vseq``: which one, since
+    a noncurrent version may wait for its flush too) or upload part."""
     label: dict[str, object] = {"b": bucket, "k": key}
     if upload is not None:
         label.update(u=upload, p=part)
+    elif vseq:
+        label["v"] = vseq
     return msgpack.packb(label, use_bin_type=True)
 
 
 # Footer-record names of the bucket policy fields (short: one per bucket event).
-_POLICY = {"wt": "write_through", "cmp": "compression", "ps": "part_size", "sos": "small_object_size"}
+_POLICY = {"wt": "write_through", "cmp": "compression", "ps": "part_size", "sos": "small_object_size",
+           "ver": "versioning"}
 
 
 def bucket_event(info: BucketInfo) -> dict[str, object]:

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from packer.ranges import ByteRange, split_over
-from tiering import pool
+from tiering import pool, versions
 from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused
 from tiering.conditions import WriteConditions
 from tiering.errors import NoSuchBucket, NoSuchKey, NotHot
@@ -43,6 +43,7 @@ from tiering.segments import Piece
 from tiering.settings import TierSettings
 from tiering.staging import Stager
 from tiering.tiers import Tiers
+from tiering.versions import Deletion, VersionPage
 
 log = logging.getLogger("tierstore.objects")
 
@@ -74,7 +75,9 @@ class ManagedBuckets:
 
     # -- reads -------------------------------------------------------------
 
-    async def head(self, bucket: str, key: str) -> ObjectMeta:
+    async def head(self, bucket: str, key: str, version: str | None = None) -> ObjectMeta:
+        if version is not None:
+            return await pool.run(self._version, bucket, key, version)
         meta = await pool.run(self._index.get_object, bucket, key)
         if meta is None:
             raise self._missing(bucket, key)
@@ -83,7 +86,14 @@ class ManagedBuckets:
     def _missing(self, bucket: str, key: str) -> NoSuchKey | NoSuchBucket:
         if self._index.get_bucket(bucket) is None:  # a point read: microseconds
             return NoSuchBucket(BucketName=bucket)
-        return NoSuchKey(Key=key)
+        return versions.missing(self._index, bucket, key)
+
+    def _version(self, bucket: str, key: str, version: str) -> ObjectMeta:
+        """Blocking: the version ``version`` of the key, to read."""
+        meta = self._index.get_version(bucket, key, version)
+        if meta is None and self._index.get_bucket(bucket) is None:
+            raise NoSuchBucket(BucketName=bucket)
+        return versions.readable(meta, key, version)
 
     def plan_now(self, read: Read) -> ReadPlan | None:
         """The plan of ``read`` from memory alone, on the event loop: its
@@ -123,7 +133,10 @@ class ManagedBuckets:
 
     def _plan_sync(self, read: Read) -> tuple[ObjectMeta, Decision, bytes | None]:
         while True:
-            meta = self._index.get_object(read.bucket, read.key)
+            if read.version is not None:
+                meta = self._version(read.bucket, read.key, read.version)
+            else:
+                meta = self._index.get_object(read.bucket, read.key)
             if meta is None:
                 raise self._missing(read.bucket, read.key)
             decision = decide(meta, read)
@@ -245,7 +258,8 @@ class ManagedBuckets:
             return None
 
     async def _reload_chunk(self, meta: ObjectMeta, index: int) -> Chunk:
-        current = await pool.run(self._index.get_object, meta.bucket, meta.key)
+        found = await pool.run(self._index.find_vseq, meta.bucket, meta.key, meta.vseq)
+        current = found[1] if found is not None else None
         if current is None or current.seq != meta.seq or current.chunks[index].extent is None:
             raise NoSuchKey("The object was replaced while it was being read", Key=meta.key)
         return current.chunks[index]
@@ -253,7 +267,16 @@ class ManagedBuckets:
     async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage:
         return await pool.run(self._index.list_objects, bucket, prefix, delimiter, marker, max_keys)
 
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                            version_marker: str, max_keys: int) -> VersionPage:
+        return await pool.run(self._index.list_versions, bucket, prefix, delimiter, key_marker,
+                              version_marker, max_keys)
+
     # -- writes ------------------------------------------------------------
+
+    async def set_versioning(self, info: BucketInfo, status: str) -> BucketInfo:
+        async with self._tiers.writing_to(info.name):
+            return await pool.run(self._index.set_versioning, info.name, status)
 
     def writable(self, bucket: str) -> None:
         """Every managed bucket takes writes (on its writer node: see
@@ -286,27 +309,38 @@ class ManagedBuckets:
             await self._stager.settle(info, meta)
             return meta
 
-    async def tags(self, bucket: str, key: str) -> dict[str, str]:
-        return (await self.head(bucket, key)).tags
+    async def tags(self, bucket: str, key: str, version: str | None = None) -> dict[str, str]:
+        return (await self.head(bucket, key, version)).tags
 
-    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str]) -> ObjectMeta:
+    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str], version: str | None = None) -> ObjectMeta:
         async with self._tiers.writing_to(info.name):
-            meta = await pool.run(self._index.retag, info.name, key, tags)
+            if version is None:
+                meta = await pool.run(self._index.retag, info.name, key, tags)
+            else:
+                found = await pool.run(self._index.retag_version, info.name, key, version, tags)
+                meta = found if found is not None else await self.head(info.name, key, version)
             await self._stager.settle(info, meta)
             return meta
 
-    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None) -> None:
+    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None,
+                     version: str | None = None) -> Deletion:
         async with self._tiers.writing_to(info.name):
-            old = await pool.run(self._index.delete_object, info.name, key, conditions)
-            if old is not None:
-                await self._stager.forget(old.chunks)
-                await self._stager.settle_delete(info)
+            deletion = await pool.run(self._index.delete_object, info.name, key, conditions, version)
+            await self._deleted(info, [deletion])
+            return deletion
 
-    async def delete_many(self, info: BucketInfo, keys: list[str]) -> None:
-        """DeleteObjects: one index commit for all keys, then the files."""
+    async def delete_many(self, info: BucketInfo, targets: list[tuple[str, str | None]]) -> list[Deletion]:
+        """DeleteObjects: (key, version or None) each; in a bucket never
+        versioned, one index commit for all keys; then the files."""
         async with self._tiers.writing_to(info.name):
-            removed = await pool.run(self._index.delete_objects, info.name, keys)
-            for old in removed:
+            deletions = await pool.run(self._index.delete_objects, info.name, targets)
+            await self._deleted(info, deletions)
+            return deletions
+
+    async def _deleted(self, info: BucketInfo, deletions: list[Deletion]) -> None:
+        """After deletes committed: the files of what they removed go."""
+        for deletion in deletions:
+            for old in deletion.gone:
                 await self._stager.forget(old.chunks)
-            if removed:
-                await self._stager.settle_delete(info)
+        if any(d.gone or d.marker for d in deletions):
+            await self._stager.settle_delete(info)

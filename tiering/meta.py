@@ -180,8 +180,20 @@ class ObjectMeta(_Record):
     # Object tags (PutObjectTagging, x-amz-tagging): part of the record and
     # so of every manifest, so they survive flush, compaction and recovery.
     tags: dict[str, str] = field(default_factory=dict)
+    # Versioning (tiering/versions.py): the id S3 shows (None: the null
+    # version of a bucket never versioned; "null": written while Suspended),
+    # the sequence number the version was first written with (0: written
+    # before versions were kept), and whether this is a delete marker.
+    version: str | None = None
+    vseq: int = 0
+    delete_marker: bool = False
 
     _nested: ClassVar[dict[str, type[_Record]]] = {"checksum": Checksum, "chunks": Chunk}
+
+    @property
+    def is_null(self) -> bool:
+        """True for the key's null version."""
+        return self.version is None or self.version == "null"
 
     @property
     def staged(self) -> bool:
@@ -207,6 +219,8 @@ class BucketInfo(_Record):
     compression: bool | None = None
     part_size: int | None = None
     small_object_size: int | None = None
+    # S3 bucket versioning: None (never enabled), "Enabled" or "Suspended".
+    versioning: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from tiering import pool
 from tiering.batch import BatchReads, Member
 from tiering.conditions import WriteConditions
 from tiering.epochs import Epochs
-from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, NoSuchBucket
+from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, MalformedVersioning, NoSuchBucket
 from tiering.index import Index, ListPage
 from tiering.inputs import Integrity, NewObject, Write
 from tiering.meta import BucketInfo, ObjectMeta, Part, Upload, now_ms
@@ -31,6 +31,7 @@ from tiering.reads import Location, Read, ReadPlan, ReadTally
 from tiering.settings import TierSettings
 from tiering.tags import check_tags
 from tiering.tiers import Tiers
+from tiering.versions import STATUSES, Deletion, VersionPage
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 
@@ -58,18 +59,23 @@ class Buckets(Protocol):
 
     def plan_now(self, read: Read) -> ReadPlan | None: ...
     async def plan(self, read: Read) -> ReadPlan: ...
-    async def head(self, bucket: str, key: str) -> ObjectMeta: ...
-    async def tags(self, bucket: str, key: str) -> dict[str, str]: ...
+    async def head(self, bucket: str, key: str, version: str | None = None) -> ObjectMeta: ...
+    async def tags(self, bucket: str, key: str, version: str | None = None) -> dict[str, str]: ...
     def stream(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None,
                ask_peers: bool = True) -> AsyncIterator[bytes]: ...
     def locate(self, bucket: str, key: str, read: bool) -> Location: ...
     async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage: ...
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                            version_marker: str, max_keys: int) -> VersionPage: ...
     def writable(self, bucket: str) -> None: ...
+    async def set_versioning(self, info: BucketInfo, status: str) -> BucketInfo: ...
     async def put(self, info: BucketInfo, write: Write) -> ObjectMeta: ...
     async def rewrite_meta(self, info: BucketInfo, source: ObjectMeta, new: NewObject) -> ObjectMeta: ...
-    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str]) -> ObjectMeta: ...
-    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None) -> None: ...
-    async def delete_many(self, info: BucketInfo, keys: list[str]) -> None: ...
+    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str],
+                    version: str | None = None) -> ObjectMeta: ...
+    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None,
+                     version: str | None = None) -> Deletion: ...
+    async def delete_many(self, info: BucketInfo, targets: list[tuple[str, str | None]]) -> list[Deletion]: ...
 
 
 def copied_meta(source: ObjectMeta) -> NewObject:
@@ -140,6 +146,16 @@ class ObjectService:
             raise NoSuchBucket(BucketName=name)
         return info
 
+    async def set_versioning(self, name: str, status: str) -> BucketInfo:
+        """PutBucketVersioning: Enabled or Suspended (a bucket once versioned
+        never goes back to unversioned, as in S3; ``tiering/versions.py``)."""
+        if status not in STATUSES:
+            raise MalformedVersioning(f"Versioning status must be one of {', '.join(STATUSES)}")
+        info = await self.bucket(name)
+        info = await self._backend(name).set_versioning(info, status)
+        self._policies.changed(name)
+        return info
+
     async def set_policy(self, info: BucketInfo) -> BucketInfo:
         async with self._tiers.writing_to(info.name):
             await pool.run(self._index.update_bucket, info)
@@ -161,12 +177,13 @@ class ObjectService:
             self._epochs.observe(read.bucket, read.key)
         backend = self._backend(read.bucket)
         # A hot small object is answered from memory on the event loop; the
-        # rest (and anything that would wait for the disk) through the pool.
-        now = backend.plan_now(read)
+        # rest (and anything that would wait for the disk, or a version
+        # named by id) through the pool.
+        now = backend.plan_now(read) if read.version is None else None
         return now if now is not None else await backend.plan(read)
 
-    async def head(self, bucket: str, key: str) -> ObjectMeta:
-        return await self._backend(bucket).head(bucket, key)
+    async def head(self, bucket: str, key: str, version: str | None = None) -> ObjectMeta:
+        return await self._backend(bucket).head(bucket, key, version)
 
     async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> AsyncIterator[Member]:
         """The objects of ``keys`` in order (``tiering.batch``); with
@@ -225,6 +242,14 @@ class ObjectService:
         await self.bucket(bucket)
         return await self._backend(bucket).list(bucket, prefix, delimiter, marker, max_keys)
 
+    async def list_versions(self, bucket: str, prefix: str = "", delimiter: str = "", key_marker: str = "",
+                            version_marker: str = "", max_keys: int = 1000) -> VersionPage:
+        """ListObjectVersions: every version and delete marker, key order,
+        newest first within a key."""
+        await self.bucket(bucket)
+        return await self._backend(bucket).list_versions(bucket, prefix, delimiter, key_marker, version_marker,
+                                                         max_keys)
+
     # -- writes ------------------------------------------------------------
 
     async def _writable(self, bucket: str, key: str) -> tuple[Buckets, BucketInfo]:
@@ -268,34 +293,41 @@ class ObjectService:
         return await backend.put(info, Write(key, body, new, integrity, conditions))
 
     async def rewrite_meta(self, source: ObjectMeta, new: NewObject) -> ObjectMeta:
-        """CopyObject onto itself with REPLACE: same bytes, new metadata."""
+        """CopyObject onto itself with REPLACE: same bytes, new metadata. In
+        a versioned bucket that is a new version, which gets bytes of its
+        own (two versions never share an extent: deleting one frees them)."""
         backend, info = await self._writable(source.bucket, source.key)
         check_tags(new.tags)
+        if info.versioning is not None:
+            return await self.copy(source, source.bucket, source.key, new)
         return await backend.rewrite_meta(info, source, new)
 
-    async def retag(self, bucket: str, key: str, tags: dict[str, str]) -> ObjectMeta:
-        """Replace the tags of the current version of ``key`` (none: remove them)."""
+    async def retag(self, bucket: str, key: str, tags: dict[str, str], version: str | None = None) -> ObjectMeta:
+        """Replace the tags of the current version of ``key`` (or of
+        ``version``); none: remove them."""
         backend, info = await self._writable(bucket, key)
         check_tags(tags)
-        return await backend.retag(info, key, tags)
+        return await backend.retag(info, key, tags, version)
 
-    async def tags(self, bucket: str, key: str) -> dict[str, str]:
-        """The tags of the current version of ``key``."""
+    async def tags(self, bucket: str, key: str, version: str | None = None) -> dict[str, str]:
+        """The tags of the current version of ``key`` (or of ``version``)."""
         await self.bucket(bucket)
-        return await self._backend(bucket).tags(bucket, key)
+        return await self._backend(bucket).tags(bucket, key, version)
 
-    async def delete(self, bucket: str, key: str, conditions: WriteConditions | None = None) -> None:
-        """Idempotent, like S3: deleting a missing key succeeds (unless
-        ``conditions`` has If-Match: then it is NoSuchKey)."""
+    async def delete(self, bucket: str, key: str, conditions: WriteConditions | None = None,
+                     version: str | None = None) -> Deletion:
+        """Idempotent, like S3: deleting a missing key (or version) succeeds
+        (unless ``conditions`` has If-Match: then it is NoSuchKey). In a
+        versioned bucket, without ``version``, it puts a delete marker."""
         info = await self.bucket(bucket)
-        await self._backend(bucket).delete(info, key, conditions)
+        return await self._backend(bucket).delete(info, key, conditions, version)
 
-    async def delete_many(self, bucket: str, keys: list[str]) -> None:
-        """DeleteObjects: one index commit for all keys (managed buckets)."""
+    async def delete_many(self, bucket: str, targets: list[tuple[str, str | None]]) -> list[Deletion]:
+        """DeleteObjects: (key, version or None) each, answered in order."""
         info = await self.bucket(bucket)
-        for key in keys:
+        for key, _ in targets:
             check_key(key)
-        await self._backend(bucket).delete_many(info, keys)
+        return await self._backend(bucket).delete_many(info, targets)
 
     # -- multipart uploads -------------------------------------------------
 

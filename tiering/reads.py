@@ -78,6 +78,9 @@ class Read:
     # Another gateway asking (``tiering.cluster.peers``: FETCH or HOT): it
     # does not move epoch readers and is never passed on to a third node.
     peer: str | None = None
+    # ?versionId= (checked at the edge: "null" or a well-formed id); None
+    # reads the current version.
+    version: str | None = None
 
 
 @dataclass(slots=True)

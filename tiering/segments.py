@@ -8,7 +8,9 @@ into footers besides entries:
   every chunk's extent (wherever it lives). Recovery rebuilds objects from
   these; the newest sequence number per key wins.
 - tombstones ``(bucket, key, seq)`` for deletes, so a rebuild cannot bring
-  back a deleted key;
+  back a deleted key, and ``(bucket, key, seq, version)`` for one object
+  version deleted by its id (versioned buckets); a delete marker is a
+  version, so it travels as a manifest (``delete_marker`` set);
 - ``{"t": "bucket", ...}``: bucket created, changed or deleted.
 
 Entry labels are (bucket, key, object seq, piece index); a piece of an open
@@ -43,7 +45,7 @@ def manifest(meta: ObjectMeta) -> dict[str, Any]:
 def add_record(encoder: seg.SegmentEncoder, record: dict[str, Any]) -> None:
     """A queued footer record: tombstones go in the footer's own list."""
     if record.get("t") == "del":
-        encoder.add_tombstone(record["b"], record["k"], record["s"])
+        encoder.add_tombstone(record["b"], record["k"], record["s"], record.get("v"), record.get("n", False))
     else:
         encoder.add_record(record)
 

@@ -283,6 +283,7 @@ def recover(config: Config) -> None:
     typer.echo(
         f"recovered {report.objects} objects ({report.bytes} bytes) in {report.buckets} buckets "
         f"from {report.segments} segments; {report.deleted} deleted keys stay deleted"
+        + (f"; {report.versions} noncurrent versions and delete markers" if report.versions else "")
         + (f"; {report.incomplete} incomplete manifests skipped" if report.incomplete else "")
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gateway import body, xml
 from gateway.context import Context, owner_of
+from gateway.errors import S3Error
 from gateway.http import Response, S3Request
 from tiering.errors import BucketAlreadyOwnedByYou
 
@@ -47,8 +48,21 @@ async def get_location(ctx: Context, req: S3Request) -> Response:
 
 
 async def get_versioning(ctx: Context, req: S3Request) -> Response:
-    await ctx.service.bucket(req.bucket)
-    return Response(body=xml.versioning(), content_type=XML)
+    info = await ctx.service.bucket(req.bucket)
+    return Response(body=xml.versioning(info.versioning), content_type=XML)
+
+
+async def put_versioning(ctx: Context, req: S3Request) -> Response:
+    """Enabled or Suspended (never back to unversioned). MFA delete needs
+    an MFA device's code with the request, as in S3; this gateway has no
+    MFA devices to check one against, so it is never turned on."""
+    status, mfa = xml.parse_versioning(await body.read_small(req, MAX_XML_BODY))
+    if mfa and "x-amz-mfa" not in req.headers:
+        raise S3Error("AccessDenied", "Mfa Authentication must be used for this request")
+    if mfa:
+        raise S3Error("NotImplemented", "MFA delete is not supported by this gateway: it has no MFA devices")
+    await ctx.service.set_versioning(req.bucket, status)
+    return Response()
 
 
 async def get_acl(ctx: Context, req: S3Request) -> Response:

@@ -11,6 +11,7 @@ from gateway.context import Context, owner_of
 from gateway.errors import S3Error
 from gateway.http import Response, S3Request
 from tiering.index import ListPage
+from tiering.versions import VersionPage, parse_version
 
 XML = "application/xml"
 MAX_KEYS = 1000  # a page holds at most this many; larger asks are clamped, as S3 does
@@ -110,14 +111,24 @@ async def _list_v2(ctx: Context, req: S3Request) -> Response:
 
 
 async def list_versions(ctx: Context, req: S3Request) -> Response:
-    """Versioning is never enabled: every object is its single null version,
-    which is what tools that empty a bucket through this call expect."""
+    """Every version and delete marker, key order then newest first."""
     q = req.query
     prefix, delimiter, key_marker = q.get("prefix", ""), q.get("delimiter", ""), q.get("key-marker", "")
+    version_marker = q.get("version-id-marker", "")
+    if version_marker and not key_marker:
+        raise S3Error("InvalidArgument", "A version-id marker cannot be specified without a key marker.",
+                      ArgumentName="version-id-marker", ArgumentValue=version_marker)
+    if version_marker:
+        parse_version(version_marker)
     limit = max_keys(req)
-    page = await _page(ctx, req, prefix, delimiter, key_marker, limit)
+    if limit == 0:
+        await ctx.service.bucket(req.bucket)
+        page = VersionPage()
+    else:
+        page = await ctx.service.list_versions(req.bucket, prefix, delimiter, key_marker, version_marker, limit)
     body = xml.list_versions(
         req.bucket, page, prefix=prefix, delimiter=delimiter, max_keys=limit,
-        encoding_type=encoding_type(req), key_marker=key_marker, owner=owner_of(req),
+        encoding_type=encoding_type(req), key_marker=key_marker, version_marker=version_marker,
+        owner=owner_of(req),
     )
     return Response(body=body, content_type=XML)

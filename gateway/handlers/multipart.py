@@ -6,7 +6,7 @@ from gateway import body, headers, xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
 from gateway.handlers.listing import MAX_INT32, encoding_type, max_keys
-from gateway.handlers.objects import copy_source, write_conditions
+from gateway.handlers.objects import copy_source, version_header, write_conditions
 from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
 from tiering import checksums
@@ -96,7 +96,7 @@ async def complete_upload(ctx: Context, req: S3Request) -> Response:
     meta = await ctx.service.complete_upload(req.bucket, req.key, req.query["uploadId"], chosen, conditions)
     host = req.headers.get("host", "")
     location = f"{ctx.config.scheme}://{host}/{req.bucket}/{req.key}"
-    out = [("etag", meta.quoted_etag), headers.SSE]
+    out = [("etag", meta.quoted_etag), headers.SSE] + version_header(meta)
     if meta.checksum is not None:
         out.append(("x-amz-checksum-type", meta.checksum.type))
     return Response(headers=out, body=xml.complete_upload(location, meta), content_type=XML)

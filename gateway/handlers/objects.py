@@ -17,18 +17,23 @@ from tiering.multipart import MAX_PART_NUMBER
 from tiering.names import check_key
 from tiering.objects import copied_meta
 from tiering.reads import Read, ReadPlan
+from tiering.versions import Deletion, parse_version
 
 XML = "application/xml"
 MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them
 NOT_MODIFIED_HEADERS = ("etag", "last-modified", "cache-control", "expires")
 
 
-def _check_version(req: S3Request) -> None:
-    """Versioning is never enabled, so the only version is "null"."""
+def version_param(req: S3Request) -> str | None:
+    """?versionId=, checked: "null" or a well-formed version id (one that
+    names no version is NoSuchVersion later); None when absent."""
     version = req.query.get("versionId")
-    if version not in (None, "null"):
-        raise S3Error("InvalidArgument", "Invalid version id specified",
-                      ArgumentName="versionId", ArgumentValue=version)
+    return parse_version(version) if version is not None else None
+
+
+def version_header(meta: ObjectMeta) -> list[tuple[str, str]]:
+    """x-amz-version-id of a write's answer, for a version of a versioned bucket."""
+    return [("x-amz-version-id", meta.version)] if meta.version is not None else []
 
 
 def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
@@ -42,7 +47,7 @@ def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
 
 def _read(req: S3Request, body: bool) -> Read:
     """What a GET or HEAD asks of tiering, parsed from the request once."""
-    _check_version(req)
+    version = version_param(req)
     part_number = None
     if "partNumber" in req.query:
         try:
@@ -59,6 +64,7 @@ def _read(req: S3Request, body: bool) -> Read:
         conditions=headers.conditions(req.headers),
         body=body,
         peer=req.headers.get(PEER_HEADER),  # another gateway asking (tiering/cluster/peers.py)
+        version=version,
     )
 
 
@@ -115,14 +121,14 @@ async def put_object(ctx: Context, req: S3Request) -> Response:
     conditions = write_conditions(req)
     stream, integrity = body.prepare(req)
     meta = await ctx.service.put(req.bucket, req.key, stream, new, integrity, conditions)
-    out = [("etag", meta.quoted_etag), headers.SSE] + _checksum_headers(meta)
+    out = [("etag", meta.quoted_etag), headers.SSE] + _checksum_headers(meta) + version_header(meta)
     return Response(headers=out)
 
 
-def copy_source_name(raw: str, header: str = "x-amz-copy-source") -> tuple[str, str]:
-    """(bucket, key) of an x-amz-copy-source value: ``[/]bucket/key``, URL-encoded
-    UTF-8 (raw UTF-8 bytes are read as such too), and an optional
-    ``?versionId=`` that can only name the "null" version."""
+def copy_source_name(raw: str, header: str = "x-amz-copy-source") -> tuple[str, str, str | None]:
+    """(bucket, key, version) of an x-amz-copy-source value: ``[/]bucket/key``,
+    URL-encoded UTF-8 (raw UTF-8 bytes are read as such too), and an optional
+    ``?versionId=`` (None when absent)."""
     path, _, query = raw.partition("?")
     try:
         path = unquote_to_bytes(path.encode("latin-1")).decode("utf-8").lstrip("/")
@@ -132,17 +138,19 @@ def copy_source_name(raw: str, header: str = "x-amz-copy-source") -> tuple[str, 
     if not bucket or not key:
         raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
                       ArgumentName=header, ArgumentValue=raw)
-    version = parse_qs(query).get("versionId", [None])[0]
-    if version not in (None, "null"):
-        raise S3Error("InvalidArgument", "Invalid version id specified",
-                      ArgumentName=header, ArgumentValue=raw)
-    return bucket, key
+    version = parse_qs(query, keep_blank_values=True).get("versionId", [None])[0]
+    if version is not None:
+        try:
+            version = parse_version(version)
+        except TierstoreError as exc:
+            raise S3Error("InvalidArgument", exc.message, ArgumentName=header, ArgumentValue=raw) from exc
+    return bucket, key, version
 
 
 async def copy_source(ctx: Context, req: S3Request, prefix: str = "x-amz-copy-source") -> ObjectMeta:
-    """The object named by x-amz-copy-source, its conditions checked."""
-    bucket, key = copy_source_name(req.headers[prefix], prefix)
-    source = await ctx.service.head(bucket, key)
+    """The object (version) named by x-amz-copy-source, its conditions checked."""
+    bucket, key, version = copy_source_name(req.headers[prefix], prefix)
+    source = await ctx.service.head(bucket, key, version)
     check(source, headers.conditions(req.headers, f"{prefix}-if-"), for_copy=True)
     return source
 
@@ -168,7 +176,10 @@ async def copy_object(ctx: Context, req: S3Request) -> Response:
     algorithm = req.headers.get("x-amz-checksum-algorithm")
     if algorithm is not None and algorithm.upper() not in checksums.ALGORITHMS:
         raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported")
-    same = (source.bucket, source.key) == (req.bucket, req.key)
+    # A copy of a version named by its id onto its own key is how S3
+    # restores an older version: a new version, never "onto itself".
+    named_version = copy_source_name(req.headers["x-amz-copy-source"])[2] is not None
+    same = (source.bucket, source.key) == (req.bucket, req.key) and not named_version
     # A copy onto itself must change something S3 counts: the metadata,
     # the checksum or the encryption (asking for AES256 again counts).
     changes = replace_meta or "x-amz-server-side-encryption" in req.headers
@@ -186,36 +197,55 @@ async def copy_object(ctx: Context, req: S3Request) -> Response:
     else:
         meta = await ctx.service.copy(source, req.bucket, req.key, new, algorithm.upper() if algorithm else None,
                                       conditions)
-    return Response(headers=[headers.SSE], body=xml.copy_object(meta), content_type=XML)
+    out = [headers.SSE] + version_header(meta)
+    if source.version is not None:
+        out.append(("x-amz-copy-source-version-id", source.version))
+    return Response(headers=out, body=xml.copy_object(meta), content_type=XML)
 
 
 async def delete_object(ctx: Context, req: S3Request) -> Response:
-    _check_version(req)
+    version = version_param(req)
     match = req.headers.get("if-match")
     conditions = WriteConditions(if_match=match.strip()) if match is not None else None
-    await ctx.service.delete(req.bucket, req.key, conditions)
-    return Response(status=204)
+    deletion = await ctx.service.delete(req.bucket, req.key, conditions, version)
+    out = []
+    if deletion.version is not None:
+        out.append(("x-amz-version-id", deletion.version))
+    if deletion.marker:
+        out.append(("x-amz-delete-marker", "true"))
+    return Response(status=204, headers=out)
 
 
 async def delete_objects(ctx: Context, req: S3Request) -> Response:
     data = await body.read_small(req, MAX_DELETE_BODY)
     quiet, targets = xml.parse_delete(data)
     await ctx.service.bucket(req.bucket)
-    outcomes: list[xml.DeleteOutcome] = []
-    deletable: list[str] = []
+    outcomes: list[xml.DeleteOutcome | None] = []
+    batch: list[tuple[str, str | None]] = []  # deleted together, in one call
     for key, version, etag in targets:
         try:
-            if version not in (None, "null"):
-                raise S3Error("InvalidArgument", "Invalid version id specified")
             check_key(key)
+            version = parse_version(version) if version is not None else None
             if etag is not None:  # a conditional delete of its own (If-Match)
-                await ctx.service.delete(req.bucket, key, WriteConditions(if_match=etag))
+                outcomes.append(_outcome(key, version, await ctx.service.delete(
+                    req.bucket, key, WriteConditions(if_match=etag), version)))
             else:
-                deletable.append(key)
-            outcomes.append(xml.DeleteOutcome(key, version))
+                batch.append((key, version))
+                outcomes.append(None)  # filled in below, in request order
         except (TierstoreError, S3Error) as exc:
             err = to_s3_error(exc)
             outcomes.append(xml.DeleteOutcome(key, version, err.code, err.message))
-    # One synced index batch for the whole request instead of one per key.
-    await ctx.service.delete_many(req.bucket, deletable)
-    return Response(body=xml.delete_result(outcomes, quiet), content_type=XML)
+    # In a bucket never versioned, one synced index batch for the whole
+    # request instead of one per key.
+    done = iter(await ctx.service.delete_many(req.bucket, batch))
+    pending = iter(batch)
+    answered = [o if o is not None else _outcome(*next(pending), next(done)) for o in outcomes]
+    return Response(body=xml.delete_result(answered, quiet), content_type=XML)
+
+
+def _outcome(key: str, version: str | None, deletion: Deletion) -> xml.DeleteOutcome:
+    """DeleteObjects' <Deleted> for one key: a delete marker made (its id
+    as DeleteMarkerVersionId), or the version deleted."""
+    if version is None and deletion.marker:
+        return xml.DeleteOutcome(key, None, marker=True, marker_version=deletion.version)
+    return xml.DeleteOutcome(key, version, marker=deletion.marker)

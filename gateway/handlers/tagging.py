@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gateway import body, xml
 from gateway.context import Context
-from gateway.handlers.objects import _check_version as check_version
+from gateway.handlers.objects import version_header, version_param
 from gateway.http import Response, S3Request
 
 XML = "application/xml"
@@ -17,19 +17,21 @@ MAX_TAGGING_BODY = 64 * 1024  # ten tags of 128 + 256 characters are ~10 KiB
 
 
 async def get_tagging(ctx: Context, req: S3Request) -> Response:
-    check_version(req)
-    tags = await ctx.service.tags(req.bucket, req.key)
-    return Response(body=xml.tagging(tags), content_type=XML)
+    version = version_param(req)
+    if version is None:
+        tags = await ctx.service.tags(req.bucket, req.key)
+        return Response(body=xml.tagging(tags), content_type=XML)
+    meta = await ctx.service.head(req.bucket, req.key, version)
+    return Response(headers=version_header(meta), body=xml.tagging(meta.tags), content_type=XML)
 
 
 async def put_tagging(ctx: Context, req: S3Request) -> Response:
-    check_version(req)
+    version = version_param(req)
     tags = xml.parse_tagging(await body.read_small(req, MAX_TAGGING_BODY))
-    await ctx.service.retag(req.bucket, req.key, tags)
-    return Response()
+    meta = await ctx.service.retag(req.bucket, req.key, tags, version)
+    return Response(headers=version_header(meta))
 
 
 async def delete_tagging(ctx: Context, req: S3Request) -> Response:
-    check_version(req)
-    await ctx.service.retag(req.bucket, req.key, {})
-    return Response(status=204)
+    meta = await ctx.service.retag(req.bucket, req.key, {}, version_param(req))
+    return Response(status=204, headers=version_header(meta))

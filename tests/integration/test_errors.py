@@ -578,7 +578,7 @@ def test_list_real_continuation_token_still_works(s3r: RecordingClient, bucket: 
         ("GET", "/{b}?cors"),
         ("PUT", "/{b}?tagging"),
         ("DELETE", "/{b}?policy"),
-        ("PUT", "/{b}?versioning"),
+        ("DELETE", "/{b}?versioning"),
         ("DELETE", "/{b}?tagging"),
     ],
 )

@@ -435,6 +435,26 @@ def test_a_mount_refuses_tags_and_conditional_writes_plainly(gw: Gateway, moto_e
     assert client.get_object(Bucket="plain", Key="obj")["Body"].read() == b"x"
 
 
+def test_a_mount_refuses_versioning_plainly(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
+    """A mount's objects are the source's own, one per key: PutBucketVersioning
+    is 501 naming why, the status stays unset, and every object is its one
+    null version (a version id of another is NoSuchVersion)."""
+    mount(gw, "unversioned", "s3://datasets/unversioned", moto_endpoint, read_write=True)
+    client.put_object(Bucket="unversioned", Key="obj", Body=b"x")
+    with pytest.raises(ClientError) as failed:
+        client.put_bucket_versioning(Bucket="unversioned", VersioningConfiguration={"Status": "Enabled"})
+    assert failed.value.response["Error"]["Code"] == "NotImplemented"
+    assert "mount" in failed.value.response["Error"]["Message"]
+    assert "Status" not in client.get_bucket_versioning(Bucket="unversioned")
+    assert client.get_object(Bucket="unversioned", Key="obj", VersionId="null")["Body"].read() == b"x"
+    assert error_code(lambda: client.get_object(Bucket="unversioned", Key="obj",
+                                                VersionId="00000000000000ff")) == "NoSuchVersion"
+    listed = client.list_object_versions(Bucket="unversioned")
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed["Versions"]] == [("obj", "null", True)]
+    client.delete_object(Bucket="unversioned", Key="obj", VersionId="null")
+    assert "Contents" not in client.list_objects_v2(Bucket="unversioned")
+
+
 def test_multipart_uploads_on_a_read_write_mount_pass_through(gw: Gateway, moto_endpoint: str, client) -> None:  # type: ignore[no-untyped-def]
     src = direct(moto_endpoint)
     mount(gw, "shards", "s3://datasets/shards", moto_endpoint, read_write=True)

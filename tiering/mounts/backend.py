@@ -11,12 +11,13 @@ from packer.ranges import ByteRange
 from tiering.cluster.peers import HOT
 from tiering.conditions import WriteConditions
 from tiering.digests import ingest
-from tiering.errors import NotHot, NotSupported
+from tiering.errors import NoSuchVersion, NotHot, NotSupported
 from tiering.index import ListPage
 from tiering.inputs import Integrity, NewObject, Write
 from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
 from tiering.mounts.uploads import MountUploads, refuse_tags, tags_refused
+from tiering.versions import NULL, Deletion, VersionEntry, VersionPage
 from tiering.reads import (
     SMALL_READ,
     Location,
@@ -38,7 +39,8 @@ class MountedBuckets:
 
     # -- reads -------------------------------------------------------------
 
-    async def head(self, bucket: str, key: str) -> ObjectMeta:
+    async def head(self, bucket: str, key: str, version: str | None = None) -> ObjectMeta:
+        _only_null(key, version)
         return await self._mounts.head(bucket, key)
 
     def plan_now(self, read: Read) -> ReadPlan | None:
@@ -52,6 +54,7 @@ class MountedBuckets:
         its first bytes, which are its whole body when it is small: a cold
         small read costs the source one request. A HEAD, or a GET with
         conditions (whose answer may send no body), asks with a HEAD."""
+        _only_null(read.key, read.version)
         small = SMALL_READ if read.body and not read.conditions else 0
         meta, data = await self._mounts.open_for_read(read.bucket, read.key, small)
         decision = decide(meta, read)
@@ -85,6 +88,20 @@ class MountedBuckets:
     async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage:
         return await self._mounts.list_objects(bucket, prefix, delimiter, marker, max_keys)
 
+    async def list_versions(self, bucket: str, prefix: str, delimiter: str, key_marker: str,
+                            version_marker: str, max_keys: int) -> VersionPage:
+        """A mount's objects are each their one null version (the source's
+        own versions are not passed through: docs/s3-compatibility.md)."""
+        if version_marker:  # the only version of key_marker is listed already
+            key_marker = key_marker + "\x00"
+        page = await self.list(bucket, prefix, delimiter, key_marker, max_keys)
+        return VersionPage(
+            entries=[VersionEntry(e.key, NULL, True, False, e.size, e.etag, e.last_modified_ms, e.checksum_algorithm)
+                     for e in page.contents],
+            prefixes=page.prefixes, truncated=page.truncated,
+            next_key=page.last, next_version=NULL if page.last is not None and page.last not in page.prefixes else None,
+        )
+
     # -- writes (read-write mounts) ----------------------------------------
 
     def writable(self, bucket: str) -> None:
@@ -113,18 +130,34 @@ class MountedBuckets:
         body = self.stream(source, ByteRange(0, source.size))
         return await self.put(info, Write(source.key, body, new, Integrity(expected_size=source.size)))
 
-    async def tags(self, bucket: str, key: str) -> dict[str, str]:
+    async def tags(self, bucket: str, key: str, version: str | None = None) -> dict[str, str]:
         raise tags_refused(bucket)
 
-    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str]) -> ObjectMeta:
+    async def retag(self, info: BucketInfo, key: str, tags: dict[str, str], version: str | None = None) -> ObjectMeta:
         raise tags_refused(info.name)
 
-    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None) -> None:
+    async def delete(self, info: BucketInfo, key: str, conditions: WriteConditions | None = None,
+                     version: str | None = None) -> Deletion:
         if conditions:
             raise NotSupported("Conditional deletes in a mounted bucket are not supported")
+        if version not in (None, NULL):
+            return Deletion(version)  # no such version: S3 answers 204
         await self._mounts.delete(info.name, key)
+        return Deletion(version)
 
-    async def delete_many(self, info: BucketInfo, keys: list[str]) -> None:
-        for key in keys:
-            await self._mounts.delete(info.name, key)
+    async def delete_many(self, info: BucketInfo, targets: list[tuple[str, str | None]]) -> list[Deletion]:
+        return [await self.delete(info, key, None, version) for key, version in targets]
+
+    async def set_versioning(self, info: BucketInfo, status: str) -> BucketInfo:
+        raise NotSupported(
+            f"Bucket {info.name} is a mount of {self._mounts.get(info.name).source}: its objects are the "  # type: ignore[union-attr]
+            "source's own, one per key, so the gateway cannot keep versions of them; enable versioning on "
+            "the source bucket instead"
+        )
+
+
+def _only_null(key: str, version: str | None) -> None:
+    """A mounted object is its one null version."""
+    if version not in (None, NULL):
+        raise NoSuchVersion("The specified version does not exist.", Key=key, VersionId=version)
 

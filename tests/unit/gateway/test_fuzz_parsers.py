@@ -51,6 +51,7 @@ from tiering.errors import NotModified, PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
 from tiering.names import MAX_KEY_BYTES, check_bucket_name, check_key
 from tiering.tags import check_tags
+from tiering.versions import version_id
 
 EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(
@@ -237,7 +238,8 @@ XML_BODIES = st.one_of(
     st.builds(lambda prologue, tree: (prologue + tree).encode("utf-8", "surrogatepass"), _PROLOGUES, XML_TREES),
 )
 XML_PARSERS = {"Delete": xml.parse_delete, "CompleteMultipartUpload": xml.parse_complete,
-               "CreateBucketConfiguration": xml.parse_location_constraint, "Tagging": xml.parse_tagging}
+               "CreateBucketConfiguration": xml.parse_location_constraint, "Tagging": xml.parse_tagging,
+               "VersioningConfiguration": xml.parse_versioning}
 
 
 @FUZZ
@@ -252,6 +254,10 @@ XML_PARSERS = {"Delete": xml.parse_delete, "CompleteMultipartUpload": xml.parse_
 @example("Tagging", b"<Tagging><TagSet><Tag><Key>k</Key><Value/></Tag><Tag><Key>k</Key><Value>v</Value></Tag>"
          b"</TagSet></Tagging>")  # a key twice
 @example("Tagging", b"<Tagging><TagSet><Tag><Key>k</Key></Tag></TagSet></Tagging>")  # no Value
+@example("VersioningConfiguration", b"<VersioningConfiguration><Status>Enabled</Status>"
+         b"<MfaDelete>Maybe</MfaDelete></VersioningConfiguration>")
+@example("VersioningConfiguration", b"<VersioningConfiguration><Status>enabled</Status></VersioningConfiguration>")
+@example("VersioningConfiguration", b"<VersioningConfiguration/>")
 def test_xml_bodies_parse_or_are_malformed(kind: str, data: bytes) -> None:
     got = outcome(f"XML {kind}", XML_PARSERS[kind], data)
     if isinstance(got, S3Error):
@@ -265,6 +271,9 @@ def test_xml_bodies_parse_or_are_malformed(kind: str, data: bytes) -> None:
         outcome("tag set", check_tags, got)
     elif kind == "CompleteMultipartUpload":
         assert got and all(p.part_number >= 0 for p in got)
+    elif kind == "VersioningConfiguration":
+        status, mfa = got
+        assert status in ("Enabled", "Suspended") and isinstance(mfa, bool)
 
 
 # What XML 1.0 can carry (S3 keys outside it only travel URL-encoded).
@@ -273,7 +282,8 @@ XML_CHARS = st.one_of(st.sampled_from("\t\n\r"), st.characters(
 
 
 @FUZZ
-@given(st.lists(st.tuples(st.text(XML_CHARS, min_size=1, max_size=20), st.sampled_from([None, "null"]),
+@given(st.lists(st.tuples(st.text(XML_CHARS, min_size=1, max_size=20),
+                          st.sampled_from([None, "null", "00000000000000ff"]),
                           st.sampled_from([None, '"0123456789abcdef0123456789abcdef"', "*"])),
                 min_size=1, max_size=8), st.booleans())
 def test_delete_round_trip(wanted: list[tuple[str, str | None, str | None]], quiet: bool) -> None:
@@ -320,8 +330,8 @@ BOMBS = {
 }
 
 
-@pytest.mark.parametrize("parse", [xml.parse_delete, xml.parse_complete, xml.parse_tagging],
-                         ids=["Delete", "Complete", "Tagging"])
+@pytest.mark.parametrize("parse", [xml.parse_delete, xml.parse_complete, xml.parse_tagging, xml.parse_versioning],
+                         ids=["Delete", "Complete", "Tagging", "Versioning"])
 @pytest.mark.parametrize("name", sorted(BOMBS))
 def test_xml_bombs_are_malformed_in_bounded_memory(name: str, parse: Callable[[bytes], object]) -> None:
     """No DTD is read (so no entity is expanded or fetched), and a tree
@@ -504,7 +514,8 @@ COPY_SOURCES = st.one_of(
     LATIN1,
     st.builds(lambda lead, b, k, q: f"{lead}{b}/{k}{q}", st.sampled_from(["", "/", "//"]),
               st.sampled_from(["bucket", "", "%FF", "b%00"]), st.one_of(LATIN1, st.just("%c3%28")),
-              st.sampled_from(["", "?versionId=null", "?versionId=3", "?versionId=%FF", "?"])),
+              st.sampled_from(["", "?versionId=null", "?versionId=3", "?versionId=%FF", "?", "?versionId=",
+                               "?versionId=00000000000000ff", "?versionId=00000000000000FF"])),
 )
 
 
@@ -515,16 +526,18 @@ COPY_SOURCES = st.one_of(
 def test_copy_source_names_an_object_or_is_refused(raw: str) -> None:
     got = outcome("x-amz-copy-source", objects.copy_source_name, raw)
     if not isinstance(got, S3Error):
-        bucket, key = got
+        bucket, key, version = got
         assert bucket and key
+        assert version is None or version == "null" or int(version, 16) >= 0
 
 
 @FUZZ
 @given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=60), st.sampled_from(["", "/"]),
-       st.sampled_from(["", "?versionId=null"]))
-def test_copy_source_round_trip(key: str, lead: str, version: str) -> None:
+       st.one_of(st.none(), st.just("null"), st.integers(1, 2**63).map(version_id)))
+def test_copy_source_round_trip(key: str, lead: str, version: str | None) -> None:
     TRIED["x-amz-copy-source round trip"] += 1
-    assert objects.copy_source_name(f"{lead}bucket/{quote(key, safe='/~')}{version}") == ("bucket", key)
+    query = f"?versionId={version}" if version is not None else ""
+    assert objects.copy_source_name(f"{lead}bucket/{quote(key, safe='/~')}{query}") == ("bucket", key, version)
 
 
 @FUZZ
@@ -611,6 +624,46 @@ def test_continuation_tokens_are_keys_or_refused(token: str) -> None:
 def test_continuation_token_round_trip(last: str) -> None:
     TRIED["continuation-token round trip"] += 1
     assert listing._untoken(listing._token(last)) == last
+
+
+# -- versions: ?versionId=, version-id-marker, VersioningConfiguration ---------------
+
+
+VERSION_IDS = st.one_of(TOKENS, st.integers(0, 2**64 - 1).map(version_id), st.just("null"),
+                        st.text("0123456789abcdefABCDEF", min_size=15, max_size=17))
+
+
+@FUZZ
+@given(VERSION_IDS)
+@example("")
+@example("NULL")
+@example("00000000000000fF")
+def test_version_ids_are_well_formed_or_refused_with_400(value: str) -> None:
+    got = outcome("versionId", objects.version_param, request({"versionId": value}))
+    if isinstance(got, S3Error):
+        assert got.code == "InvalidArgument" and got.status == 400, got
+    else:
+        assert got == "null" or version_id(int(got, 16)) == got
+
+
+@FUZZ
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1))
+def test_version_ids_round_trip_in_version_order(a: int, b: int) -> None:
+    TRIED["versionId round trip"] += 1
+    assert objects.version_param(request({"versionId": version_id(a)})) == version_id(a)
+    assert (version_id(a) < version_id(b)) == (a < b)
+
+
+@FUZZ
+@given(st.sampled_from(["Enabled", "Suspended"]), st.sampled_from([None, "Enabled", "Disabled"]),
+       st.sampled_from(["", f' xmlns="{xml.NS}"']), st.sampled_from(["", " ", "\n"]))
+def test_versioning_configuration_round_trip(status: str, mfa: str | None, ns: str, pad: str) -> None:
+    TRIED["XML VersioningConfiguration round trip"] += 1
+    body = (f"<VersioningConfiguration{ns}>{pad}<Status>{pad}{status}{pad}</Status>"
+            + (f"<MfaDelete>{mfa}</MfaDelete>" if mfa else "") + "</VersioningConfiguration>")
+    assert xml.parse_versioning(body.encode()) == (status, mfa == "Enabled")
+    got = ET.fromstring(xml.versioning(status))
+    assert [child.text for child in got] == [status]
 
 
 # -- checksums, Content-MD5 and body framing headers ------------------------------------------

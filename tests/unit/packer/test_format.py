@@ -77,9 +77,10 @@ def build(
         out.append(stored)
         # Interleave tombstones and records with entries: order among kinds is free.
         if i < len(tombstones):
-            encoder.add_tombstone(tombstones[i].bucket, tombstones[i].key, tombstones[i].seq)
-    for tombstone in tombstones[len(pieces):]:
-        encoder.add_tombstone(tombstone.bucket, tombstone.key, tombstone.seq)
+            t = tombstones[i]
+            encoder.add_tombstone(t.bucket, t.key, t.seq, t.version, t.null)
+    for t in tombstones[len(pieces):]:
+        encoder.add_tombstone(t.bucket, t.key, t.seq, t.version, t.null)
     for record in records:
         encoder.add_record(record)
     assert encoder.entries == refs
@@ -140,7 +141,9 @@ pieces_strategy = st.builds(
     upload=st.none() | names,
     meta=st.none() | json_objects,
 )
-tombstones_strategy = st.builds(Tombstone, bucket=names, key=names, seq=counts)
+tombstones_strategy = st.builds(Tombstone, bucket=names, key=names, seq=counts) | st.builds(
+    Tombstone, bucket=names, key=names, seq=counts, version=counts, null=st.booleans()
+)
 
 
 @st.composite
@@ -488,4 +491,77 @@ def test_future_versions_are_unsupported() -> None:
     with pytest.raises(UnsupportedVersion):
         decode_segment(forge(frame, flags=4))
     with pytest.raises(UnsupportedVersion):
-        decode_segment(forge_json(valid_document(v=2, entries=[])))
+        decode_segment(forge_json(valid_document(v=3, entries=[])))
+
+
+# --- footer version 2: tombstones of one object version ----------------------
+
+
+def test_version_one_footers_still_decode() -> None:
+    """A segment written before versioning (footer "v": 1, key tombstones
+    only) reads as it did: its tombstones delete whole keys."""
+    document = valid_document(tombstones=[{"bucket": "b", "key": "gone", "seq": 7}])
+    footer, raws = decode_segment(forge_json(document, b"abc"))
+    assert raws == [b"abc"]
+    assert footer.tombstones == (Tombstone("b", "gone", 7),)
+    assert footer.tombstones[0].version is None
+
+
+def test_version_one_footers_ignore_version_fields() -> None:
+    """Version fields mean nothing in a version-1 footer (none was ever
+    written there): the tombstone stays a key tombstone."""
+    document = valid_document(tombstones=[{"bucket": "b", "key": "k", "seq": 7, "version": 3, "null": True}])
+    footer, _ = decode_segment(forge_json(document, b"abc"))
+    assert footer.tombstones == (Tombstone("b", "k", 7),)
+
+
+def test_version_tombstones_round_trip() -> None:
+    encoder = SegmentEncoder("s", 0)
+    out = [encoder.header()]
+    encoder.add_tombstone("b", "k", 9, 5)
+    encoder.add_tombstone("b", "k", 10, 6, null=True)
+    encoder.add_tombstone("b", "whole", 11)
+    encoder.add_tombstone("b", "x", 12, None, null=True)  # null without a version means nothing
+    out.append(encoder.finish())
+    footer, _ = decode_segment(b"".join(out))
+    assert footer.tombstones == (
+        Tombstone("b", "k", 9, 5), Tombstone("b", "k", 10, 6, True), Tombstone("b", "whole", 11),
+        Tombstone("b", "x", 12),
+    )
+    frame = b"".join(out)[footer.data_end:-TRAILER_SIZE]
+    document = json.loads(zstandard.ZstdDecompressor().decompress(frame))
+    assert document["v"] == 2
+    assert document["tombstones"][0] == {"bucket": "b", "key": "k", "seq": 9, "version": 5}
+
+
+@pytest.mark.parametrize(
+    "tombstone",
+    [
+        {"bucket": "b", "key": "k", "seq": 1, "version": -1},
+        {"bucket": "b", "key": "k", "seq": 1, "version": "5"},
+        {"bucket": "b", "key": "k", "seq": 1, "version": True},
+        {"bucket": "b", "key": "k", "seq": 1, "version": 5, "null": 1},
+        {"bucket": "b", "key": "k", "seq": 1, "version": 5, "null": "yes"},
+    ],
+)
+def test_malformed_version_tombstones_are_corrupt(tombstone: dict[str, Any]) -> None:
+    with pytest.raises(CorruptData):
+        decode_segment(forge_json(valid_document(v=2, tombstones=[tombstone]), b"abc"))
+
+
+def test_what_a_tombstone_kills() -> None:
+    whole = Tombstone("b", "k", 9)
+    assert whole.kills(3, False) and whole.kills(0, True)
+    one = Tombstone("b", "k", 9, 5)
+    assert one.kills(5, False) and not one.kills(4, False) and not one.kills(6, False)
+    null = Tombstone("b", "k", 9, 5, True)
+    # A null version's tombstone also kills the older null versions it replaced.
+    assert null.kills(5, True) and null.kills(2, True) and null.kills(0, True)
+    assert not null.kills(6, True) and not null.kills(2, False)
+
+
+def test_version_tombstone_arguments_are_checked() -> None:
+    encoder = SegmentEncoder("s", 0)
+    encoder.header()
+    with pytest.raises(ValueError):
+        encoder.add_tombstone("b", "k", 1, -1)
