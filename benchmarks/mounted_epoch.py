@@ -12,7 +12,9 @@ by operation (counted by the delay proxy), against the epoch's length and
 the window.
 
 Started on 127.0.0.1, each stopped by its PID at the end, temp dirs
-removed: moto behind ``delay_proxy.DelayProxy`` (``--latency-ms``, 20),
+removed: moto (or with ``--store rclone``, ``rclone serve s3`` of a
+directory: a faster S3 server, with keep-alive) behind
+``delay_proxy.DelayProxy`` (``--latency-ms``, 20),
 the gateway on its defaults, nginx-local (when nginx is installed or can
 be installed with apt-get). ``--objects`` (20,000; ``--quick`` 2,000)
 objects of ``--size`` (64 KiB) are put straight into moto and written as
@@ -34,11 +36,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from _common import delayed_moto, gateway, machine, process_cpu, table, temp_dir, write_results
+from _common import (
+    DelayedMoto,
+    delayed_moto,
+    gateway,
+    machine,
+    process_cpu,
+    table,
+    temp_dir,
+    write_results,
+)
 from _compare_client import PlainClient, SignedClient
-from _compare_peers import NginxLocal, ensure_nginx
+from _compare_peers import NginxLocal, RcloneStore, ensure_nginx
 from _compare_workloads import epoch
 from capacity import MOTO_KEY, moto_client
+from delay_proxy import DelayProxy
 from epoch import Admin, body_of, checker, key_of
 
 from tests.servers import children
@@ -49,17 +61,20 @@ MOUNTED = "mounted"  # the gateway's bucket
 KiB = 1024
 
 
-def put_source(endpoint: str, keys: list[str], size: int, www: Path) -> None:
-    """The data set into moto (no delay) and, for nginx, into ``www/mounted``."""
-    s3 = moto_client(endpoint)
-    s3.create_bucket(Bucket=SOURCE)
+def put_source(endpoint: str | None, keys: list[str], size: int, www: Path, files: Path | None) -> None:
+    """The data set into moto at ``endpoint`` (no delay), or as files under
+    ``files`` (rclone's root); for nginx, into ``www/mounted``."""
+    s3 = moto_client(endpoint) if endpoint else None
+    if s3 is not None:
+        s3.create_bucket(Bucket=SOURCE)
 
     def put(i: int) -> None:
         body = body_of(i, size)
-        s3.put_object(Bucket=SOURCE, Key=f"{PREFIX}/{keys[i]}", Body=body)
-        path = www / MOUNTED / keys[i]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(body)
+        if s3 is not None:
+            s3.put_object(Bucket=SOURCE, Key=f"{PREFIX}/{keys[i]}", Body=body)
+        for path in [www / MOUNTED / keys[i]] + ([files / SOURCE / PREFIX / keys[i]] if files else []):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(body)
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(put, range(len(keys))))
@@ -83,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--freshness", type=int, default=60, help="the mount's freshness, seconds (60, its default)")
     ap.add_argument("--warm", type=int, default=3, help="rounds of a warm epoch and nginx-local's (3)")
+    ap.add_argument("--store", choices=("moto", "rclone"), default="moto",
+                    help="the S3 server holding the data set: moto (default) or rclone serve s3 of a directory")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
@@ -91,9 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     check = checker(args.size)
     results: dict[str, dict] = {}
     nginx = ensure_nginx()
-    with temp_dir("mounted-epoch") as tmp, delayed_moto(args.latency_ms) as moto, contextlib.ExitStack() as stack:
-        print(f"putting {objects:,} objects into the store ...", flush=True)
-        put_source(moto.endpoint, keys, args.size, tmp / "www")
+    with temp_dir("mounted-epoch") as tmp, contextlib.ExitStack() as stack:
+        print(f"putting {objects:,} objects into the store ({args.store}) ...", flush=True)
+        if args.store == "moto":
+            moto = stack.enter_context(delayed_moto(args.latency_ms))
+            put_source(moto.endpoint, keys, args.size, tmp / "www", None)
+        else:  # the files first: rclone serves the directory as it finds it
+            put_source(None, keys, args.size, tmp / "www", tmp / "store")
+            rclone = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store").start())
+            proxy = stack.enter_context(DelayProxy(rclone.port))
+            proxy.delay_s = args.latency_ms / 2000
+            moto = DelayedMoto(rclone.endpoint, rclone.proc.pid, proxy)  # type: ignore[union-attr]
         gw = stack.enter_context(gateway(tmp / "data"))
         admin = Admin(gw.admin_url)
         stack.callback(admin.close)
@@ -138,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.2f}",
                      ", ".join(f"{op} {n}" for op, n in sorted(f["store"].items())) or "0"])
     print(machine())
-    print(f"mounted data set of {objects:,} x {args.size:,} B, store +{args.latency_ms:g} ms, "
+    print(f"mounted data set of {objects:,} x {args.size:,} B, store {args.store} +{args.latency_ms:g} ms, "
           f"freshness {args.freshness} s, {args.readers} lean readers, a new shuffled order each epoch")
     print(table(["epoch", "objects/s", "seconds", "p50 ms", "p99 ms", "x nginx-local (same round); cold: x the store",
                  "server CPU s / 1k GETs", "store requests"], rows))

@@ -4,14 +4,13 @@ and ``tierstore recover`` (issue 25)."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
 
 from tests.conftest import assert_consistent, make_client
-from tests.integration.oracle import blob, kill, recover, segment_files
+from tests.integration.oracle import blob, crash_then_lose_the_disk, segment_files
 from tests.servers import Gateway
 
 MiB = 1024 * 1024
@@ -205,20 +204,8 @@ def test_tags_survive_flush_compaction_crash_and_recover(tmp_path: Path) -> None
     s3.put_object_tagging(Bucket="tags", Key="small/00", Tagging=tag_set(expected["small/00"]))
     s3.delete_object_tagging(Bucket="tags", Key="large/0")
     expected["large/0"] = {}
-    kill(gw)
-    gw.start()
-    check("after a crash")
-    gw.flush()
-    gw.stop()
-    assert_consistent(gw)
-    # The node's disk is lost: everything comes back from the segments' footers.
-    shutil.rmtree(gw.data_dir)
-    done = recover(gw.data_dir, cap[:2])
-    assert done.returncode == 0, done.stdout + done.stderr
+    # Then the node's disk is lost: everything comes back from the segments' footers.
     assert segment_files(tmp_path / "cap")
-    gw.start()
-    try:
-        check("after recover")
-    finally:
-        gw.stop()
+    crash_then_lose_the_disk(gw, cap[:2], check)
+    gw.stop()
     assert_consistent(gw)

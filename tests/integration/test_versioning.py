@@ -6,7 +6,6 @@ markers, and every version through a flush, a compaction, a SIGKILL and
 
 from __future__ import annotations
 
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.conftest import assert_consistent, make_client
-from tests.integration.oracle import blob, kill, recover, segment_files
+from tests.integration.oracle import blob, crash_then_lose_the_disk, segment_files
 from tests.servers import Gateway
 
 MiB = 1024 * 1024
@@ -408,20 +407,10 @@ def test_versions_survive_flush_compaction_crash_and_recover(tmp_path: Path) -> 
     data = b"after the flush"
     content[("small/05", s3.put_object(Bucket="ver", Key="small/05", Body=data)["VersionId"])] = data
     markers.add(s3.delete_object(Bucket="ver", Key="small/06")["VersionId"])
-    kill(gw)
-    gw.start()
-    check("after a crash")
-    gw.flush()
-    gw.stop()
-    assert_consistent(gw)
-    # The node's disk is lost: every version and marker comes back from the footers.
-    shutil.rmtree(gw.data_dir)
-    done = recover(gw.data_dir, cap[:2])
-    assert done.returncode == 0, done.stdout + done.stderr
+    # Then the node's disk is lost: every version and marker comes back from the footers.
     assert segment_files(tmp_path / "cap")
-    gw.start()
+    crash_then_lose_the_disk(gw, cap[:2], check)
     try:
-        check("after recover")
         client = make_client(gw.endpoint)
         tags = client.get_object_tagging(Bucket="ver", Key=noncurrent[0], VersionId=noncurrent[1])["TagSet"]
         assert tags == [{"Key": "kept", "Value": "yes"}]
