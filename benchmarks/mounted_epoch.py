@@ -1,7 +1,7 @@
 """Epochs of a mounted data set that outlast the mount's freshness window,
 side by side with nginx serving the same files from local disk.
 
-The user's case of docs/mounts.md: a data set already in S3 is mounted
+A mounted bucket (docs/architecture.md, "Mounted buckets"): a data set already in S3 is mounted
 (``POST /mounts``, the defaults but for ``--freshness``), and epochs read
 it in a shuffled order. Once an epoch takes longer than the freshness
 window, every object it reads was validated longer ago than that: unless
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"store {figures['store']}", flush=True)
             return figures
 
-        run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid]}, seed=0,
+        run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid, *children(moto.pid)]}, seed=0,
             bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
         for r in range(1, args.warm + 1):
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             peer = results["the store directly"]
         ratio = f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x" if peer and name.startswith("tierstore") else "-"
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
-                     f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.2f}",
+                     f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.3f}",
                      ", ".join(f"{op} {n}" for op, n in sorted(f["store"].items())) or "0"])
     print(machine())
     print(f"mounted data set of {objects:,} x {args.size:,} B, store {args.store} +{args.latency_ms:g} ms, "
