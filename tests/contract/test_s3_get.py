@@ -19,7 +19,7 @@ from botocore.credentials import Credentials
 
 from tests.faults import FaultProxy, Rates, get_object
 from tiering.capacity.s3 import S3Store
-from tiering.capacity.s3_get import Keys, LeanGetter, _error_fields
+from tiering.capacity.s3_get import Keys, LeanGetter, _error_fields, env_proxy
 from tiering.errors import CapacityError, CapacityNotFound
 
 pytestmark = pytest.mark.anyio
@@ -103,6 +103,25 @@ async def test_a_lean_listing_page_is_botocores(s3store: S3Store) -> None:
     with pytest.raises(ClientError) as caught:
         await lean.list_objects_v2(Bucket="no-such-bucket-here")
     assert caught.value.response["Error"]["Code"] == "NoSuchBucket"
+
+
+def test_the_proxy_comes_from_the_environment_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "ALL_PROXY",
+                 "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+    def proxy(endpoint: str) -> str | None:
+        return LeanGetter(endpoint, "r", _no_keys, connections=1, connect_timeout=1, read_timeout=1)._proxy
+
+    assert proxy("http://minio:9000") is None
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    monkeypatch.setenv("HTTPS_PROXY", "http://tls-proxy.internal:3128")
+    assert env_proxy("http", "minio") == "http://proxy.internal:3128"
+    assert proxy("http://minio:9000") == "http://proxy.internal:3128"
+    assert proxy("https://s3.example.com") == "http://tls-proxy.internal:3128"
+    monkeypatch.setenv("NO_PROXY", "minio,.example.com")
+    assert proxy("http://minio:9000") is None and proxy("https://s3.example.com") is None
+    assert proxy("http://other:9000") == "http://proxy.internal:3128"
 
 
 def test_host_is_what_aiohttp_sends() -> None:

@@ -22,6 +22,7 @@ import contextlib
 import re
 import ssl
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -101,6 +102,7 @@ class LeanGetter:
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._tls: ssl.SSLContext | bool = True if tls is None else tls
+        self._proxy = env_proxy(parts.scheme, parts.hostname)
 
     async def start(self) -> None:
         if self._session is None:
@@ -108,7 +110,10 @@ class LeanGetter:
                 connector=aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=60, ssl=self._tls),
                 timeout=self._timeout,
                 auto_decompress=False,
-                trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as botocore honours them
+                # The proxy from the environment is looked up once (env_proxy);
+                # aiohttp's trust_env would do it per request, in a thread,
+                # and read ~/.netrc each time: 250 us of CPU per GET here.
+                trust_env=False,
                 skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             )
 
@@ -163,7 +168,7 @@ class LeanGetter:
         more raises botocore's ClientError with the error document's code."""
         assert self._session is not None
         url = URL(self._origin + path + (f"?{query}" if query else ""), encoded=True)
-        async with self._session.get(url, headers=headers, allow_redirects=False) as response:
+        async with self._session.get(url, headers=headers, allow_redirects=False, proxy=self._proxy) as response:
             data = await response.read()
             status = response.status
             received = response.headers
@@ -204,6 +209,15 @@ class LeanGetter:
             f"Signature={signature(key, string_to_sign(amz_date, scope, canonical))}"
         )
         return headers
+
+
+def env_proxy(scheme: str, host: str) -> str | None:
+    """The proxy that HTTP_PROXY / HTTPS_PROXY (and NO_PROXY) name for
+    ``host`` over ``scheme``, as botocore honours them; None for none."""
+    proxy = urllib.request.getproxies().get(scheme)
+    if not proxy or urllib.request.proxy_bypass(host):
+        return None
+    return proxy
 
 
 def _described(headers: Mapping[str, str]) -> dict[str, Any]:
