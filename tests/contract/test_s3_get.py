@@ -10,16 +10,17 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+import aiohttp
 import botocore.auth
 import pytest
-from botocore.exceptions import ClientError
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from tests.faults import FaultProxy, Rates, get_object
 from tiering.capacity.s3 import S3Store
-from tiering.capacity.s3_get import Keys, LeanGetter, _error_fields, env_proxy
+from tiering.capacity.s3_get import Keys, LeanGetter, _error_fields, env_proxy, parse_listing
 from tiering.errors import CapacityError, CapacityNotFound
 
 pytestmark = pytest.mark.anyio
@@ -122,6 +123,28 @@ def test_the_proxy_comes_from_the_environment_once(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("NO_PROXY", "minio,.example.com")
     assert proxy("http://minio:9000") is None and proxy("https://s3.example.com") is None
     assert proxy("http://other:9000") == "http://proxy.internal:3128"
+
+
+def test_parse_listing_reads_what_any_s3_server_writes() -> None:
+    body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            b"<Name>b</Name><Prefix>p%2F</Prefix><IsTruncated> true </IsTruncated>"
+            b"<Contents><Key>p%2Fa+b%26c</Key><LastModified>2026-12-04T17:16:03.671Z</LastModified>"
+            b"<ETag>&quot;0123&quot;</ETag><Size>12</Size><Owner><ID>x</ID><DisplayName>y</DisplayName></Owner>"
+            b"<StorageClass>STANDARD</StorageClass></Contents>"
+            b"<Contents>\n  <Size>0</Size>\n  <Key>p%2F%C3%A9&#38;</Key>\n  <ETag>e</ETag>\n</Contents>"
+            b"<CommonPrefixes><Prefix>p%2Fdir%2F</Prefix></CommonPrefixes>"
+            b"<NextContinuationToken>tok&amp;en</NextContinuationToken></ListBucketResult>")
+    page = parse_listing(body)
+    assert [(c["Key"], c["Size"], c["ETag"]) for c in page["Contents"]] == [
+        ("p/a b&c", 12, '"0123"'), ("p/\u00e9&", 0, "e")]
+    assert page["Contents"][0]["LastModified"] == datetime(2026, 12, 4, 17, 16, 3, 671000, tzinfo=UTC)
+    assert page["Contents"][1]["LastModified"] is None
+    assert page["CommonPrefixes"] == [{"Prefix": "p/dir/"}]
+    assert page["IsTruncated"] is True and page["NextContinuationToken"] == "tok&en"
+    empty = parse_listing(b"<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>")
+    assert empty == {"Contents": [], "CommonPrefixes": [], "IsTruncated": False}
+    with pytest.raises(aiohttp.ClientPayloadError):
+        parse_listing(b"<html>502 Bad Gateway</html>")
 
 
 def test_host_is_what_aiohttp_sends() -> None:
