@@ -13,14 +13,13 @@ stream (no end blocks: a truncated tar) when it comes later.
 A batch whose members are all known before its first byte (a
 ``tiering.batch.HotBatch``: few, small, hot objects, their files open) is
 laid out whole: its Content-Length is known, and the tar goes out in runs
-of about ``RUN`` bytes, each one buffer with the headers written in and
-the bodies read straight into their places by the pool. Any other batch is
-streamed member by member, with chunked transfer encoding.
+of up to ``RUN`` bytes, each one buffer with the headers written in and
+the bodies read straight into their places. Any other batch is streamed
+member by member, with chunked transfer encoding.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -43,8 +42,8 @@ CONTENT_TYPE = "application/x-tar"
 # object than 1 MiB here (the copies stay in cache).
 COALESCE = 256 * 1024
 # A hot batch's tar is sent in runs of consecutive members, each one buffer
-# (headers written in, bodies read into it by one pool call), the next run
-# read while one is sent. A run stays under this many bytes unless one
+# with the headers written in and the bodies read into their places
+# (HotBatch.read). A run stays under this many bytes unless one
 # member is larger: from 1 MiB on, glibc's malloc maps every buffer anew
 # (gateway/listener.py's threshold) and the kernel zeroes it page by page
 # on first touch, which cost the loop 16 % of a hot batch's time in a
@@ -187,9 +186,9 @@ class _Layout:
         self.size = sum(r.size for r in self.runs)
 
     @staticmethod
-    def fill(members: HotBatch, run: _Run) -> tuple[bytearray, asyncio.Future[None]]:
-        """The run's buffer, its headers written, and the read of its bodies
-        into it (started; done when the future is)."""
+    def fill(run: _Run) -> tuple[bytearray, list[memoryview | None]]:
+        """The run's buffer, its headers written, and the places of its
+        members' bodies in it (None for an error member)."""
         buffer = bytearray(run.size)  # zeros: the padding and end blocks are already there
         view = memoryview(buffer)
         views: list[memoryview | None] = []
@@ -199,19 +198,15 @@ class _Layout:
             buffer[at:body] = head
             views.append(None if size is None else view[body:body + size])
             at += step
-        return buffer, members.read(run.start, views)
+        return buffer, views
 
 
 async def _sized(members: HotBatch, layout: _Layout, tally: BatchTally) -> AsyncIterator[bytes | bytearray]:
-    """The tar of a hot batch, run by run, the next one read while one is
-    sent."""
+    """The tar of a hot batch, run by run."""
     try:
-        ahead = _Layout.fill(members, layout.runs[0])
-        for number, run in enumerate(layout.runs):
-            buffer, reading = ahead
-            if number + 1 < len(layout.runs):
-                ahead = _Layout.fill(members, layout.runs[number + 1])
-            await reading
+        for run in layout.runs:
+            buffer, views = _Layout.fill(run)
+            await members.read(run.start, views)
             tally.objects += run.objects
             tally.errors += run.errors
             yield buffer
