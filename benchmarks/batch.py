@@ -244,7 +244,7 @@ class Run:
         self.old = None
         if args.old:
             (tmp / "old").mkdir()
-            self.old = stack.enter_context(gateway(tmp / "old" / "data", root=args.old.resolve()))
+            self.old = stack.enter_context(gateway(tmp / "old" / "data", root=Path(args.old).resolve()))
         for gw in (self.gw, self.old):
             if gw is not None:
                 boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=ACCESS_KEY,
@@ -518,13 +518,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, help="110 KiB samples of the data set part (1000; --quick 500)")
     ap.add_argument("--shard-samples", type=int, default=64, help="samples per shard (64)")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each store request (20)")
-    ap.add_argument("--old", type=Path, help="another checkout whose gateway's batched epoch joins the hot rounds")
+    ap.add_argument("--old", help="another checkout whose gateway's batched epoch joins the hot rounds")
     ap.add_argument("--parts", default="hot,cold,dataset", help="which parts to run (hot,cold,dataset)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    args.parts = set(args.parts.split(","))
-    if args.parts - {"hot", "cold", "dataset"}:
-        ap.error(f"--parts: unknown {', '.join(sorted(args.parts - {'hot', 'cold', 'dataset'}))}")
+    args.parts = args.parts.split(",")
+    if set(args.parts) - {"hot", "cold", "dataset"}:
+        ap.error(f"--parts: unknown {', '.join(sorted(set(args.parts) - {'hot', 'cold', 'dataset'}))}")
     args.objects = args.objects or (1000 if args.quick else 4000)
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.samples = args.samples or (500 if args.quick else 1000)
