@@ -18,9 +18,13 @@ installed with apt-get.
      /proc, in rounds (``--rounds``, 2) that alternate the three. With
      ``--old PATH`` (another checkout, e.g. a ``git worktree`` of the
      commit before a change), that checkout's gateway is started beside
-     this one with the same objects, and its batched epoch joins the
-     rounds: before and after, in the same run. The CPU of the benchmark
-     process (the lean clients) per object is reported too.
+     this one with the same objects (over the same delayed store, under
+     another prefix), and its batched epochs join the hot rounds and the
+     cold part: before and after, in the same run. With ``--bare``, a bare
+     uvicorn app answering every GET with as many constant bytes as a
+     batch's tar (``ab.bare_app``) joins the hot rounds: what the stack
+     alone costs per object's bytes. The CPU of the benchmark process (the
+     lean clients) per object is reported too.
   2. cold: flushed and evicted before each epoch. The batched epoch with
      batches of consecutive keys (a virtual shard: neighbours in the
      segments) in a shuffled batch order, the batched epoch in the shuffled
@@ -67,6 +71,7 @@ from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, run_and_re
 from _compare_client import PlainClient, SignedClient
 from _compare_peers import NginxLocal
 from _compare_workloads import cpu_meter, epoch
+from ab import bare_app
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config as BotoConfig
@@ -187,6 +192,28 @@ def batched_epoch(port: int, bucket: str, batches: list[list[str]], threads: int
     return figures
 
 
+def bare_epoch(port: int, batches: int, size: int, threads: int, objects: int, pids: Pids) -> dict:
+    """``batches`` GETs of a bare uvicorn app answering ``size`` constant
+    bytes (a hot batch's tar, ``ab.bare_app``), ``threads`` at a time: the
+    stack's own cost of sending a batch's bytes, no app at all."""
+    def read(conn: HTTPConnection, _: list[str]) -> None:
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        if len(response.read()) != size:
+            raise AssertionError("the bare app's answer was cut")
+
+    figures: dict = {}
+    with cpu_meter(pids, figures):
+        t0 = time.perf_counter()
+        take_turns([[]] * batches, threads, lambda: HTTPConnection("127.0.0.1", port, timeout=300), read)
+        wall = time.perf_counter() - t0
+    figures |= {"objects": objects, "wall_s": wall, "objects_per_s": objects / wall,
+                "mib_per_s": size * batches / MiB / wall}
+    for name in pids:
+        figures[f"{name}_cpu_per_1k"] = figures.pop(f"{name}_cpu_s") * 1000 / objects
+    return figures
+
+
 def take_turns(batches: list[list[str]], threads: int, make: Callable[[], T],
                read: Callable[[T, list[str]], None]) -> None:
     """``read(client, batch)`` for every batch, ``threads`` threads each with
@@ -240,11 +267,14 @@ class Run:
                                               extra_args=tuple(s3_capacity_args(self.proxy.endpoint))))
         self.admin = Admin(self.gw.admin_url)
         stack.callback(self.admin.close)
-        # The checkout before a change (--old): hot reads only, on its embedded capacity directory.
+        # The checkout before a change (--old), over the same delayed store (its own prefix).
         self.old = None
         if args.old:
             (tmp / "old").mkdir()
-            self.old = stack.enter_context(gateway(tmp / "old" / "data", root=Path(args.old).resolve()))
+            old_args = s3_capacity_args(self.proxy.endpoint)
+            old_args[1] += "/old"
+            self.old = stack.enter_context(gateway(tmp / "old" / "data", root=Path(args.old).resolve(),
+                                                   extra_args=tuple(old_args)))
         for gw in (self.gw, self.old):
             if gw is not None:
                 boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=ACCESS_KEY,
@@ -290,14 +320,19 @@ class Run:
             path.write_bytes(data)
         return root
 
-    def evict(self) -> None:
-        self.admin.job("evict")
-        tiers = self.admin("GET", "/tiers")
+    def evict(self, old: bool = False) -> None:
+        admin = Admin(self.old.admin_url) if old and self.old is not None else self.admin
+        admin.job("evict")
+        tiers = admin("GET", "/tiers")
+        if admin is not self.admin:
+            admin.close()
         if tiers["hot_staged"] or tiers["hot_cached"]:
             raise RuntimeError(f"not flushed and evicted: {tiers}")
 
     def hot(self, nginx: NginxLocal | None) -> None:
         args = self.args
+        tar_size = args.batch * (512 + args.size + -args.size % 512) + 1024  # a batch's tar, as the gateway sends it
+        bare = self.stack.enter_context(bare_app(tar_size)) if args.bare else None
         order = shuffled(self.keys, SEED)
         def me() -> list[int]:  # the lean clients' threads
             return [os.getpid()]
@@ -318,6 +353,10 @@ class Run:
                 runs.append(("tierstore before (--old), batched", lambda: batched_epoch(
                     old.port, BUCKET, cut(order, args.batch), args.threads, self.check,
                     {"server": self.old_pids, "client": me})))
+            if bare is not None:
+                runs.append(("bare uvicorn app, the same bytes", lambda: bare_epoch(
+                    bare.port, -(-len(order) // args.batch), tar_size, args.threads, len(order),
+                    {"server": lambda: [bare.proc.pid], "client": me})))
             if nginx is not None:
                 runs.append(("nginx-local, single GETs", lambda: epoch(
                     PlainClient(nginx.port), BUCKET, order, args.readers, args.size, self.check,
@@ -346,9 +385,13 @@ class Run:
                 SignedClient(self.proxy.port), BUCKET, order, args.readers, args.size, self.check,
                 {"server": lambda: [self.moto_pid]})),
         ]
+        if self.old is not None:
+            old = self.old
+            runs.insert(1, ("tierstore before (--old) batched, consecutive keys", lambda: batched_epoch(
+                old.port, BUCKET, shards, args.threads, self.check, {"server": self.old_pids})))
         for name, measure in runs:
             if name.startswith("tierstore"):
-                self.evict()
+                self.evict(old="(--old)" in name)
             self.proxy.reset()
             figures = measure()
             figures["store_gets"] = self.proxy.snapshot()["operations"].get("GetObject", 0)
@@ -519,6 +562,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shard-samples", type=int, default=64, help="samples per shard (64)")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each store request (20)")
     ap.add_argument("--old", help="another checkout whose gateway's batched epoch joins the hot rounds")
+    ap.add_argument("--bare", action="store_true",
+                    help="add a bare uvicorn app answering a batch's bytes to the hot rounds (the stack's floor)")
     ap.add_argument("--parts", default="hot,cold,dataset", help="which parts to run (hot,cold,dataset)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
