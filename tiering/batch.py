@@ -156,7 +156,7 @@ class BatchReads:
                     pieces.append((fd, c.size))
                     if name is not None and os.fstat(fd).st_size != c.size:
                         raise _NotHot()  # torn: read as a GET reads it, which drops it
-        except (_NotHot, FileNotFoundError):
+        except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
             _close_all(opened)
             return None
         except BaseException:
