@@ -11,17 +11,23 @@ thread works: a hot GET never leaves it, and a GET that does (a miss, a
 read the page cache cannot serve at once) is counted with its pool time
 (process CPU is reported too).
 
+With ``--batch N``, each request is instead a ``POST /{bucket}?batch`` of
+N random keys (docs/batch.md), its whole tar taken by ``send``, and the
+CPU is given per object.
+
 Far steadier than measuring a server from outside on a shared machine, so
 it is the measure for changes to the app's own hot path; the whole stack's
 figure (with uvicorn and the kernel) is benchmarks/ab.py's.
 
-Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000]
+Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000] [--batch 64]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import json
 import os
 import random
 import statistics
@@ -35,6 +41,7 @@ from _common import ACCESS_KEY, REGION, SECRET_KEY, machine, temp_dir
 
 from gateway.app import S3App
 from gateway.config import Config
+from gateway.listener import tune_malloc
 from gateway.node import Node
 from tiering import sigv4
 from tiering.inputs import Integrity, NewObject
@@ -43,27 +50,31 @@ from tiering.sigv4 import EMPTY_SHA256
 BUCKET = "app-cpu"
 
 
-def signed_scope(key: str, host: str) -> dict[str, Any]:
-    """The ASGI scope of a GET as a lean SigV4 client sends it (header auth)."""
-    path = f"/{BUCKET}/{key}"
+def signed_scope(key: str, host: str, batch: bytes | None = None) -> dict[str, Any]:
+    """The ASGI scope of a GET as a lean SigV4 client sends it (header auth);
+    with ``batch`` (a JSON body), of a ``POST /{bucket}?batch`` instead."""
+    method, path, query = ("GET", f"/{BUCKET}/{key}", "") if batch is None else ("POST", f"/{BUCKET}", "batch=")
+    payload = EMPTY_SHA256 if batch is None else hashlib.sha256(batch).hexdigest()
     amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     scope = sigv4.credential_scope(amz_date[:8], REGION)
     signed = "host;x-amz-content-sha256;x-amz-date"
-    headers_block = f"host:{host}\nx-amz-content-sha256:{EMPTY_SHA256}\nx-amz-date:{amz_date}\n"
-    canonical = "\n".join(["GET", path, "", headers_block, signed, EMPTY_SHA256])
+    headers_block = f"host:{host}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz_date}\n"
+    canonical = "\n".join([method, path, query, headers_block, signed, payload])
     signature = sigv4.signature(sigv4.signing_key(SECRET_KEY, amz_date[:8], REGION),
                                 sigv4.string_to_sign(amz_date, scope, canonical))
     headers = [
         (b"host", host.encode()),
         (b"accept-encoding", b"identity"),
         (b"x-amz-date", amz_date.encode()),
-        (b"x-amz-content-sha256", EMPTY_SHA256.encode()),
+        (b"x-amz-content-sha256", payload.encode()),
         (b"authorization", f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, "
                            f"SignedHeaders={signed}, Signature={signature}".encode()),
     ]
+    if batch is not None:
+        headers.append((b"content-length", str(len(batch)).encode()))
     return {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": b"batch" if batch else b"", "root_path": "",
         "headers": headers, "client": ("127.0.0.1", 40000), "server": ("127.0.0.1", 9100),
     }
 
@@ -86,28 +97,44 @@ async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
                 data = os.urandom(args.size)
                 await service.put(BUCKET, key, _body(data), NewObject(), Integrity(expected_size=len(data)))
             statuses: list[int] = []
+            body = [b""]
+            received: list[bool] = []
+            never = asyncio.Event()
 
             async def receive() -> dict[str, Any]:
-                return {"type": "http.request", "body": b"", "more_body": False}
+                if received:  # the body was read: the next message would be the client leaving
+                    await never.wait()
+                received.append(True)
+                return {"type": "http.request", "body": body[0], "more_body": False}
 
             async def send(message: dict[str, Any]) -> None:
                 if message["type"] == "http.response.start":
                     statuses.append(message["status"])
 
             for key in keys:  # read once: hot, and the records cached
+                received.clear()
                 await app(signed_scope(key, "127.0.0.1:9100"), receive, send)
             rounds = []
+            per_request = args.batch or 1
             for _ in range(args.rounds):
-                scopes = [signed_scope(random.choice(keys), "127.0.0.1:9100") for _ in range(args.gets)]
+                if args.batch:
+                    bodies = [json.dumps({"keys": random.sample(keys, args.batch)}).encode()
+                              for _ in range(args.gets)]
+                    scopes = [signed_scope("", "127.0.0.1:9100", b) for b in bodies]
+                else:
+                    bodies = [b""] * args.gets
+                    scopes = [signed_scope(random.choice(keys), "127.0.0.1:9100") for _ in range(args.gets)]
                 statuses.clear()
                 thread, process = time.thread_time(), time.process_time()
-                for scope in scopes:
+                for scope, body[0] in zip(scopes, bodies, strict=True):
+                    received.clear()
                     await app(scope, receive, send)
                 thread, process = time.thread_time() - thread, time.process_time() - process
                 bad = [s for s in statuses if s != 200]
                 if bad:
-                    raise SystemExit(f"{len(bad)} GETs answered {sorted(set(bad))}")
-                rounds.append((thread / args.gets * 1e6, process / args.gets * 1e6))
+                    raise SystemExit(f"{len(bad)} requests answered {sorted(set(bad))}")
+                objects = args.gets * per_request
+                rounds.append((thread / objects * 1e6, process / objects * 1e6))
             return rounds
         finally:
             await node.stop()
@@ -118,9 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--objects", type=int, default=200)
     ap.add_argument("--size", type=int, default=64 * 1024)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--gets", type=int, default=5000, help="GETs per round")
+    ap.add_argument("--gets", type=int, default=5000, help="GETs (or batches) per round")
+    ap.add_argument("--batch", type=int, default=0, help="keys per POST ?batch instead of GETs (0: GETs)")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
+    tune_malloc()  # as `tierstore serve` does
     stderr = sys.stderr
     with open(os.devnull, "w") as sink:
         sys.stderr = sink  # the access log's default destination
@@ -131,8 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     thread = [t for t, _ in rounds]
     process = [p for _, p in rounds]
     print(machine())
-    print(f"S3 app alone, hot GETs of {args.size:,}-byte objects, {args.rounds} rounds of {args.gets:,}: "
-          f"loop thread CPU {statistics.median(thread):.1f} us/GET (median; {min(thread):.1f}-{max(thread):.1f}), "
+    what, unit = (f"batches of {args.batch}", "object") if args.batch else ("GETs", "GET")
+    print(f"S3 app alone, hot {what} of {args.size:,}-byte objects, {args.rounds} rounds of {args.gets:,}: "
+          f"loop thread CPU {statistics.median(thread):.1f} us/{unit} (median; {min(thread):.1f}-{max(thread):.1f}), "
           f"process {statistics.median(process):.1f}")
     return 0
 

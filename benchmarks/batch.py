@@ -15,7 +15,16 @@ installed with apt-get.
      (64) keys from ``--threads`` (4) threads, a lean client each: botocore's
      signer, http.client and a 30-line tar reader), nginx-local's single-GET
      epoch with 16 readers. Objects/s and the server's CPU per object from
-     /proc, in rounds (``--rounds``, 2) that alternate the three.
+     /proc, in rounds (``--rounds``, 2) that alternate the three. With
+     ``--old PATH`` (another checkout, e.g. a ``git worktree`` of the
+     commit before a change), that checkout's gateway is started beside
+     this one with the same objects (over the same delayed store, under
+     another prefix), and its batched epochs join the hot rounds and the
+     cold part: before and after, in the same run. With ``--bare``, a bare
+     uvicorn app answering every GET with as many constant bytes as a
+     batch's tar (``ab.bare_app``) joins the hot rounds: what the stack
+     alone costs per object's bytes. The CPU of the benchmark process (the
+     lean clients) per object is reported too.
   2. cold: flushed and evicted before each epoch. The batched epoch with
      batches of consecutive keys (a virtual shard: neighbours in the
      segments) in a shuffled batch order, the batched epoch in the shuffled
@@ -30,8 +39,9 @@ installed with apt-get.
      gateway (presigned URLs, read by curl).
 
 The machine is shared: compare the ratios of one run, not runs.
+``--parts hot`` (or ``cold``, ``dataset``, comma-separated) runs only those.
 
-Run:  .venv/bin/python benchmarks/batch.py [--quick] [--objects 4000] [--rounds 2]
+Run:  .venv/bin/python benchmarks/batch.py [--quick] [--objects 4000] [--rounds 2] [--old ../before]
 """
 
 from __future__ import annotations
@@ -42,6 +52,8 @@ import hashlib
 import importlib.util
 import io
 import json
+import os
+import statistics
 import sys
 import tarfile
 import threading
@@ -59,6 +71,7 @@ from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, run_and_re
 from _compare_client import PlainClient, SignedClient
 from _compare_peers import NginxLocal
 from _compare_workloads import cpu_meter, epoch
+from ab import bare_app
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config as BotoConfig
@@ -179,6 +192,28 @@ def batched_epoch(port: int, bucket: str, batches: list[list[str]], threads: int
     return figures
 
 
+def bare_epoch(port: int, batches: int, size: int, threads: int, objects: int, pids: Pids) -> dict:
+    """``batches`` GETs of a bare uvicorn app answering ``size`` constant
+    bytes (a hot batch's tar, ``ab.bare_app``), ``threads`` at a time: the
+    stack's own cost of sending a batch's bytes, no app at all."""
+    def read(conn: HTTPConnection, _: list[str]) -> None:
+        conn.request("GET", "/")
+        response = conn.getresponse()
+        if len(response.read()) != size:
+            raise AssertionError("the bare app's answer was cut")
+
+    figures: dict = {}
+    with cpu_meter(pids, figures):
+        t0 = time.perf_counter()
+        take_turns([[]] * batches, threads, lambda: HTTPConnection("127.0.0.1", port, timeout=300), read)
+        wall = time.perf_counter() - t0
+    figures |= {"objects": objects, "wall_s": wall, "objects_per_s": objects / wall,
+                "mib_per_s": size * batches / MiB / wall}
+    for name in pids:
+        figures[f"{name}_cpu_per_1k"] = figures.pop(f"{name}_cpu_s") * 1000 / objects
+    return figures
+
+
 def take_turns(batches: list[list[str]], threads: int, make: Callable[[], T],
                read: Callable[[T, list[str]], None]) -> None:
     """``read(client, batch)`` for every batch, ``threads`` threads each with
@@ -232,15 +267,29 @@ class Run:
                                               extra_args=tuple(s3_capacity_args(self.proxy.endpoint))))
         self.admin = Admin(self.gw.admin_url)
         stack.callback(self.admin.close)
-        boto3.client("s3", endpoint_url=self.gw.endpoint, aws_access_key_id=ACCESS_KEY,
-                     aws_secret_access_key=SECRET_KEY, region_name=REGION,
-                     config=BotoConfig(s3={"addressing_style": "path"})).create_bucket(Bucket=BUCKET)
+        # The checkout before a change (--old), over the same delayed store (its own prefix).
+        self.old = None
+        if args.old:
+            (tmp / "old").mkdir()
+            old_args = s3_capacity_args(self.proxy.endpoint)
+            old_args[1] += "/old"
+            self.old = stack.enter_context(gateway(tmp / "old" / "data", root=Path(args.old).resolve(),
+                                                   extra_args=tuple(old_args)))
+        for gw in (self.gw, self.old):
+            if gw is not None:
+                boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=ACCESS_KEY,
+                             aws_secret_access_key=SECRET_KEY, region_name=REGION,
+                             config=BotoConfig(s3={"addressing_style": "path"})).create_bucket(Bucket=BUCKET)
         boto3.client("s3", endpoint_url=f"http://127.0.0.1:{moto_port}", aws_access_key_id="testing",
                      aws_secret_access_key="testing", region_name=REGION).create_bucket(Bucket=BUCKET)
 
     def gw_pids(self) -> list[int]:
         assert self.gw.proc is not None
         return [self.gw.proc.pid, *children(self.gw.proc.pid)]
+
+    def old_pids(self) -> list[int]:
+        assert self.old is not None and self.old.proc is not None
+        return [self.old.proc.pid, *children(self.old.proc.pid)]
 
     def put_all(self, port: int, items: Sequence[tuple[str, bytes]]) -> None:
         lean = SignedClient(port)
@@ -259,6 +308,10 @@ class Run:
         items = [(key, body_of(i, args.size)) for i, key in enumerate(self.keys)]
         self.put_all(self.gw.port, items)
         self.admin.job("flush")
+        if self.old is not None:
+            self.put_all(self.old.port, items)
+            with contextlib.closing(Admin(self.old.admin_url)) as old_admin:
+                old_admin.job("flush")
         self.put_all(self.moto_port, items)
         root = self.tmp / "www"
         for key, data in items:
@@ -267,17 +320,27 @@ class Run:
             path.write_bytes(data)
         return root
 
-    def evict(self) -> None:
-        self.admin.job("evict")
-        tiers = self.admin("GET", "/tiers")
+    def evict(self, old: bool = False) -> None:
+        admin = Admin(self.old.admin_url) if old and self.old is not None else self.admin
+        admin.job("evict")
+        tiers = admin("GET", "/tiers")
+        if admin is not self.admin:
+            admin.close()
         if tiers["hot_staged"] or tiers["hot_cached"]:
             raise RuntimeError(f"not flushed and evicted: {tiers}")
 
     def hot(self, nginx: NginxLocal | None) -> None:
         args = self.args
+        tar_size = args.batch * (512 + args.size + -args.size % 512) + 1024  # a batch's tar, as the gateway sends it
+        bare = self.stack.enter_context(bare_app(tar_size)) if args.bare else None
         order = shuffled(self.keys, SEED)
-        pids = {"server": self.gw_pids}
+        def me() -> list[int]:  # the lean clients' threads
+            return [os.getpid()]
+
+        pids = {"server": self.gw_pids, "client": me}
         epoch(SignedClient(self.gw.port), BUCKET, order, args.readers, args.size, self.check, pids)  # warm-up
+        if self.old is not None:
+            epoch(SignedClient(self.old.port), BUCKET, order, args.readers, args.size, self.check, pids)
         for round_ in range(args.rounds):
             runs: list[tuple[str, Callable[[], dict]]] = [
                 ("tierstore, single GETs", lambda: epoch(SignedClient(self.gw.port), BUCKET, order, args.readers,
@@ -285,15 +348,27 @@ class Run:
                 ("tierstore, batched", lambda: batched_epoch(self.gw.port, BUCKET, cut(order, args.batch),
                                                              args.threads, self.check, pids)),
             ]
+            if self.old is not None:
+                old = self.old
+                runs.append(("tierstore before (--old), batched", lambda: batched_epoch(
+                    old.port, BUCKET, cut(order, args.batch), args.threads, self.check,
+                    {"server": self.old_pids, "client": me})))
+            if bare is not None:
+                runs.append(("bare uvicorn app, the same bytes", lambda: bare_epoch(
+                    bare.port, -(-len(order) // args.batch), tar_size, args.threads, len(order),
+                    {"server": lambda: [bare.proc.pid], "client": me})))
             if nginx is not None:
                 runs.append(("nginx-local, single GETs", lambda: epoch(
                     PlainClient(nginx.port), BUCKET, order, args.readers, args.size, self.check,
-                    {"server": nginx.pids})))
+                    {"server": nginx.pids, "client": me})))
+            if round_ % 2:  # alternate the order too: no configuration always follows the same one
+                runs.reverse()
             for name, measure in runs:
                 figures = measure()
                 self.results["hot"].append({"config": name, "round": round_} | figures)
                 log(f"[hot] round {round_}: {name}: {figures['objects_per_s']:,.0f} objects/s, "
-                    f"server {figures['server_cpu_per_1k']:.2f} CPU s per 1,000 objects")
+                    f"server {figures['server_cpu_per_1k']:.3f} CPU s per 1,000 objects, "
+                    f"client {figures['client_cpu_per_1k']:.3f}")
 
     def cold(self) -> None:
         args = self.args
@@ -310,9 +385,13 @@ class Run:
                 SignedClient(self.proxy.port), BUCKET, order, args.readers, args.size, self.check,
                 {"server": lambda: [self.moto_pid]})),
         ]
+        if self.old is not None:
+            old = self.old
+            runs.insert(1, ("tierstore before (--old) batched, consecutive keys", lambda: batched_epoch(
+                old.port, BUCKET, shards, args.threads, self.check, {"server": self.old_pids})))
         for name, measure in runs:
             if name.startswith("tierstore"):
-                self.evict()
+                self.evict(old="(--old)" in name)
             self.proxy.reset()
             figures = measure()
             figures["store_gets"] = self.proxy.snapshot()["operations"].get("GetObject", 0)
@@ -409,9 +488,12 @@ def run(args: argparse.Namespace) -> dict:
         except Exception as exc:  # noqa: BLE001  reported: the run goes on without it
             r.results["skipped"]["nginx-local"] = str(exc)
             log(f"[nginx-local] skipped: {exc}")
-        r.hot(nginx)
-        r.cold()
-        r.dataset()
+        if "hot" in args.parts:
+            r.hot(nginx)
+        if "cold" in args.parts:
+            r.cold()
+        if "dataset" in args.parts:
+            r.dataset()
         return r.results
 
 
@@ -423,35 +505,47 @@ def _best(rows: list[dict], config: str) -> dict | None:
     return max(mine, key=lambda r: r["objects_per_s"]) if mine else None
 
 
+def _median(rows: list[dict], config: str, field: str = "objects_per_s") -> float:
+    return float(statistics.median(r[field] for r in rows if r["config"] == config))
+
+
 def report(args: argparse.Namespace, r: dict) -> str:
     out = [f"# Batch GET: {args.objects:,} objects of {args.size // KiB} KiB, store +{args.latency_ms:.0f} ms",
            "", machine(), ""]
     single, batched = _best(r["hot"], "tierstore, single GETs"), _best(r["hot"], "tierstore, batched")
     nginx = _best(r["hot"], "nginx-local, single GETs")
+    before = _best(r["hot"], "tierstore before (--old), batched")
     rows = []
     for row in r["hot"]:
         rows.append([row["config"], row["round"], f"{row['objects_per_s']:,.0f}", f"{row['mib_per_s']:,.0f}",
-                     f"{row['server_cpu_per_1k'] / 1000 * 1000:.3f}"])
-    out += [f"## Hot, shuffled order ({args.readers} single-GET readers; batches of {args.batch} from "
-            f"{args.threads} threads), {args.rounds} rounds", "",
-            table(["config", "round", "objects/s", "MiB/s", "server CPU ms/object"], rows), ""]
-    if single and batched:
-        out.append(f"- batched / single GETs (best rounds): x{batched['objects_per_s'] / single['objects_per_s']:.1f}")
-    if nginx and batched:
-        out.append(f"- batched / nginx-local single GETs: x{batched['objects_per_s'] / nginx['objects_per_s']:.1f}")
+                     f"{row['server_cpu_per_1k']:.3f}", f"{row['client_cpu_per_1k']:.3f}"])
+    if r["hot"]:
+        out += [f"## Hot, shuffled order ({args.readers} single-GET readers; batches of {args.batch} from "
+                f"{args.threads} threads), {args.rounds} rounds", "",
+                table(["config", "round", "objects/s", "MiB/s", "server CPU ms/object", "client CPU ms/object"],
+                      rows), ""]
+    for name, other in (("single GETs", single), ("nginx-local single GETs", nginx), ("batched before", before)):
+        if batched and other:
+            out.append(f"- batched / {name} (best rounds): x{batched['objects_per_s'] / other['objects_per_s']:.1f}; "
+                       f"median of rounds: x{_median(r['hot'], 'tierstore, batched') / _median(r['hot'], other['config']):.1f}")
+    if batched and before:
+        out.append("- server CPU per object, batched / batched before (medians): x"
+                   f"{_median(r['hot'], 'tierstore, batched', 'server_cpu_per_1k') / _median(r['hot'], before['config'], 'server_cpu_per_1k'):.2f}")
     if "nginx-local" in r["skipped"]:
         out.append(f"- nginx-local skipped: {r['skipped']['nginx-local']}")
     rows = [[row["config"], f"{row['objects_per_s']:,.0f}", f"{row['store_gets']:,}",
              f"{row['objects_per_store_get']:.1f}", f"{row['server_cpu_per_1k']:.2f}"] for row in r["cold"]]
-    out += ["", "## Cold (evicted), store +%.0f ms" % args.latency_ms, "",
-            table(["config", "objects/s", "store GETs", "objects per store GET", "server CPU s / 1,000"], rows), ""]
+    if rows:
+        out += ["", "## Cold (evicted), store +%.0f ms" % args.latency_ms, "",
+                table(["config", "objects/s", "store GETs", "objects per store GET", "server CPU s / 1,000"], rows), ""]
     direct = next((x for x in r["cold"] if x["config"] == "store direct, single GETs"), None)
     for row in r["cold"]:
         if direct and row is not direct:
             out.append(f"- {row['config']} / store direct: x{row['objects_per_s'] / direct['objects_per_s']:.1f}")
     rows = [[row["config"], f"{row['samples_per_s']:,.0f}", f"{row['server_cpu_per_1k']:.2f}"] for row in r["dataset"]]
-    out += ["", f"## A data set of {args.samples:,} samples of 110 KiB, hot", "",
-            table(["read as", "samples/s", "gateway CPU s / 1,000 samples"], rows), ""]
+    if rows:
+        out += ["", f"## A data set of {args.samples:,} samples of 110 KiB, hot", "",
+                table(["read as", "samples/s", "gateway CPU s / 1,000 samples"], rows), ""]
     return "\n".join(out)
 
 
@@ -467,8 +561,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--samples", type=int, help="110 KiB samples of the data set part (1000; --quick 500)")
     ap.add_argument("--shard-samples", type=int, default=64, help="samples per shard (64)")
     ap.add_argument("--latency-ms", type=float, default=20.0, help="added to each store request (20)")
+    ap.add_argument("--old", help="another checkout whose gateway's batched epoch joins the hot rounds")
+    ap.add_argument("--bare", action="store_true",
+                    help="add a bare uvicorn app answering a batch's bytes to the hot rounds (the stack's floor)")
+    ap.add_argument("--parts", default="hot,cold,dataset", help="which parts to run (hot,cold,dataset)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
+    args.parts = args.parts.split(",")
+    if set(args.parts) - {"hot", "cold", "dataset"}:
+        ap.error(f"--parts: unknown {', '.join(sorted(set(args.parts) - {'hot', 'cold', 'dataset'}))}")
     args.objects = args.objects or (1000 if args.quick else 4000)
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.samples = args.samples or (500 if args.quick else 1000)

@@ -47,7 +47,7 @@ from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import pool
-from tiering.batch import GROUP_BYTES, Member
+from tiering.batch import HotBatch, Member
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
 from tiering.hot import HotTier
@@ -121,12 +121,6 @@ def _open_all(objects: list[list[tuple[str, int]]]) -> list[dict[int, int]]:
     return opened
 
 
-def _read_group(objects: list[tuple[dict[int, int], list[tuple[str, int]]] | None]) -> list[bytes | None]:
-    """The bodies of opened objects (None stands for a member with no object)."""
-    return [None if o is None else b"".join(HotTier.pread(o[0][i], 0, size) for i, (_, size) in enumerate(o[1]))
-            for o in objects]
-
-
 class RemoteObjects:
     """The read call of ObjectService (all that GetObject and HeadObject
     use), answered from the writer's lookups and the hot-tier files."""
@@ -180,12 +174,12 @@ class RemoteObjects:
             raise Elsewhere()
         return await pool.run(_read_files, files)
 
-    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> AsyncIterator[Member]:
+    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> HotBatch:
         """A batch of at most MAX_BATCH_HERE small objects, all hot
         (Elsewhere otherwise, before any member): every lookup first (each
-        a read: hits counted and epoch readers moved by the writer), every
-        file opened before the first member, then the bodies read in
-        groups of about 4 MiB per pool call."""
+        a read: hits counted and epoch readers moved by the writer), then
+        every file opened before the first member: a ``HotBatch``, whose
+        bodies the handler has read in runs."""
         if len(keys) > MAX_BATCH_HERE:
             raise Elsewhere()
         errors: dict[int, TierstoreError] = {}
@@ -210,27 +204,12 @@ class RemoteObjects:
         if fail and errors:
             raise errors[min(errors)]
         order = sorted(found)
-        opened = await pool.run(_open_all, [found[i][1] for i in order])
-        fds = dict(zip(order, opened, strict=True))
-        try:
-            position = 0
-            while position < len(keys):
-                group, size = [], 0
-                while position < len(keys) and (size < GROUP_BYTES or not group):
-                    group.append(position)
-                    size += found[position][0].size if position in found else 0
-                    position += 1
-                bodies = await pool.run(_read_group, [(fds[i], found[i][1]) if i in found else None for i in group])
-                for i, body in zip(group, bodies, strict=True):
-                    if i in errors:
-                        yield Member(keys[i], error=errors[i])
-                        continue
-                    tally.hot += len(body)  # type: ignore[arg-type]
-                    yield Member(keys[i], found[i][0], body)
-        finally:
-            for descriptors in fds.values():
-                for fd in descriptors.values():
-                    os.close(fd)
+        opened = dict(zip(order, await pool.run(_open_all, [found[i][1] for i in order]), strict=True))
+        members = [Member(key, error=errors[i]) if i in errors else Member(key, found[i][0])
+                   for i, key in enumerate(keys)]
+        files = [[(opened[i][j], size) for j, (_, size) in enumerate(found[i][1])] if i in found else None
+                 for i in range(len(keys))]
+        return HotBatch(members, files, tally)
 
     async def _stream(
         self, files: list[tuple[str, int]], pieces: list[tuple[int, ByteRange]], tally: ReadTally

@@ -280,6 +280,12 @@ class HotTier(CacheEviction):
     def _cache_file(self, name: str) -> str:
         return os.path.join(self._cache_root_str, f"{zlib.crc32(name.encode()) & 0xFF:02x}", name)
 
+    def file_of(self, file_id: str | None, cache_name: str | None) -> str:
+        """The path of staged file ``file_id``, else of cached extent
+        ``cache_name``, as a string: for callers that open many (a batch),
+        without a ``Path`` each."""
+        return self._staged_file(file_id) if file_id is not None else self._cache_file(cache_name)  # type: ignore[arg-type]
+
     def open_cached(self, name: str, size: int) -> int | None:
         """A descriptor on the cached copy of an extent, or None on a miss.
         A file of the wrong size (torn by a crash) is dropped."""

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from packer.ranges import ByteRange
 from tiering import pool
-from tiering.batch import BatchReads, Member
+from tiering.batch import BatchReads, HotBatch, Member
 from tiering.conditions import WriteConditions
 from tiering.epochs import Epochs
 from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, MalformedVersioning, NoSuchBucket
@@ -185,10 +185,14 @@ class ObjectService:
     async def head(self, bucket: str, key: str, version: str | None = None) -> ObjectMeta:
         return await self._backend(bucket).head(bucket, key, version)
 
-    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> AsyncIterator[Member]:
-        """The objects of ``keys`` in order (``tiering.batch``); with
-        ``fail``, a key that cannot be found raises its error before the
-        first member. ``tally`` counts the bytes by tier as they are read."""
+    async def batch(
+        self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally,
+    ) -> HotBatch | AsyncIterator[Member]:
+        """The objects of ``keys`` in order (``tiering.batch``): a
+        :class:`HotBatch` when they are few, small and all hot (every
+        member known before the first byte), else members as they are
+        read. With ``fail``, a key that cannot be found raises its error
+        here. ``tally`` counts the bytes by tier as they are read."""
         await self.bucket(bucket)
         backend = self._backend(bucket)
 
@@ -198,19 +202,17 @@ class ObjectService:
         if backend is self._mounted:  # no packed neighbours: objects read as GETs, several at once
             if fail:
                 await self._batches.check_all(keys, lambda key: backend.head(bucket, key))
-            members = self._batches.mounted(bucket, keys, read_one, tally)
-        else:
-            found = await self._batches.lookup(bucket, keys)
-            if fail:
-                for meta in found:
-                    if not isinstance(meta, ObjectMeta):
-                        raise meta
-            members = self._batches.managed(bucket, keys, found, read_one, tally)
-        try:
-            async for member in members:
-                yield member
-        finally:
-            await members.aclose()
+            return self._batches.mounted(bucket, keys, read_one, tally)
+        found, hot = await self._batches.lookup_open(bucket, keys, tally)
+        if fail:
+            for meta in found:
+                if not isinstance(meta, ObjectMeta):
+                    if hot is not None:
+                        hot.close()
+                    raise meta
+        if hot is not None:
+            return hot
+        return self._batches.managed(bucket, keys, found, read_one, tally)
 
     def stream(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True

@@ -59,7 +59,9 @@ def test_members_in_request_order_with_names_bytes_and_mtimes(s3, http: Sender, 
     response = post(http, bucket, {"keys": keys})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == "application/x-tar"
-    assert "content-length" not in response.headers  # streamed
+    # All hot and known before the first byte: sized, not chunked.
+    assert int(response.headers["content-length"]) == len(response.content)
+    assert "transfer-encoding" not in response.headers
     assert [(name, data) for name, data in members(response.content)] == [(k, filled[k]) for k in keys]
     with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:") as archive:
         info = archive.getmember("img/000.jpg")
@@ -67,6 +69,16 @@ def test_members_in_request_order_with_names_bytes_and_mtimes(s3, http: Sender, 
         assert info.isreg() and info.size == 1000
         assert info.mtime == int(head["LastModified"].timestamp())
     assert len(response.content) % 512 == 0 and response.content.endswith(bytes(1024))
+
+
+def test_a_batch_not_sized_up_front_is_chunked(http: Sender, bucket: str, filled: dict[str, bytes]) -> None:
+    # More keys than a hot batch opens at once (tiering.batch.HOT_OPEN),
+    # all hot: streamed member by member, as a batch with a cold object is.
+    keys = [sorted(filled)[i % len(filled)] for i in range(300)]
+    response = post(http, bucket, {"keys": keys})
+    assert response.status_code == 200
+    assert "content-length" not in response.headers and response.headers["transfer-encoding"] == "chunked"
+    assert members(response.content) == [(k, filled[k]) for k in keys]
 
 
 def test_long_and_non_ascii_keys_travel_in_pax_headers(s3, bucket: str, gateway: Gateway) -> None:  # type: ignore[no-untyped-def]
@@ -81,6 +93,7 @@ def test_long_and_non_ascii_keys_travel_in_pax_headers(s3, bucket: str, gateway:
 def test_missing_keys_are_error_members_when_skipping(http: Sender, bucket: str, filled: dict[str, bytes]) -> None:
     response = post(http, bucket, {"keys": ["img/001.jpg", "nope", "img/002.jpg", "x" * 1100]})
     assert response.status_code == 200
+    assert int(response.headers["content-length"]) == len(response.content)  # errors are known up front too
     assert members(response.content) == [
         ("img/001.jpg", filled["img/001.jpg"]), ("__errors__/nope", b"NoSuchKey"),
         ("img/002.jpg", filled["img/002.jpg"]), ("__errors__/" + "x" * 1100, b"KeyTooLongError"),
@@ -251,6 +264,68 @@ def test_a_slow_client_holds_the_stream_back(gateway: Gateway, s3, bucket: str) 
             if total > sum(sizes) * 48:
                 break
     assert total > sum(sizes) * 48  # and then it all came
+
+
+def _send_batch(gw: Gateway, bucket: str, keys: list[str]) -> socket.socket:
+    """A socket on which a batch of ``keys`` was asked for, its receive
+    buffer small, so that the gateway sends only as fast as it is read."""
+    body = json.dumps({"keys": keys}).encode()
+    url = f"{gw.endpoint}/{bucket}?batch"
+    headers, _, _ = sign("POST", url, body=body)
+    parts = urlsplit(gw.endpoint)
+    sock = socket.create_connection((parts.hostname, parts.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)
+    head = f"POST /{bucket}?batch HTTP/1.1\r\nHost: {parts.netloc}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    sock.settimeout(60)
+    return sock
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    got = bytearray()
+    while len(got) < size:
+        chunk = sock.recv(min(1 * MiB, size - len(got)))
+        assert chunk, f"the gateway closed the connection after {len(got)} of {size} bytes"
+        got += chunk
+    return bytes(got)
+
+
+def test_a_hot_batch_sends_what_it_looked_up_whatever_happens_meanwhile(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A hot batch is sized before its first byte and its files are open:
+    objects deleted, overwritten, flushed and evicted while it is sent
+    arrive whole, as they were when it began, and the Content-Length holds."""
+    with running_gateway(tmp_path / "data", "--flush-delay", "600") as gw:  # flushed when the test says
+        _sized_batch_meanwhile(gw)
+
+
+def _sized_batch_meanwhile(gw: Gateway) -> None:
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="sized")
+    files = {f"m/{i:03d}": bytes([i]) * (600 * KiB + i) for i in range(120)}  # 70 MiB, staged
+    for key, data in files.items():
+        s3.put_object(Bucket="sized", Key=key, Body=data)
+    keys = list(files)
+    with _send_batch(gw, "sized", keys) as sock:
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += sock.recv(64 * KiB)
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), head
+        fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+        assert b"transfer-encoding" not in fields
+        size = int(fields[b"content-length"])
+        body += _receive(sock, 2 * MiB)  # the gateway is held back, far before the second half
+        for i, key in enumerate(keys[60:]):
+            if i % 2:
+                s3.delete_object(Bucket="sized", Key=key)
+            else:
+                s3.put_object(Bucket="sized", Key=key, Body=b"a later version")
+        gw.flush()  # the staged files become cached extents: renamed
+        gw.evict()  # and then removed
+        assert gw.admin("GET", "/tiers").json()["hot_cached"] == 0
+        body += _receive(sock, size - len(body))
+    assert members(body) == [(k, files[k]) for k in keys]
+    assert len(body) == size
 
 
 def _rss(pid: int) -> int:
