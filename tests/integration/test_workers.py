@@ -72,10 +72,12 @@ def writer_and_workers_cpu(gw: Gateway) -> tuple[float, float]:
 
 def assert_served_by_workers(gw: Gateway, before: tuple[float, float]) -> None:
     """Hot GETs since ``before`` were answered by the workers, not passed
-    on: a lookup costs the writer far less than the GET costs a worker (a
-    GET passed on would cost the writer more than the worker)."""
+    on: a lookup costs the writer less than the GET costs a worker, and a
+    GET passed on would cost the writer more than the worker. (CPU time
+    comes in ticks of 10 ms and the writer has its own background work:
+    no wider margin than that holds on a loaded machine.)"""
     writer, workers = (now - then for now, then in zip(writer_and_workers_cpu(gw), before, strict=True))
-    assert workers > 1.5 * writer, f"writer {writer:.2f} s, workers {workers:.2f} s of CPU"
+    assert workers > writer, f"writer {writer:.2f} s, workers {workers:.2f} s of CPU"
 
 
 def settled_gets(gw: Gateway) -> dict[str, int]:
@@ -317,7 +319,7 @@ def test_hot_objects_of_a_mounted_bucket_are_served_by_the_workers(gw: Gateway, 
     assert s3.get_object(Bucket="workers-mnt", Key="train/0")["Body"].read() == data  # cold: the writer
     before = writer_and_workers_cpu(gw)
     reader = fresh(gw)
-    for _ in range(300):
+    for _ in range(600):  # enough CPU ticks on both sides to compare
         assert reader.get("workers-mnt", "train/0") == (200, data)
     assert s3.get_object(Bucket="workers-mnt", Key="train/0", Range="bytes=10-19")["Body"].read() == data[10:20]
     assert_served_by_workers(gw, before)
