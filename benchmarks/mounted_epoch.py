@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             put_source(moto.endpoint, keys, args.size, tmp / "www", None)
         else:  # the files first: rclone serves the directory as it finds it
             put_source(None, keys, args.size, tmp / "www", tmp / "store")
-            rclone = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store").start())
+            rclone = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))  # started by entering
             proxy = stack.enter_context(DelayProxy(rclone.port))
             proxy.delay_s = args.latency_ms / 2000
             moto = DelayedMoto(rclone.endpoint, rclone.proc.pid, proxy)  # type: ignore[union-attr]
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             "name": MOUNTED, "source": f"s3://{SOURCE}/{PREFIX}", "endpoint": moto.proxy.endpoint,
             "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
         })
-        local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www").start()) if nginx else None
+        local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www")) if nginx else None
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
 
