@@ -27,6 +27,7 @@ from packer.errors import FormatError
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.errors import CapacityError
+from tiering.fills import Fills
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.meta import Extent
@@ -147,8 +148,7 @@ class ExtentReader:
         # are verified and cached, and a corrupt one is refetched with a GET.
         self._runs = asyncio.Semaphore(concurrency)
         self._flight: SingleFlight[bytes] = SingleFlight()
-        self._fills: dict[str, asyncio.Task[bool]] = {}  # cache name -> fill
-        self._filling: dict[str, bytes] = {}  # cache name -> the verified bytes a fill is writing
+        self._fills = Fills()  # cache name -> the verified bytes a fill is writing
         self.hits = 0
         self.misses = 0
         self.from_peers = 0  # misses another gateway answered
@@ -167,7 +167,7 @@ class ExtentReader:
         from another gateway, or None to read the store. An extent whose
         fill is still being written (a read right after the miss that
         fetched it) is served from those bytes: a hit, no second GET."""
-        if not pin and (filling := self._filling.get(ext.cache_name)) is not None:
+        if not pin and (filling := self._fills.held(ext.cache_name)) is not None:
             self.hits += 1
             return filling
         while True:
@@ -185,17 +185,7 @@ class ExtentReader:
     ) -> asyncio.Task[bool]:
         """Cache the extent in the background. Registered before the caller
         yields, so a follower of the same fetch finds it (``warm`` waits for it)."""
-        name = ext.cache_name
-        task = asyncio.create_task(self._fill(ext, data, pin, turn))
-        self._fills[name] = task
-        self._filling[name] = data
-        task.add_done_callback(functools.partial(self._filled, name))
-        return task
-
-    def _filled(self, name: str, task: asyncio.Task[bool]) -> None:
-        if self._fills.get(name) is task:
-            del self._fills[name]
-            del self._filling[name]
+        return self._fills.start(ext.cache_name, data, self._fill(ext, data, pin, turn))
 
     async def warm(self, ext: Extent, pin: bool = False) -> bool:
         """Make sure the extent is cached (pinned when ``pin``); False when
@@ -206,7 +196,7 @@ class ExtentReader:
                 self._hot.pin([name])
             return True
         await self.fetch(ext, pin)
-        fill = self._fills.get(name)
+        fill = self._fills.task(name)
         if fill is not None:
             await asyncio.shield(fill)
         if pin:
@@ -336,7 +326,7 @@ class ExtentReader:
         try:
             if ext.place in self._flight:
                 await self.fetch(ext)  # joins that fetch
-            fill = self._fills.get(ext.cache_name)
+            fill = self._fills.task(ext.cache_name)
             if fill is not None:
                 await asyncio.shield(fill)
         except CapacityError as exc:
@@ -477,5 +467,4 @@ class ExtentReader:
 
     async def drain(self) -> None:
         """Wait for background cache fills (at shutdown)."""
-        while self._fills:
-            await asyncio.gather(*list(self._fills.values()), return_exceptions=True)
+        await self._fills.drain()

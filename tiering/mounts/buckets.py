@@ -34,7 +34,7 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from packer.ranges import ByteRange, split_over
@@ -50,6 +50,7 @@ from tiering.errors import (
     NoSuchKey,
     ServiceUnavailable,
 )
+from tiering.fills import Fills
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
@@ -91,8 +92,7 @@ class Mounts:
         # Pieces fetched from the source and being written to the hot tier
         # behind the answer that brought them: a read meanwhile takes the
         # bytes from here rather than asking the source again.
-        self._filling: dict[str, tuple[bytes, asyncio.Task[None]]] = {}
-        self._fills: set[asyncio.Task[None]] = set()
+        self._fills = Fills()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -118,7 +118,7 @@ class Mounts:
 
     async def close(self) -> None:
         await self.revalidator.close()
-        await asyncio.gather(*self._fills)
+        await self._fills.drain()
         for source in self._sources.values():
             await source.close()
 
@@ -361,18 +361,8 @@ class Mounts:
                 await pool.run(self._hot.fill, piece, data)
             except OSError as exc:  # a full disk costs the cache, not the read
                 log.warning("could not cache %s: %s", piece, exc)
-            finally:
-                if self._filling.get(piece, (None, None))[1] is task:
-                    del self._filling[piece]
 
-        task = asyncio.create_task(fill(), name=f"fill {piece}")
-        self._filling[piece] = (data, task)
-        self._fills.add(task)
-        task.add_done_callback(self._fills.discard)
-
-    async def _filled(self, pieces: Iterable[str]) -> None:
-        """Until the fills behind answers of any of ``pieces`` are done."""
-        await asyncio.gather(*(held[1] for piece in pieces if (held := self._filling.get(piece))))
+        self._fills.start(piece, data, fill())
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is
@@ -381,7 +371,7 @@ class Mounts:
         piece and then its other pieces, fetched concurrently."""
         meta, _ = await self.open_for_read(name, key, self._settings.part_size)
         names = self.piece_names(name, meta)
-        await self._filled(names)  # a warm reports what is in the hot tier
+        await self._fills.wait(names)  # a warm reports what is in the hot tier
         missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
         if missing and meta.size > room:
             return MountWarm(meta.size, hot=False)
@@ -393,7 +383,7 @@ class Mounts:
                 os.close(got)  # cached meanwhile by a reader
 
         await asyncio.gather(*(one(i) for i in missing))
-        await self._filled(names)
+        await self._fills.wait(names)
         return MountWarm(meta.size, all(self._hot.is_cached(piece) for piece in names))
 
     async def _forget(self, name: str, known: MountedObject) -> None:
@@ -417,9 +407,9 @@ class Mounts:
     async def _piece(self, meta: ObjectMeta, index: int, size: int) -> int | bytes:
         """A descriptor on the cached piece, or its bytes after a fetch."""
         name = piece_name(meta.bucket, meta.key, meta.etag, index)
-        held = self._filling.get(name)
+        held = self._fills.held(name)
         if held is not None:
-            return Held(held[0])
+            return Held(held)
         fd = await pool.run(self._hot.open_cached, name, size)
         if fd is not None:
             return fd
