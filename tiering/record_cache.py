@@ -53,12 +53,8 @@ class RecordCache:
         if self.entries <= 0:
             return
         with self._lock:
-            if self.commits != seen:
-                return
-            records = self._records
-            if key not in records and len(records) >= self.entries:
-                del records[next(iter(records))]
-            records[key] = record
+            if self.commits == seen:
+                self._put(key, record)
 
     def write_through(self, write: Callable[[], None], records: dict[bytes, Any]) -> None:
         """Run ``write`` (a database write of exactly ``records``, encoded)
@@ -69,13 +65,16 @@ class RecordCache:
         with self._lock:
             write()
             self.commits += 1
-            kept = self._records
-            for key, record in records.items():
-                if key not in kept and len(kept) >= self.entries:
-                    if self.entries <= 0:
-                        break
-                    del kept[next(iter(kept))]
-                kept[key] = record
+            if self.entries > 0:
+                for key, record in records.items():
+                    self._put(key, record)
+
+    def _put(self, key: bytes, record: Any) -> None:
+        """Under the lock: store, dropping the oldest kept when full."""
+        records = self._records
+        if key not in records and len(records) >= self.entries:
+            del records[next(iter(records))]
+        records[key] = record
 
     def drop(self, keys: Iterable[bytes]) -> None:
         """Forget ``keys`` after a write of them reached the database."""

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx
 
-from tests.conftest import make_client
+from tests.conftest import assert_consistent, make_client
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
 
 MiB = 1024 * 1024
@@ -466,8 +466,6 @@ def crash_then_lose_the_disk(gw: Gateway, capacity_args: list[str], check: Calla
     loss of its data dir (flushed and stopped first; rebuilt by
     ``tierstore recover`` from the segments of ``capacity_args``' store).
     Leaves the recovered gateway running; the caller stops it."""
-    from tests.conftest import assert_consistent
-
     kill(gw)
     gw.start()
     check("after a crash")
