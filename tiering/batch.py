@@ -9,8 +9,9 @@ failure after retries, a bad key name).
 Managed buckets: every key is looked up first (a few pool calls for ten
 thousand keys), so a missing key is known before the first byte goes out.
 A batch of at most ``HOT_OPEN`` keys that are all small and hot (or
-errors) has its files opened in the same pool call and is answered as a
-:class:`HotBatch`: every member's size is known before the first byte, and
+errors) has its files opened in the same pool call (on the event loop,
+with no pool call, when every record is in the record cache) and is
+answered as a :class:`HotBatch`: every member's size is known before the first byte, and
 no eviction, flush or delete can change its bytes from then on, so the
 gateway lays the tar out whole (a Content-Length) and has the bodies read
 straight into its send buffers. In any other batch, members whose bytes
@@ -118,13 +119,35 @@ class BatchReads:
         call: a :class:`HotBatch` (None otherwise)."""
         if len(keys) > HOT_OPEN:
             return await self.lookup(bucket, keys), None
-        found, files = await _owned(pool.run(self._lookup_open_sync, bucket, keys),
-                                    lambda result: _close_all(result[1]))
+        now = self._lookup_open_now(bucket, keys)
+        if now is not None:
+            found, files = now
+        else:
+            found, files = await _owned(pool.run(self._lookup_open_sync, bucket, keys),
+                                        lambda result: _close_all(result[1]))
         if files is None:
             return found, None
         members = [Member(key, error=meta) if isinstance(meta, TierstoreError) else Member(key, meta)
                    for key, meta in zip(keys, found, strict=True)]
         return found, HotBatch(members, files, tally, lambda key: self._epochs.observe(bucket, key))
+
+    def _lookup_open_now(
+        self, bucket: str, keys: Sequence[str],
+    ) -> tuple[list[ObjectMeta | TierstoreError], list[Pieces | None]] | None:
+        """:meth:`_lookup_open_sync` on the event loop, when every key's
+        record is in the record cache and every file opens (None
+        otherwise, nothing left open): no database read, and the opens a
+        single hot GET's ``HotTier.read_now`` makes on the loop too. In the
+        pool, each open gave the GIL up and took it back against the loop's
+        thread (docs/batch.md)."""
+        found: list[ObjectMeta | TierstoreError] = []
+        for key in keys:
+            meta = self._index.cached_object(bucket, key)
+            if meta is None:  # not cached, or no such key: the pool looks it up
+                return None
+            found.append(meta)
+        files = self._open_sync(found)
+        return None if files is None else (found, files)
 
     def _lookup_open_sync(
         self, bucket: str, keys: Sequence[str],

@@ -1,0 +1,103 @@
+"""A hot batch of a managed bucket (tiering/batch.py): looked up and opened
+on the event loop when the record cache holds every record, through the
+pool otherwise; the same members and bytes either way."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiering import pool
+from tiering.batch import HotBatch
+from tiering.capacity import LocalDirStore
+from tiering.errors import NoSuchKey
+from tiering.inputs import Integrity, NewObject
+from tiering.keys import okey
+from tiering.node import Node
+from tiering.reads import ReadTally
+from tiering.settings import TierSettings
+
+KEYS = [f"k{i}" for i in range(5)]
+
+
+def _data(key: str) -> bytes:
+    return key.encode() * 1000
+
+
+async def _body(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    n = Node(tmp_path / "data", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(n.start())
+    loop.run_until_complete(n.objects.create_bucket("bkt"))
+    for key in KEYS:
+        data = _data(key)
+        loop.run_until_complete(n.objects.put("bkt", key, _body(data), NewObject(), Integrity(expected_size=len(data))))
+    n.run = loop.run_until_complete  # type: ignore[attr-defined]
+    yield n
+    loop.run_until_complete(n.close())
+    loop.close()
+
+
+@pytest.fixture
+def pool_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the functions handed to the pool."""
+    calls: list[str] = []
+    original = pool.run
+
+    def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(getattr(fn, "__name__", repr(fn)))
+        return original(fn, *args, **kwargs)
+
+    monkeypatch.setattr(pool, "run", counted)
+    return calls
+
+
+def _read(node: Node, keys: list[str]) -> tuple[list[tuple[str, bytes | str]], ReadTally]:
+    """Each member's key and bytes (or error code), read as the gateway does."""
+    tally = ReadTally()
+
+    async def read() -> list[tuple[str, bytes | str]]:
+        batch = await node.objects.batch("bkt", keys, False, tally)
+        assert isinstance(batch, HotBatch)
+        views = [None if m.error is not None else memoryview(bytearray(m.meta.size))  # type: ignore[union-attr]
+                 for m in batch.members]
+        try:
+            await batch.read(0, views)
+        finally:
+            batch.close()
+        return [(m.key, type(m.error).__name__ if m.error is not None else bytes(v))  # type: ignore[arg-type]
+                for m, v in zip(batch.members, views, strict=True)]
+
+    return node.run(read()), tally  # type: ignore[attr-defined]
+
+
+def test_hot_batch_of_cached_records_needs_no_pool_call(node: Node, pool_calls: list[str]) -> None:
+    keys = [KEYS[3], KEYS[0], KEYS[3], KEYS[1]]
+    _read(node, keys)  # the records are now in the record cache
+    pool_calls.clear()
+    members, tally = _read(node, keys)
+    assert members == [(k, _data(k)) for k in keys]
+    assert tally.hot == sum(len(_data(k)) for k in keys)
+    assert pool_calls == []
+
+
+def test_hot_batch_with_a_record_not_cached_takes_the_pool(node: Node, pool_calls: list[str]) -> None:
+    _read(node, KEYS[:2])
+    pool_calls.clear()
+    members, _ = _read(node, [KEYS[0], "missing", KEYS[1]])
+    assert members == [(KEYS[0], _data(KEYS[0])), ("missing", NoSuchKey.__name__), (KEYS[1], _data(KEYS[1]))]
+    assert pool_calls == ["_lookup_open_sync"]
+    node.objects._index.records.drop([okey("bkt", k) for k in KEYS])  # type: ignore[attr-defined]
+    pool_calls.clear()
+    members, _ = _read(node, KEYS[:2])
+    assert members == [(k, _data(k)) for k in KEYS[:2]]
+    assert pool_calls == ["_lookup_open_sync"]
