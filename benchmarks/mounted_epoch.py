@@ -22,7 +22,14 @@ files for nginx. Then a cold epoch, and ``--warm`` (3) rounds of a warm
 epoch and an nginx-local epoch (the order alternating), each epoch a new
 shuffled order read by ``--readers`` (16) lean readers; first of all, the store read
 directly by the same readers (one keep-alive
-connection each, SigV4 by a cached key; nginx: unsigned).
+connection each, SigV4 by a cached key, nginx's too: the issue's readers
+sign every GET, whichever server they read).
+
+Each warm round also reads the epoch from ``bare``: an ASGI app on uvicorn
+answering every GET with ``--size`` constant bytes (benchmarks/_bare_app.py,
+as in ab.py), through the same signed readers. It does nothing an S3 app
+must do, so its ratio to nginx-local in the same round is the most any
+app on this stack can reach in this epoch on this machine.
 
 Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5]
 """
@@ -31,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import random
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,9 +54,10 @@ from _common import (
     temp_dir,
     write_results,
 )
-from _compare_client import PlainClient, SignedClient
+from _compare_client import SignedClient
 from _compare_peers import NginxLocal, RcloneStore, ensure_nginx
 from _compare_workloads import epoch
+from ab import bare_app
 from capacity import MOTO_KEY, moto_client
 from delay_proxy import DelayProxy
 from epoch import Admin, body_of, checker, key_of
@@ -106,6 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     objects = args.objects or (2000 if args.quick else 20000)
     keys = [key_of(i) for i in range(objects)]
     check = checker(args.size)
+
+    def same_size(key: str, body: bytes) -> None:  # the bare app's bytes are its own
+        if len(body) != args.size:
+            raise AssertionError(f"{key}: {len(body)} bytes, expected {args.size}")
+
     results: dict[str, dict] = {}
     nginx = ensure_nginx()
     with temp_dir("mounted-epoch") as tmp, contextlib.ExitStack() as stack:
@@ -127,13 +141,16 @@ def main(argv: list[str] | None = None) -> int:
             "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
         })
         local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www")) if nginx else None
+        bare = stack.enter_context(bare_app(args.size))
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
 
-        def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "") -> dict:  # type: ignore[no-untyped-def]
+        def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
+                check=check) -> dict:
             order = [prefix + key for key in keys]
             random.Random(seed).shuffle(order)
             before = moto.proxy.snapshot()
+            pids = {**pids, "client": lambda: [os.getpid()]}  # the readers: this process
             figures = epoch(client, bucket, order, args.readers, args.size, check, pids)
             figures["store"] = store_requests(before, moto.proxy.snapshot())
             results[name] = figures
@@ -145,11 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
         for r in range(1, args.warm + 1):
-            pair = [("tierstore", lean, gw_pids)]
+            pair = [("tierstore", lean, gw_pids, check)]
             if local is not None:
-                pair.append(("nginx-local", PlainClient(local.port), {"server": local.pids}))
-            for name, client, pids in pair if r % 2 else pair[::-1]:
-                run(f"{name} warm {r}", client, pids, seed=r)
+                pair.append(("nginx-local", SignedClient(local.port), {"server": local.pids}, check))
+            pair.append(("bare", SignedClient(bare.port), {"server": lambda: [bare.proc.pid]}, same_size))
+            for name, client, pids, checks in pair if r % 2 else pair[::-1]:
+                run(f"{name} warm {r}", client, pids, seed=r, check=checks)
         cpu = process_cpu(gw.proc.pid)
 
     rows = []
@@ -158,15 +176,16 @@ def main(argv: list[str] | None = None) -> int:
         peer = results.get(f"nginx-local warm {r}")
         if name == "tierstore cold":  # against the store read directly
             peer = results["the store directly"]
-        ratio = f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x" if peer and name.startswith("tierstore") else "-"
+        ratio = (f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x"
+                 if peer and name.startswith(("tierstore", "bare")) else "-")
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
-                     f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.3f}",
+                     f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.3f}", f"{f['client_cpu_per_1k']:.3f}",
                      ", ".join(f"{op} {n}" for op, n in sorted(f["store"].items())) or "0"])
     print(machine())
     print(f"mounted data set of {objects:,} x {args.size:,} B, store {args.store} +{args.latency_ms:g} ms, "
           f"freshness {args.freshness} s, {args.readers} lean readers, a new shuffled order each epoch")
     print(table(["epoch", "objects/s", "seconds", "p50 ms", "p99 ms", "x nginx-local (same round); cold: x the store",
-                 "server CPU s / 1k GETs", "store requests"], rows))
+                 "server CPU s / 1k GETs", "client CPU s / 1k GETs", "store requests"], rows))
     print(f"(gateway CPU over the run: {cpu:.1f} s)")
     write_results(args, {"objects": objects, "freshness": args.freshness, "epochs": results})
     return 0

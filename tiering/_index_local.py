@@ -76,10 +76,13 @@ class LocalRecords:
         return self.records.get(nkey(mount, key))  # type: ignore[no-any-return]
 
     def put_mounted(self, mount: str, obj: MountedObject) -> None:
-        # Not synced: a lost record costs one revalidation, never data.
+        """Put the description of a mounted object just read or written,
+        and keep it decoded in the record cache: the next read of the key
+        (an epoch's next, say) then stays on the event loop instead of
+        reading the database in the pool. Not synced: a lost record costs
+        one revalidation, never data."""
         raw_key = nkey(mount, obj.key)
-        self._db.put(raw_key, obj.to_bytes())
-        self.records.drop((raw_key,))
+        self.records.write_through(lambda: self._db.put(raw_key, obj.to_bytes()), {raw_key: obj})
 
     def renew_mounted(self, mount: str, objects: Iterable[MountedObject]) -> None:
         """Put the renewed descriptions of ``objects`` of ``mount`` in one
