@@ -13,7 +13,7 @@ SIGTERM), temp dirs removed:
                order registered (gateway.hints), hot = read once
   moto direct  the delayed store itself, no cache in between
   nginx-local  nginx serving the same files from local disk (the HTTP limit
-               of this machine): unsigned GETs of /bucket/key
+               of this machine): GETs of /bucket/key
   nginx-cache  nginx as a caching reverse proxy (proxy_cache, 1 MiB slices)
                of the delayed store; cold = fresh cache, hot = read once
   rclone       ``rclone serve s3`` over the delayed store, VFS cache full
@@ -25,8 +25,10 @@ Workloads (``--quick`` sizes in parentheses):
 
   1. an epoch of ``--objects`` 64 KiB objects (4,000; 1,000) in a shuffled
      order (``tiering.order.shuffled``), ``--readers`` (16) threads with a
-     lean client each (one keep-alive connection, SigV4 by a cached key):
-     objects/s, MiB/s, p50/p99, server CPU seconds per 1,000 GETs
+     lean client each (one keep-alive connection, SigV4 by a cached key,
+     whichever server it reads: nginx ignores the signature, and every
+     server is read by the same client): objects/s, MiB/s, p50/p99,
+     server CPU seconds per 1,000 GETs
   2. one ``--large-mib`` object (256; 64): a whole GET, and ``--ranges``
      (64) random 4 MiB ranged GETs from ``--range-readers`` (4) threads
   3. PUTs of the small objects from ``--writers`` (16) threads: objects/s,
@@ -57,7 +59,7 @@ from pathlib import Path
 import _common  # first: puts the repo root on sys.path
 import httpx
 from _common import client, gateway, machine, table, temp_dir, write_results
-from _compare_client import PlainClient, SignedClient
+from _compare_client import SignedClient
 from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone
 from _compare_workloads import epoch, ingest, listing, random_ranges, ranged_gets, whole_get
 from _compare_wrk import ensure_wrk, presigned_get, server_efficiency
@@ -266,7 +268,7 @@ class Run:
             hints.close()
 
     def epochs_peer(self, peer: Peer, cold_first: bool = True) -> None:
-        lean = SignedClient(peer.port) if peer.signed else PlainClient(peer.port)
+        lean = SignedClient(peer.port)  # every server is read by the same signed readers
         pids = {"server": peer.pids, "moto": self.moto_pids}
         if cold_first:
             self.run_epoch(peer.name, "cold", lean, pids, before=peer.cold)
@@ -355,7 +357,7 @@ def run(args: argparse.Namespace) -> dict:
         r.list_all(listed)
 
         if "nginx-local" in by_name:
-            r.run_epoch("nginx-local", "local", PlainClient(by_name["nginx-local"].port),
+            r.run_epoch("nginx-local", "local", SignedClient(by_name["nginx-local"].port),
                         {"server": by_name["nginx-local"].pids})
         r.run_epoch("moto direct", "direct", SignedClient(r.proxy.port), {"server": r.moto_pids})
         r.epochs_tierstore()
@@ -366,14 +368,13 @@ def run(args: argparse.Namespace) -> dict:
             r.wrk_all(by_name)
 
         if "nginx-local" in by_name:
-            r.large_reads("nginx-local", PlainClient(by_name["nginx-local"].port), None)
+            r.large_reads("nginx-local", SignedClient(by_name["nginx-local"].port), None)
         r.large_reads("moto direct", SignedClient(r.proxy.port), None)
         r.large_reads("tierstore", SignedClient(r.gw.port), r.evict)
         for name in ("nginx-cache", "rclone", "juicefs"):
             if name in by_name:
                 peer = by_name[name]
-                lean = SignedClient(peer.port) if peer.signed else PlainClient(peer.port)
-                r.large_reads(name, lean, peer.cold)
+                r.large_reads(name, SignedClient(peer.port), peer.cold)
         return r.results
 
 
