@@ -5,6 +5,7 @@ the S3 clients wrote."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,12 +91,16 @@ def test_with_the_capacity_store_gone_ready_is_503_and_a_stuck_job_can_be_cancel
         assert ready.json() == {"status": "unavailable", "checks": {"index": "ok", "capacity": "unreachable"}}
         assert httpx.get(f"{gateway.admin_url}/health").status_code == 200, "alive, just not ready"
 
-        job = call(gateway, "POST", "/jobs/pin", json={"bucket": "cold"}).json()
-        time.sleep(0.5)  # the fetch is retrying against a store that is not there
-        assert call(gateway, "GET", f"/jobs/{job['id']}").json()["state"] == "running"
-        cancelled = call(gateway, "POST", f"/jobs/{job['id']}/cancel")
-        assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
-        assert cancelled.json()["finished"] is not None
+        # A store that takes connections and never answers: the pin job's
+        # fetch waits on it (against the closed port, its retries could all
+        # be spent within the half second, their backoff being jittered).
+        with socket.create_server(("127.0.0.1", port)):
+            job = call(gateway, "POST", "/jobs/pin", json={"bucket": "cold"}).json()
+            time.sleep(0.5)
+            assert call(gateway, "GET", f"/jobs/{job['id']}").json()["state"] == "running"
+            cancelled = call(gateway, "POST", f"/jobs/{job['id']}/cancel")
+            assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+            assert cancelled.json()["finished"] is not None
     finally:
         gateway.stop()
         if not stopped:
