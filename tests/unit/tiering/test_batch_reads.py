@@ -4,22 +4,18 @@ pool otherwise; the same members and bytes either way."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from tiering import pool
 from tiering.batch import HotBatch
-from tiering.capacity import LocalDirStore
 from tiering.errors import NoSuchKey
 from tiering.inputs import Integrity, NewObject
 from tiering.keys import okey
 from tiering.node import Node
 from tiering.reads import ReadTally
-from tiering.settings import TierSettings
 
 KEYS = [f"k{i}" for i in range(5)]
 
@@ -33,18 +29,12 @@ async def _body(data: bytes) -> AsyncIterator[bytes]:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(tmp_path / "data", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(n.start())
-    loop.run_until_complete(n.objects.create_bucket("bkt"))
+def filled(node: Node) -> Node:
+    """``node`` (tests/unit/tiering/conftest.py) with KEYS in ``bkt``."""
     for key in KEYS:
         data = _data(key)
-        loop.run_until_complete(n.objects.put("bkt", key, _body(data), NewObject(), Integrity(expected_size=len(data))))
-    n.run = loop.run_until_complete  # type: ignore[attr-defined]
-    yield n
-    loop.run_until_complete(n.close())
-    loop.close()
+        node.run(node.objects.put("bkt", key, _body(data), NewObject(), Integrity(expected_size=len(data))))  # type: ignore[attr-defined]
+    return node
 
 
 @pytest.fixture
@@ -80,7 +70,8 @@ def _read(node: Node, keys: list[str]) -> tuple[list[tuple[str, bytes | str]], R
     return node.run(read()), tally  # type: ignore[attr-defined]
 
 
-def test_hot_batch_of_cached_records_needs_no_pool_call(node: Node, pool_calls: list[str]) -> None:
+def test_hot_batch_of_cached_records_needs_no_pool_call(filled: Node, pool_calls: list[str]) -> None:
+    node = filled
     keys = [KEYS[3], KEYS[0], KEYS[3], KEYS[1]]
     _read(node, keys)  # the records are now in the record cache
     pool_calls.clear()
@@ -90,7 +81,8 @@ def test_hot_batch_of_cached_records_needs_no_pool_call(node: Node, pool_calls: 
     assert pool_calls == []
 
 
-def test_hot_batch_with_a_record_not_cached_takes_the_pool(node: Node, pool_calls: list[str]) -> None:
+def test_hot_batch_with_a_record_not_cached_takes_the_pool(filled: Node, pool_calls: list[str]) -> None:
+    node = filled
     _read(node, KEYS[:2])
     pool_calls.clear()
     members, _ = _read(node, [KEYS[0], "missing", KEYS[1]])

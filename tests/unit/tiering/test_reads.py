@@ -3,13 +3,10 @@ any byte is read (tiering/reads.py), for staged, cached and cold objects."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
-from tiering.capacity import LocalDirStore
 from tiering.conditions import Conditions
 from tiering.errors import InvalidRange
 from tiering.fetch import ExtentReader
@@ -17,25 +14,12 @@ from tiering.hot import HotTier
 from tiering.inputs import Integrity, NewObject
 from tiering.node import Node
 from tiering.reads import RangeSpec, Read
-from tiering.settings import TierSettings
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 
 
 async def _body(data: bytes) -> AsyncIterator[bytes]:
     yield data
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    n = Node(tmp_path / "data", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(n.start())
-    loop.run_until_complete(n.objects.create_bucket("bkt"))
-    n.run = loop.run_until_complete  # type: ignore[attr-defined]
-    yield n
-    loop.run_until_complete(n.close())
-    loop.close()
 
 
 def _put(node: Node, key: str, data: bytes = DATA) -> str:
