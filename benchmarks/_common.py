@@ -57,11 +57,11 @@ def temp_dir(tag: str) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def hot_filesystem(kind: str, parent: Path, size_gib: int = 8) -> Iterator[Path]:
-    """A directory for a gateway's data dir (its hot tier): ``root``, a
-    directory under ``parent`` on whatever filesystem holds it; ``ext4``,
-    a new ext4 of ``size_gib`` (a sparse image under ``parent``, loop
-    mounted: root only), unmounted and removed afterwards.
+def data_filesystem(kind: str, parent: Path, size_gib: int = 8) -> Iterator[Path]:
+    """A directory for servers' data (a gateway's hot tier, a cache's
+    files): ``root``, a directory under ``parent`` on whatever filesystem
+    holds it; ``ext4``, a new ext4 of ``size_gib`` (a sparse image under
+    ``parent``, loop mounted: root only), unmounted and removed afterwards.
 
     A node keeps its hot tier on a local NVMe filesystem of its own. This
     machine's root ext4 has seen millions of files created and deleted by
@@ -69,18 +69,18 @@ def hot_filesystem(kind: str, parent: Path, size_gib: int = 8) -> Iterator[Path]
     (ext4's inode allocator skips recently deleted inodes, reading their
     inode table blocks: ``recently_deleted`` in ``perf``), against 15 to
     19 us on a new ext4 (docs/benchmarks.md). A cold read creates one hot
-    file per object it fetches, so the root filesystem charges the
-    gateway's misses for that churn."""
+    file per object it fetches (a cache like nginx's or rclone's does too),
+    so the root filesystem charges every miss for that churn."""
     if kind == "root":
-        path = parent / "hot-fs"
+        path = parent / "data-fs"
         path.mkdir()
         yield path
         return
     if kind != "ext4":
-        raise ValueError(f"hot filesystem {kind!r}: root or ext4")
+        raise ValueError(f"data filesystem {kind!r}: root or ext4")
     if os.geteuid() != 0:
-        raise SystemExit("--hot-fs ext4 mounts a loop image: run as root, or use --hot-fs root")
-    image, mount = parent / "hot-fs.img", parent / "hot-fs"
+        raise SystemExit("an ext4 data filesystem is a loop mount: run as root, or keep the root filesystem")
+    image, mount = parent / "data-fs.img", parent / "data-fs"
     mount.mkdir()
     with open(image, "wb") as f:
         f.truncate(size_gib << 30)

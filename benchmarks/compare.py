@@ -58,7 +58,7 @@ from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 import httpx
-from _common import client, gateway, machine, table, temp_dir, write_results
+from _common import client, data_filesystem, gateway, machine, table, temp_dir, write_results
 from _compare_client import SignedClient
 from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone
 from _compare_workloads import epoch, ingest, listing, random_ranges, ranged_gets, whole_get
@@ -143,6 +143,8 @@ class Run:
         self.large = b"".join(rng.randbytes(MiB) for _ in range(args.large_mib))
         self.check = checker(args.size)
         tmp = stack.enter_context(temp_dir("compare"))
+        # Every server's files (the gateway's data dir, the caches, nginx's root) on one filesystem.
+        tmp = stack.enter_context(data_filesystem(args.fs, tmp, size_gib=32))
         self.tmp = tmp
         moto_port, self.moto_pid = stack.enter_context(moto_store())
         self.moto = f"http://127.0.0.1:{moto_port}"
@@ -541,6 +543,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="leave a peer, or the wrk workload, out (repeatable)")
     ap.add_argument("--wrk-seconds", type=int, default=10, help="wrk's run per server, seconds (10)")
     ap.add_argument("--wrk-connections", type=int, default=16, help="wrk's connections (16)")
+    ap.add_argument("--fs", choices=("root", "ext4"), default="root",
+                    help="every server's files (the gateway's data dir, the caches, nginx's root) in the temp "
+                         "dir (root, default) or on an ext4 made for the run (a loop image: root only)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     args.objects = args.objects or (1000 if args.quick else 4000)

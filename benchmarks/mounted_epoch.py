@@ -32,7 +32,7 @@ must do, so its ratio to nginx-local in the same round is the most any
 app on this stack can reach in this epoch on this machine.
 
 ``--hot-fs ext4`` puts the gateway's data dir on an ext4 made for the
-run (``_common.hot_filesystem``: creating a file on this machine's root
+run (``_common.data_filesystem``: creating a file on this machine's root
 filesystem costs 20 to 40 times what it costs on a new one).
 
 Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4]
@@ -50,9 +50,9 @@ from pathlib import Path
 import _common  # first: puts the repo root on sys.path
 from _common import (
     DelayedMoto,
+    data_filesystem,
     delayed_moto,
     gateway,
-    hot_filesystem,
     machine,
     process_cpu,
     table,
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             proxy = stack.enter_context(DelayProxy(rclone.port))
             proxy.delay_s = args.latency_ms / 2000
             moto = DelayedMoto(rclone.endpoint, rclone.proc.pid, proxy)  # type: ignore[union-attr]
-        hot_fs = stack.enter_context(hot_filesystem(args.hot_fs, tmp))
+        hot_fs = stack.enter_context(data_filesystem(args.hot_fs, tmp))
         gw = stack.enter_context(gateway(hot_fs / "data"))
         admin = Admin(gw.admin_url)
         stack.callback(admin.close)
