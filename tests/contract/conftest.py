@@ -8,6 +8,7 @@ directory, no multipart upload left open in the bucket.
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,6 +27,22 @@ KEY = SECRET = "testing"
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_garbage_from_earlier_modules() -> None:
+    """Collect the garbage earlier test modules of this worker left, before
+    this module's tests run an event loop on this thread.
+
+    An s3fs filesystem freed by the cyclic collector runs s3fs's finalizer,
+    which, finding an event loop running on the thread, schedules the
+    close of its aiobotocore client there: on a loop that is not the one
+    its connections belong to. The task fails ("attached to a different
+    loop"), and anyio's test runner reports that as an error of whichever
+    test was running (it happened once in CI, at the setup of a
+    test_lease test). Collected here, with no loop running, the finalizer
+    closes the client on s3fs's own loop."""
+    gc.collect()
 
 
 @pytest.fixture(scope="session")
