@@ -47,7 +47,7 @@ from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import pool
-from tiering.batch import HotBatch, Member
+from tiering.batch import HotBatch, Member, Pieces
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
 from tiering.hot import HotTier
@@ -106,16 +106,17 @@ def _read_files(files: list[tuple[str, int]]) -> bytes:
             os.close(fd)
 
 
-def _open_all(objects: list[list[tuple[str, int]]]) -> list[dict[int, int]]:
-    """Descriptors on every file of every object; Elsewhere (none left
-    open) if one is gone."""
-    opened: list[dict[int, int]] = []
+def _open_all(objects: list[list[tuple[str, int]]]) -> list[Pieces]:
+    """Every object's open pieces, (descriptor, size) in order; Elsewhere
+    (none left open) if a file is gone."""
+    opened: list[Pieces] = []
     try:
         for files in objects:
-            opened.append(_open_files(files, list(range(len(files)))))
+            fds = _open_files(files, list(range(len(files))))
+            opened.append([(fds[i], size) for i, (_, size) in enumerate(files)])
     except Elsewhere:
-        for fds in opened:
-            for fd in fds.values():
+        for pieces in opened:
+            for fd, _ in pieces:
                 os.close(fd)
         raise
     return opened
@@ -207,9 +208,7 @@ class RemoteObjects:
         opened = dict(zip(order, await pool.run(_open_all, [found[i][1] for i in order]), strict=True))
         members = [Member(key, error=errors[i]) if i in errors else Member(key, found[i][0])
                    for i, key in enumerate(keys)]
-        files = [[(opened[i][j], size) for j, (_, size) in enumerate(found[i][1])] if i in found else None
-                 for i in range(len(keys))]
-        return HotBatch(members, files, tally)
+        return HotBatch(members, [opened.get(i) for i in range(len(keys))], tally)
 
     async def _stream(
         self, files: list[tuple[str, int]], pieces: list[tuple[int, ByteRange]], tally: ReadTally

@@ -6,7 +6,7 @@ cache (mounted objects' records are kept there decoded, like objects')."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from rocksdict import WriteBatch
@@ -75,28 +75,21 @@ class LocalRecords:
         database read: safe on the event loop), else None."""
         return self.records.get(nkey(mount, key))  # type: ignore[no-any-return]
 
-    def put_mounted(self, mount: str, obj: MountedObject) -> None:
-        """Put the description of a mounted object just read or written,
-        and keep it decoded in the record cache: the next read of the key
-        (an epoch's next, say) then stays on the event loop instead of
-        reading the database in the pool. Not synced: a lost record costs
-        one revalidation, never data."""
-        raw_key = nkey(mount, obj.key)
-        self.records.write_through(lambda: self._db.put(raw_key, obj.to_bytes()), {raw_key: obj})
-
-    def renew_mounted(self, mount: str, objects: Iterable[MountedObject]) -> None:
-        """Put the renewed descriptions of ``objects`` of ``mount`` in one
-        unsynced write (like :meth:`put_mounted`), and keep them decoded in
-        the record cache: a revalidation renews up to a page of records at
-        once, and dropping them would send the next read of each key to the
-        database."""
+    def put_mounted(self, mount: str, *objects: MountedObject) -> None:
+        """Put the descriptions of mounted objects (one just read or written,
+        or a revalidation's page of renewals) in one unsynced write, and keep
+        them decoded in the record cache: the next read of each key (an
+        epoch's next, say) then stays on the event loop instead of reading
+        the database in the pool. Not synced: a lost record costs one
+        revalidation, never data."""
         batch = WriteBatch(raw_mode=True)
         records: dict[bytes, MountedObject] = {}
         for obj in objects:
             raw_key = nkey(mount, obj.key)
             batch.put(raw_key, obj.to_bytes())
             records[raw_key] = obj
-        self.records.write_through(lambda: self._db.write(batch), records)
+        if records:
+            self.records.write_through(lambda: self._db.write(batch), records)
 
     def delete_mounted(self, mount: str, key: str) -> None:
         raw_key = nkey(mount, key)

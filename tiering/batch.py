@@ -146,20 +146,21 @@ class BatchReads:
             if meta is None:  # not cached, or no such key: the pool looks it up
                 return None
             found.append(meta)
-        files = self._open_sync(found)
+        files = self._open_pieces(found)
         return None if files is None else (found, files)
 
     def _lookup_open_sync(
         self, bucket: str, keys: Sequence[str],
     ) -> tuple[list[ObjectMeta | TierstoreError], list[Pieces | None] | None]:
         found = self._lookup_sync(bucket, keys)
-        return found, self._open_sync(found)
+        return found, self._open_pieces(found)
 
-    def _open_sync(self, found: list[ObjectMeta | TierstoreError]) -> list[Pieces | None] | None:
-        """Blocking: descriptors on every piece of every object of
-        ``found`` (None for an error), or None (nothing left open) if one
-        is larger than SMALL_READ or not all hot. Cached extents are opened
-        without a hit (see :meth:`_read_group`), and counted as read."""
+    def _open_pieces(self, found: list[ObjectMeta | TierstoreError]) -> list[Pieces | None] | None:
+        """Descriptors on every piece of every object of ``found`` (None
+        for an error), or None (nothing left open) if one is larger than
+        SMALL_READ or not all hot: opens and an fstat each, in the pool or,
+        for files just used, on the loop. Cached extents are opened without
+        a hit (see :meth:`_read_group`), and counted as read."""
         hot = self._hot
         opened: list[Pieces | None] = []
         try:
@@ -419,19 +420,10 @@ def _read_into(jobs: list[tuple[Pieces, memoryview]]) -> None:
         for pieces, view in jobs:
             at = 0
             for fd, size in pieces:
-                _preadv_all(fd, view[at:at + size])
+                HotTier.pread_into(fd, view[at:at + size])
                 at += size
     finally:
         _close_all([pieces for pieces, _ in jobs])
-
-
-def _preadv_all(fd: int, view: memoryview) -> None:
-    got = os.preadv(fd, (view,), 0) if len(view) else 0
-    while got < len(view):
-        more = os.preadv(fd, (view[got:],), got)
-        if not more:
-            raise OSError(f"hot-tier file shorter than its index record ({got} < {len(view)})")
-        got += more
 
 
 def _close_all(files: list[Pieces | None] | None) -> None:

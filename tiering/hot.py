@@ -225,6 +225,16 @@ class HotTier(CacheEviction):
     def pread(fd: int, offset: int, length: int) -> bytes:
         return _pread_all(fd, length, offset)
 
+    @staticmethod
+    def pread_into(fd: int, view: memoryview) -> None:
+        """Fill ``view`` from the start of file ``fd`` (OSError if the file is shorter)."""
+        got = os.preadv(fd, (view,), 0) if len(view) else 0
+        while got < len(view):
+            more = os.preadv(fd, (view[got:],), got)
+            if not more:
+                raise OSError(f"hot-tier file shorter than its index record ({got} < {len(view)})")
+            got += more
+
     def remove(self, chunks: Iterable[Chunk]) -> None:
         """Delete staged files (never cache files: those belong to extents)."""
         for chunk in chunks:
@@ -336,9 +346,8 @@ class HotTier(CacheEviction):
         return read[0] if len(read) == 1 else b"".join(read)
 
     def _read_now(self, file_id: str | None, cache_name: str | None, size: int) -> bytearray | None:
-        path = self._staged_file(file_id) if file_id is not None else self._cache_file(cache_name)  # type: ignore[arg-type]
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(self.file_of(file_id, cache_name), os.O_RDONLY)
         except OSError:
             return None
         try:

@@ -22,7 +22,6 @@ from tiering.reads import ReadTally
 READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming from a local file
 
 
-
 class Held(NamedTuple):
     """A piece's bytes in memory while they are written to the hot tier
     (fetched a moment ago by another read): served from there, counted hot."""

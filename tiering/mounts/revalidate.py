@@ -120,7 +120,7 @@ class Revalidator:
                 renewed.append(replace(known, validated_ms=now))
             else:
                 stale.append(known)
-        self._index.renew_mounted(name, renewed)
+        self._index.put_mounted(name, *renewed)
         for key in covered:
             if key not in seen and (known := self._index.get_mounted(name, key)) is not None:
                 stale.append(known)

@@ -71,12 +71,12 @@ def test_a_renewal_keeps_its_records_decoded_and_a_later_put_replaces_them(index
     for obj in objs:
         index.put_mounted("m", obj)
     renewed = [replace(obj, validated_ms=2) for obj in objs]
-    index.renew_mounted("m", renewed)
+    index.put_mounted("m", *renewed)
     for obj in renewed:  # in memory without a database read, and in the database
         assert index.cached_mounted("m", obj.key) == obj
     index.records.drop(nkey("m", obj.key) for obj in objs)  # read back from the database
     assert [index.get_mounted("m", obj.key) for obj in objs] == renewed
-    index.renew_mounted("m", renewed[:1])
+    index.put_mounted("m", *renewed[:1])
     index.put_mounted("m", replace(objs[0], etag="b"))  # a fetch of a new version after the renewal
     assert index.cached_mounted("m", "k0").etag == "b"  # type: ignore[union-attr]
     index.records.drop([nkey("m", "k0")])
