@@ -13,15 +13,22 @@ stale: a PUT the writer acknowledged is found by the next lookup.
 
 Wire format, both ways: a 4-byte big-endian length, then a msgpack array.
 A request is a :class:`Lookup` ``[id, bucket, key, read]``; its answer a
-``tiering.reads.Location`` ``[id, record, files, missing]`` (record and
-files when all the bytes are hot, ``missing`` naming NoSuchBucket or
-NoSuchKey, or neither: the writer serves it). Requests are pipelined on
-one connection; answers come back as they are ready.
+``tiering.reads.Location`` ``[id, record, files, missing, until_ms]``
+(record and files when all the bytes are hot, ``missing`` naming
+NoSuchBucket or NoSuchKey, or neither: the writer serves it). Requests are
+pipelined on one connection; answers come back as they are ready.
+
+A worker keeps hot answers and serves later GETs of the key from them while
+no write of the key happened (``tiering/generations.py``); it tells the
+writer about those reads instead: ``["reads", [[bucket, key, names], ...]]``
+(names: the hot files' names), which the writer takes as a lookup with
+``read`` (``ObjectService.observe_reads``).
 
 The same connection carries, the other way round and unanswered,
-``["ready"]`` once the worker listens, and the requests a worker served, ``["served", [[op, status, tier, seconds,
-received, sent, hot, capacity], ...]]`` about once a second, which the
-writer adds to its metrics: ``/metrics`` and ``/stats`` count every process.
+``["ready"]`` once the worker listens, and the requests a worker served,
+``["served", [[op, status, tier, seconds, received, sent, hot, capacity],
+...]]`` about once a second, which the writer adds to its metrics:
+``/metrics`` and ``/stats`` count every process.
 """
 
 from __future__ import annotations
@@ -31,11 +38,11 @@ import contextlib
 import itertools
 import logging
 import struct
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgpack
 
+from gateway.metrics import Metrics
 from tiering.errors import TierstoreError
 from tiering.objects import ObjectService
 from tiering.reads import Location
@@ -89,21 +96,26 @@ def _frame(message: list[Any]) -> bytes:
 
 
 class LookupServer:
-    """The writer's side: answers lookups from its ObjectService, and gives
-    the requests workers report to ``observe`` (``Metrics.observe``).
+    """The writer's side: answers lookups from its ObjectService, and adds
+    the requests workers report to ``metrics``.
 
     The lookups that arrived together (one read from the socket) are
     answered together, with one call into the thread pool: a busy worker
     pipelines many, and a pool handoff each would cost the writer more than
     the index reads themselves."""
 
-    def __init__(self, service: ObjectService, observe: Callable[..., None]) -> None:
+    def __init__(self, service: ObjectService, metrics: Metrics) -> None:
         self._service = service
-        self._observe = observe
+        self._metrics = metrics
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
         self.ready = 0  # workers that said they listen, since the start
         self._readied = asyncio.Event()
+
+    def kept_reads(self, reads: list[tuple[str, str, list[str]]]) -> None:
+        """GETs a worker answered from lookups it kept."""
+        self._service.observe_reads(reads)
+        self._metrics.worker_reads(0, len(reads))
 
     def worker_ready(self) -> None:
         self.ready += 1
@@ -134,7 +146,9 @@ class LookupServer:
         except (TierstoreError, OSError) as exc:  # the writer answers these requests itself
             log.warning("lookups failed (%s); passing %d requests on", exc, len(lookups))
             found = [Location()] * len(lookups)
-        return [_frame([q.id, where.record, where.files, where.missing])
+        self._metrics.worker_reads(sum(1 for q, where in zip(lookups, found, strict=True)
+                                       if q.read and where.record is not None), 0)
+        return [_frame([q.id, where.record, where.files, where.missing, where.until_ms])
                 for q, where in zip(lookups, found, strict=True)]
 
 
@@ -169,9 +183,11 @@ class _Connection(asyncio.Protocol):
             return
         requests: list[Lookup] = []
         for message in messages:
-            if message[0] == "served":
+            if message[0] == "reads":
+                self._server.kept_reads(message[1])
+            elif message[0] == "served":
                 for row in message[1]:
-                    self._server._observe(*row)  # noqa: SLF001
+                    self._server._metrics.observe(*row)  # noqa: SLF001
             elif message[0] == "ready":
                 self._server.worker_ready()
             else:
@@ -232,6 +248,11 @@ class LookupClient:
         if self._writer is not None:
             self._writer.write(_frame(["ready"]))
 
+    def report_reads(self, reads: list[tuple[str, str, list[str]]]) -> None:
+        """Tell the writer about GETs answered from kept lookups."""
+        if self._writer is not None and reads:
+            self._writer.write(_frame(["reads", reads]))
+
     def report_served(self, rows: list[tuple[Any, ...]]) -> None:
         """Tell the writer about requests served here (for its metrics)."""
         if self._writer is not None and rows:
@@ -247,9 +268,9 @@ class LookupClient:
         self._waiting[request_id] = future
         try:
             self._writer.write(_frame(list(Lookup(request_id, bucket, key, read))))
-            _, record, files, missing = await future
+            _, record, files, missing, until_ms = await future
         except ConnectionError:
             raise Elsewhere() from None
         finally:
             self._waiting.pop(request_id, None)
-        return Location(record, tuple((path, size) for path, size in files), missing)
+        return Location(record, tuple((path, size) for path, size in files), missing, until_ms)

@@ -56,6 +56,7 @@ _SENT = "tierstore_s3_sent_bytes"
 _READS = "tierstore_object_reads"
 _SERVED = "tierstore_served_bytes"
 _BATCHED = "tierstore_batch_objects"
+_WORKER_READS = "tierstore_worker_reads"
 
 
 def tier_of(tally: ReadTally | None) -> str:
@@ -129,6 +130,11 @@ class Metrics:
         self._served = Counter(_SERVED, "Object body bytes served, by the tier they came from.",
                                ("tier",), registry=r)
         self._batched = Counter(_BATCHED, "Objects sent in GetBatch tar streams (docs/batch.md).", registry=r)
+        self._worker_reads = Counter(_WORKER_READS, "Hot GETs read workers answered, by where they found "
+                                     "the object: a lookup of the writer's, or one they kept.",
+                                     ("answer",), registry=r)
+        self._looked_up = self._worker_reads.labels("lookup")
+        self._kept = self._worker_reads.labels("kept")
         self._served_hot = self._served.labels(HOT)
         self._served_capacity = self._served.labels(CAPACITY)
         self._series: dict[tuple[str, int, str], _Series] = {}
@@ -165,6 +171,14 @@ class Metrics:
             self._served_capacity.inc(served_capacity)
         if batched:
             self._batched.inc(batched)
+
+    def worker_reads(self, looked_up: int, kept: int) -> None:
+        """Hot GETs of read workers: ``looked_up`` the writer answered a
+        lookup for, ``kept`` the workers answered from lookups they kept."""
+        if looked_up:
+            self._looked_up.inc(looked_up)
+        if kept:
+            self._kept.inc(kept)
 
     def _new_series(self, op: str, status: int, tier: str) -> _Series:
         series = _Series(
@@ -205,6 +219,7 @@ class Metrics:
         buckets: dict[str, dict[float, float]] = {}
         reads = {HOT: 0, CAPACITY: 0}
         served = {HOT: 0, CAPACITY: 0}
+        worker_reads = {"lookup": 0, "kept": 0}
 
         def entry(op: str) -> dict[str, int]:
             if op not in requests:
@@ -232,6 +247,8 @@ class Metrics:
                     reads[labels["tier"]] += value
                 elif name == _SERVED + "_total" and labels["tier"] in served:
                     served[labels["tier"]] += value
+                elif name == _WORKER_READS + "_total":
+                    worker_reads[labels["answer"]] = value
 
         out: dict[str, object] = {}
         for op in sorted(requests):
@@ -248,6 +265,7 @@ class Metrics:
                 "bytes": _ratio(served[HOT], served[HOT] + served[CAPACITY]),
             },
             "served": {tier: {"objects": reads[tier], "bytes": served[tier]} for tier in (HOT, CAPACITY)},
+            "worker_reads": worker_reads,
         }
 
 

@@ -120,6 +120,7 @@ async def _start_read_workers(
     the writer's socket server."""
     from gateway.worker import WorkerSetup
     from gateway.workers import read_workers, socket_dir
+    from tiering.generations import Generations
 
     tiering = node.tiering
     if tiering is None:
@@ -132,8 +133,16 @@ async def _start_read_workers(
     writer_sock.listen(listener.BACKLOG)
     writer_server = listener.http_server(s3_app, config, s3=True, tls=False)  # a local socket
     task = await stack.enter_async_context(listener.running(writer_server, writer_sock, "writer socket"))
-    setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path)
-    await stack.enter_async_context(read_workers(setup, tiering.objects, node.metrics.observe, config.workers))
+    # Every write of an object's record moves its key's counter in this
+    # table, which workers read to know their kept lookups still hold.
+    generations = Generations(sockets / "generations", create=True)
+    records = tiering.index.records
+    records.share(generations)
+    stack.callback(generations.close)
+    stack.callback(records.share, None)
+    setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path,
+                        str(sockets / "generations"))
+    await stack.enter_async_context(read_workers(setup, tiering.objects, node.metrics, config.workers))
     node.workers_listening()  # /health: 503 until now
     return task
 

@@ -10,10 +10,15 @@ loop is free for the workers' lookups and the requests they pass on.
 A worker verifies and answers GetObject and HeadObject itself when the
 object is all in the hot tier (a managed object, or a mounted one whose
 validation holds): it asks the writer where the bytes are
-(``gateway.lookup``), then reads the files with pread in its own pool. The
-writer's answer is current, so a GET on a worker sees every write the
-writer acknowledged, and the writer counts the hit and moves the epoch
-readers as for its own reads. Every other request (writes, listings, misses,
+(``gateway.lookup``), then reads the files, a small object's on its event
+loop when the page cache holds them, else with pread in its own pool. It
+keeps the writer's answer, and answers later GETs of the key from it for as
+long as no write of the key happened (a counter per key in shared memory,
+``tiering/generations.py``, which the writer moves before acknowledging a
+write) and a mounted object's validation holds: a GET on a worker sees every
+write the writer acknowledged. The writer counts the hit and moves the
+epoch readers as for its own reads: at the lookup, or when the worker
+reports the reads it answered from kept answers. Every other request (writes, listings, misses,
 mounted objects due for revalidation, multipart) the worker passes to the writer unchanged over a
 Unix socket (``gateway.forward``), where the writer's S3 app authenticates
 and answers it. A file that goes away between the lookup and the open
@@ -34,12 +39,13 @@ import pickle
 import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from gateway import listener, routes
 from gateway.accesslog import AccessLog
 from gateway.app import S3App
-from gateway.config import Config
+from gateway.config import Config, tier_settings
 from gateway.context import Context
 from gateway.errors import S3Error
 from gateway.forward import Forwarder
@@ -50,11 +56,12 @@ from tiering import pool
 from tiering.batch import HotBatch, Member, Pieces
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
-from tiering.hot import HotTier
-from tiering.meta import ObjectMeta
+from tiering.generations import Generations, slot_of
+from tiering.hot import HotTier, read_file_now
+from tiering.meta import ObjectMeta, now_ms
 from tiering.names import check_key
 from tiering.readahead import stream
-from tiering.reads import SMALL_READ, Read, ReadPlan, ReadTally, decide, plan
+from tiering.reads import NOW_READ, SMALL_READ, Read, ReadPlan, ReadTally, decide, hot_plan, plan
 
 # Seconds between two reports of the requests served here to the writer.
 REPORT_EVERY = 1.0
@@ -77,6 +84,7 @@ class WorkerSetup:
     config: Config
     lookup_socket: str
     writer_socket: str
+    generations: str  # the writer's shared table of write generations
 
 
 def _open_files(files: list[tuple[str, int]], wanted: list[int]) -> dict[int, int]:
@@ -122,17 +130,46 @@ def _open_all(objects: list[list[tuple[str, int]]]) -> list[Pieces]:
     return opened
 
 
+def _read_now(files: list[tuple[str, int]]) -> bytes | bytearray | None:
+    """On the event loop: the files' bytes if the page cache holds them all."""
+    read = []
+    for path, size in files:
+        data = read_file_now(path, size, exact=True)
+        if data is None:
+            return None
+        read.append(data)
+    return read[0] if len(read) == 1 else b"".join(read)
+
+
+class _Answer(NamedTuple):
+    """A hot lookup answer a worker keeps: good while its key's write
+    generation is still ``generation`` and, for a mounted object, until
+    ``until_ms``."""
+
+    meta: ObjectMeta
+    files: list[tuple[str, int]]
+    names: list[str]  # the files' names, for the writer's eviction marks
+    slot: int
+    generation: int
+    until_ms: int | None
+
+
 class RemoteObjects:
     """The read call of ObjectService (all that GetObject and HeadObject
-    use), answered from the writer's lookups and the hot-tier files."""
+    use), answered from the writer's lookups, kept while they hold, and the
+    hot-tier files."""
 
-    def __init__(self, lookups: LookupClient, window: int = 4) -> None:
+    def __init__(self, lookups: LookupClient, generations: Generations, entries: int, window: int = 4) -> None:
         self._lookups = lookups
+        self._generations = generations
+        self._entries = entries
+        self._answers: dict[tuple[str, str], _Answer] = {}
+        self._reads: list[tuple[str, str, list[str]]] = []  # answered from kept answers, to report
         self._window = window
 
     async def read(self, read: Read) -> ReadPlan:
-        # One lookup: a GET counts as a read of the cache and moves the
-        # writer's epoch readers, as a GET there does.
+        # One lookup, or a kept answer: a GET counts as a read of the cache
+        # and moves the writer's epoch readers, as a GET there does.
         try:
             meta, files = await self._hot(read.bucket, read.key, read=read.body)
         except NoSuchKey:
@@ -146,9 +183,14 @@ class RemoteObjects:
             return plan(meta, read, decision, tally=tally)
         wanted = decision.wanted
         if meta.size <= SMALL_READ:
-            data = await pool.run(_read_files, files)
-            tally.hot += wanted.length
-            return plan(meta, read, decision, data[wanted.start : wanted.end], tally)
+            data = _read_now(files) if meta.size <= NOW_READ else None
+            if data is None:
+                try:
+                    data = await pool.run(_read_files, files)
+                except Elsewhere:  # a file is gone: the answer kept is no more
+                    self._answers.pop((read.bucket, read.key), None)
+                    raise
+            return hot_plan(meta, read, decision, data)
         pieces = list(split_over([size for _, size in files], wanted))
         if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
             raise Elsewhere()
@@ -156,6 +198,19 @@ class RemoteObjects:
 
     async def _hot(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
         """The metadata and files of a hot object; Elsewhere if not all hot."""
+        kept = self._answers.get((bucket, key))
+        if kept is not None:
+            if self._generations.at(kept.slot) == kept.generation and (
+                kept.until_ms is None or now_ms() < kept.until_ms
+            ):
+                if read:
+                    self._read_from_kept(bucket, key, kept.names)
+                return kept.meta, kept.files
+            del self._answers[(bucket, key)]
+        # The generation is read before the question: a write committed
+        # after this read moves it, one committed before is in the answer.
+        slot = slot_of(f"{bucket}\0{key}".encode())
+        generation = self._generations.at(slot)
         where = await self._lookups.locate(bucket, key, read=read)
         if where.missing == "NoSuchBucket":
             raise NoSuchBucket(BucketName=bucket)
@@ -163,7 +218,28 @@ class RemoteObjects:
             raise NoSuchKey(Key=key)
         if where.record is None:  # not all hot, or due for revalidation: the writer answers
             raise Elsewhere()
-        return ObjectMeta.from_bytes(where.record), list(where.files)
+        meta, files = ObjectMeta.from_bytes(where.record), list(where.files)
+        self._keep((bucket, key), _Answer(meta, files, [os.path.basename(path) for path, _ in files],
+                                          slot, generation, where.until_ms))
+        return meta, files
+
+    def _keep(self, name: tuple[str, str], answer: _Answer) -> None:
+        answers = self._answers
+        if name not in answers and len(answers) >= self._entries > 0:
+            del answers[next(iter(answers))]  # the oldest kept
+        if self._entries > 0:
+            answers[name] = answer
+
+    def _read_from_kept(self, bucket: str, key: str, names: list[str]) -> None:
+        """Report a GET answered from a kept answer to the writer, with the
+        others of this turn of the event loop in one message."""
+        if not self._reads:
+            asyncio.get_running_loop().call_soon(self._report_reads)
+        self._reads.append((bucket, key, names))
+
+    def _report_reads(self) -> None:
+        reads, self._reads = self._reads, []
+        self._lookups.report_reads(reads)
 
     async def head(self, bucket: str, key: str) -> ObjectMeta:
         """A batch's manifest (gateway/handlers/batch.py), when hot."""
@@ -205,7 +281,12 @@ class RemoteObjects:
         if fail and errors:
             raise errors[min(errors)]
         order = sorted(found)
-        opened = dict(zip(order, await pool.run(_open_all, [found[i][1] for i in order]), strict=True))
+        try:
+            opened = dict(zip(order, await pool.run(_open_all, [found[i][1] for i in order]), strict=True))
+        except Elsewhere:  # a file is gone: the answers kept for these keys are no more
+            for i in order:
+                self._answers.pop((bucket, keys[i]), None)
+            raise
         members = [Member(key, error=errors[i]) if i in errors else Member(key, found[i][0])
                    for i, key in enumerate(keys)]
         return HotBatch(members, [opened.get(i) for i in range(len(keys))], tally)
@@ -283,6 +364,8 @@ class WorkerApp(S3App):
         # shutdown, serves from the writer's lookups.
         self.context: Context | None = None
         super().__init__(setup.config, self, self._relayed, AccessLog(setup.config.access_log))
+        self._setup = setup
+        self._generations: Generations | None = None
         self._lookups = LookupClient(setup.lookup_socket)
         self._forwarder = Forwarder(setup.writer_socket)
         self._reporting: asyncio.Task[None] | None = None
@@ -290,7 +373,9 @@ class WorkerApp(S3App):
     async def startup(self) -> None:
         await self._lookups.start()
         await self._forwarder.start()
-        self.context = Context(self.config, RemoteObjects(self._lookups))  # type: ignore[arg-type]
+        self._generations = Generations(Path(self._setup.generations))
+        objects = RemoteObjects(self._lookups, self._generations, tier_settings(self.config).record_cache)
+        self.context = Context(self.config, objects)  # type: ignore[arg-type]
         self._reporting = asyncio.create_task(self._report(), name="served-request reports")
 
     async def shutdown(self) -> None:
@@ -302,6 +387,8 @@ class WorkerApp(S3App):
         self._report_now()
         await self._lookups.close()
         await self._forwarder.close()
+        if self._generations is not None:
+            self._generations.close()
 
     async def _report(self) -> None:
         while True:

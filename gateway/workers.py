@@ -20,11 +20,12 @@ import pickle
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 from gateway.listener import StartupError
 from gateway.lookup import LookupServer
+from gateway.metrics import Metrics
 from gateway.worker import WorkerSetup
 from tiering.objects import ObjectService
 
@@ -111,11 +112,11 @@ class WorkerPool:
 
 @contextlib.asynccontextmanager
 async def read_workers(
-    setup: WorkerSetup, service: ObjectService, observe: Callable[..., None], count: int
+    setup: WorkerSetup, service: ObjectService, metrics: Metrics, count: int
 ) -> AsyncIterator[WorkerPool]:
     """Answer lookups on ``setup.lookup_socket`` (and count the requests the
-    workers report with ``observe``), and run ``count`` workers."""
-    lookups = LookupServer(service, observe)
+    workers report in ``metrics``), and run ``count`` workers."""
+    lookups = LookupServer(service, metrics)
     await lookups.start(setup.lookup_socket)
     pool = WorkerPool(setup, count, lookups)
     try:

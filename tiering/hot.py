@@ -346,23 +346,9 @@ class HotTier(CacheEviction):
         return read[0] if len(read) == 1 else b"".join(read)
 
     def _read_now(self, file_id: str | None, cache_name: str | None, size: int) -> bytearray | None:
-        try:
-            fd = os.open(self.file_of(file_id, cache_name), os.O_RDONLY)
-        except OSError:
-            return None
-        try:
-            # A cached extent is read for one byte more than expected: one
-            # of another size (torn, or replaced) reads short or long, with
-            # no fstat. A staged file may hold more than the piece asked.
-            data = bytearray(size if cache_name is None else size + 1)
-            if (size or cache_name) and os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
-                return None  # or partly in memory: the pool path reads the rest
-        except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
-            return None
-        finally:
-            os.close(fd)
-        del data[size:]
-        if cache_name is not None and not self.touch_cached(cache_name):
+        # A staged file may hold more than the piece asked.
+        data = read_file_now(self.file_of(file_id, cache_name), size, exact=cache_name is not None)
+        if data is not None and cache_name is not None and not self.touch_cached(cache_name):
             return None  # dropped by an eviction meanwhile: not counted as a hit here
         return data
 
@@ -584,6 +570,28 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown"
+
+
+def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
+    """The first ``size`` bytes of the file at ``path`` if the page cache
+    holds them (``RWF_NOWAIT``: fails rather than wait for the disk, so this
+    may run on the event loop), else None; None too when the file is gone,
+    or, ``exact``, is not ``size`` bytes long (read for one byte more: one
+    of another size, torn or replaced, reads short or long, with no fstat)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = bytearray(size + 1 if exact else size)
+        if (size or exact) and os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
+            return None  # or partly in memory: the pool path reads the rest
+    except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
+        return None
+    finally:
+        os.close(fd)
+    del data[size:]
+    return data
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:

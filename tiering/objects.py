@@ -238,6 +238,20 @@ class ObjectService:
 
         return await pool.run(locate)
 
+    def observe_reads(self, reads: list[tuple[str, str, list[str]]]) -> None:
+        """On the event loop: GETs read workers answered from the lookups
+        they kept, each (bucket, key, the names of its hot files): what a
+        lookup with ``read`` does, done now. The epoch readers move, the
+        cached files are marked visited for eviction (a staged file's name
+        is in no cache: nothing to mark) and a managed object counts a hit."""
+        hot, reader = self._tiers.hot, self._tiers.reader
+        for bucket, key, names in reads:
+            self._epochs.observe(bucket, key)
+            for name in names:
+                hot.touch_cached(name)
+            if self._mounts.get(bucket) is None:
+                reader.hits += 1
+
     async def list(
         self, bucket: str, prefix: str = "", delimiter: str = "", marker: str = "", max_keys: int = 1000
     ) -> ListPage:

@@ -116,11 +116,14 @@ class Location:
     its encoded record and the hot-tier files that hold all of them, in
     order, as (path, size); no record when some bytes are not hot or the
     bucket is mounted (the writer serves those itself); or the S3 error
-    of a missing bucket or key."""
+    of a missing bucket or key. A worker may keep a hot answer until a
+    write of the key (``tiering/generations.py``), and a mounted object's
+    no later than ``until_ms`` (when its validation expires)."""
 
     record: bytes | None = None
     files: tuple[tuple[str, int], ...] = ()
     missing: str | None = None  # "NoSuchBucket" or "NoSuchKey"
+    until_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ from typing import Any
 
 from rocksdict import WriteBatch
 
+from tiering.generations import Generations
+
 # Prefix bytes of the records kept (tiering/keys.py): objects, mounted objects.
 CACHED_KINDS = (b"O"[0], b"N"[0])
 
@@ -39,6 +41,15 @@ class RecordCache:
         self._records: dict[bytes, Any] = {}
         self._lock = threading.Lock()
         self.commits = 0  # writes that dropped keys, so far
+        # Set while read workers run: every write of a cached kind of record
+        # also moves its key's shared counter (tiering/generations.py).
+        self.generations: Generations | None = None
+
+    def share(self, generations: Generations | None) -> None:
+        """Move ``generations``'s counters on every write from now on (None:
+        stop; no write is moving them once this returns)."""
+        with self._lock:
+            self.generations = generations
 
     def __len__(self) -> int:
         return len(self._records)
@@ -65,6 +76,8 @@ class RecordCache:
         with self._lock:
             write()
             self.commits += 1
+            if self.generations is not None:
+                self.generations.bump(records)
             if self.entries > 0:
                 for key, record in records.items():
                     self._put(key, record)
@@ -78,8 +91,11 @@ class RecordCache:
 
     def drop(self, keys: Iterable[bytes]) -> None:
         """Forget ``keys`` after a write of them reached the database."""
+        keys = tuple(keys)
         with self._lock:
             self.commits += 1
+            if self.generations is not None:
+                self.generations.bump(keys)
             for key in keys:
                 self._records.pop(key, None)
 

@@ -187,6 +187,8 @@ def test_misses_are_passed_to_the_writer_and_hits_counted(gw: Gateway) -> None:
     for _ in range(3):
         for key, body in blobs.items():  # hot now, wherever they land
             assert fresh(gw).get("tiers", key) == (200, body)
+    # Hits the workers answer from lookups they kept are reported a moment later.
+    wait_for(lambda: gw.admin("GET", "/tiers").json()["cache_hits"] - hits == 60, timeout=10)
     assert gw.admin("GET", "/tiers").json()["cache_hits"] - hits == 60
 
     def counted() -> bool:  # the workers report what they served about once a second
@@ -323,3 +325,80 @@ def test_hot_objects_of_a_mounted_bucket_are_served_by_the_workers(gw: Gateway, 
         assert reader.get("workers-mnt", "train/0") == (200, data)
     assert s3.get_object(Bucket="workers-mnt", Key="train/0", Range="bytes=10-19")["Body"].read() == data[10:20]
     assert_served_by_workers(gw, before)
+
+
+def worker_reads(gw: Gateway) -> dict[str, int]:
+    return gw.admin("GET", "/stats").json()["worker_reads"]
+
+
+def test_workers_answer_repeated_reads_from_the_lookups_they_kept(gw: Gateway) -> None:
+    """Once a worker has looked an object up, its next GETs of it need no
+    lookup; the writer still counts every hit and moves the epoch readers."""
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="kept")
+    data = {f"k{i}": os.urandom(20_000) for i in range(30)}
+    for key, body in data.items():
+        s3.put_object(Bucket="kept", Key=key, Body=body)
+    reader = RawReader(gw)  # one connection: one worker, which looks every key up
+    for key in data:
+        assert reader.get("kept", key)[0] == 200
+    before, hits = worker_reads(gw), gw.admin("GET", "/tiers").json()["cache_hits"]
+    epoch = gw.admin("POST", "/epochs", json={"bucket": "kept", "keys": list(data)}).json()
+    for key, body in data.items():
+        assert reader.get("kept", key) == (200, body)
+    wait_for(lambda: gw.admin("GET", f"/epochs/{epoch['id']}").json()["consumed"] == 30, timeout=10)
+    status = gw.admin("GET", f"/epochs/{epoch['id']}").json()
+    assert (status["state"], status["hits"]) == ("finished", 30), status
+    wait_for(lambda: worker_reads(gw)["kept"] - before["kept"] == 30, timeout=10)
+    assert worker_reads(gw)["lookup"] == before["lookup"]
+    assert gw.admin("GET", "/tiers").json()["cache_hits"] - hits == 30
+    metrics = gw.admin("GET", "/metrics").text
+    assert 'tierstore_worker_reads_total{answer="kept"}' in metrics
+
+
+def test_a_kept_lookup_never_outlives_a_write_a_flush_or_an_eviction(gw: Gateway) -> None:
+    """Every worker keeps the object's lookup; then each change of it (a new
+    body, a flush that moves it into a segment, an eviction, a delete) is
+    seen by every GET after it is acknowledged, on whichever worker."""
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="churn")
+
+    def every_worker_reads(expected: tuple[int, bytes]) -> None:
+        for _ in range(6 * WORKERS):  # new connections: spread over the workers
+            assert fresh(gw).get("churn", "obj") == expected
+
+    for round_ in range(3):
+        body = os.urandom(30_000 + round_)
+        assert fresh(gw).put("churn", "obj", body)[0] == 200
+        every_worker_reads((200, body))
+        kept = worker_reads(gw)["kept"]
+        every_worker_reads((200, body))
+        wait_for(lambda kept=kept: worker_reads(gw)["kept"] > kept, timeout=10)  # kept answers were used
+        gw.flush()  # the staged file is renamed into a segment's cached extent
+        every_worker_reads((200, body))
+        gw.evict()  # the extent's file is gone: passed to the writer, which fetches it again
+        every_worker_reads((200, body))
+    s3.delete_object(Bucket="churn", Key="obj")
+    for _ in range(6 * WORKERS):
+        assert fresh(gw).get("churn", "obj")[0] == 404
+
+
+def test_a_kept_mounted_lookup_ends_with_its_validation(gw: Gateway, moto_endpoint: str) -> None:
+    """A worker keeps a mounted object's lookup no longer than the mount's
+    freshness: a change at the source is seen once a validation expires."""
+    import boto3
+
+    source = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    source.create_bucket(Bucket="fresh-src")
+    first, second = os.urandom(10_000), os.urandom(10_000)
+    source.put_object(Bucket="fresh-src", Key="obj", Body=first)
+    mounted = gw.admin("POST", "/mounts", json={
+        "name": "fresh-mnt", "source": "s3://fresh-src", "endpoint": moto_endpoint,
+        "access_key": "testing", "secret_key": "testing", "freshness": 1})
+    assert mounted.status_code == 201, mounted.text
+    reader = RawReader(gw)
+    for _ in range(20):  # looked up, then kept, by this connection's worker
+        assert reader.get("fresh-mnt", "obj") == (200, first)
+    source.put_object(Bucket="fresh-src", Key="obj", Body=second)
+    wait_for(lambda: reader.get("fresh-mnt", "obj") == (200, second), timeout=15)

@@ -17,7 +17,6 @@ from tiering.inputs import Integrity, NewObject, Write
 from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
 from tiering.mounts.uploads import MountUploads, refuse_tags, tags_refused
-from tiering.versions import NULL, Deletion, VersionEntry, VersionPage
 from tiering.reads import (
     SMALL_READ,
     Location,
@@ -28,6 +27,7 @@ from tiering.reads import (
     plan,
     plan_from_memory,
 )
+from tiering.versions import NULL, Deletion, VersionEntry, VersionPage
 
 
 class MountedBuckets:
@@ -76,8 +76,7 @@ class MountedBuckets:
     def locate(self, bucket: str, key: str, read: bool) -> Location:
         """Blocking: a read worker serves a mounted object itself when it is
         validated and all in the hot tier; anything else goes to the writer."""
-        found = self._mounts.locate(bucket, key)
-        return Location(record=found[0], files=found[1]) if found is not None else Location()
+        return self._mounts.locate(bucket, key) or Location()
 
     async def stream(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True

@@ -61,7 +61,7 @@ from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.names import check_bucket_name
 from tiering.readahead import Held, stream
-from tiering.reads import ReadTally
+from tiering.reads import Location, ReadTally
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")
@@ -237,11 +237,11 @@ class Mounts:
             for index, piece in enumerate(self.piece_names(meta.bucket, meta))
         )
 
-    def locate(self, name: str, key: str) -> tuple[bytes, tuple[tuple[str, int], ...]] | None:
+    def locate(self, name: str, key: str) -> Location | None:
         """Blocking: for a read worker, the record of ``key`` and the hot-tier
-        files of all its pieces, as (path, size), when its validation holds
-        and every piece is cached; None otherwise (the writer serves it, and
-        queues a revalidation when one is due)."""
+        files of all its pieces, as (path, size), and when its validation
+        expires, if it holds and every piece is cached; None otherwise (the
+        writer serves it, and queues a revalidation when one is due)."""
         mount = self._mounts.get(name)
         known = self._index.get_mounted(name, key)
         if mount is None or known is None or not _fresh(mount, known):
@@ -252,7 +252,8 @@ class Mounts:
             if not self._hot.touch_cached(piece):
                 return None
             files.append((str(self._hot.cache_path(piece)), min(part, known.size - index * part)))
-        return _as_meta(name, known).to_bytes(), tuple(files)
+        until = None if mount.freshness is None else known.validated_ms + int(mount.freshness * 1000)
+        return Location(_as_meta(name, known).to_bytes(), tuple(files), until_ms=until)
 
     async def _revalidate(
         self,
