@@ -42,6 +42,14 @@ REDACTED = "***"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 ACCESS_LOG_FORMATS = ("off", "text", "json")  # see gateway/accesslog.py
 MAX_WORKERS = 64  # S3 processes on one port: far above the cores a node has
+# ``workers = "auto"`` (the default): one read worker per this many cores
+# the process may run on, at most AUTO_WORKERS_MAX; one process below two.
+# A hot GET costs the same CPU in one process or spread over workers
+# (docs/performance.md#read-workers), so workers only pay with cores the
+# clients leave free; on a training node the trainer and its data-loading
+# processes take most of them.
+CORES_PER_WORKER = 8
+AUTO_WORKERS_MAX = 8
 # The hot tier's budget when none is configured: a share of the size of the
 # filesystem that holds the data dir, at most HOT_CAP. Half leaves room for
 # the index, the high watermark's overshoot and whatever else shares the
@@ -105,7 +113,7 @@ class Config:
     client_timeout: float = 30.0
     # Processes serving S3 on the port: this one, or above 1 that many read
     # workers in front of it, this one the only writer (gateway/worker.py).
-    workers: int = 1
+    workers: int = field(default_factory=lambda: auto_workers())
     # Scale-out (docs/scale-out.md): a node id makes this gateway one of
     # several over one capacity store, the writer of the buckets whose
     # lease it holds.
@@ -204,11 +212,22 @@ def _port(name: str, raw: object, source: str) -> int:
     return raw
 
 
+def auto_workers(cores: int | None = None) -> int:
+    """``workers = "auto"``: the processes serving S3 for ``cores`` (the
+    cores this process may run on), see CORES_PER_WORKER."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0))
+    workers = min(AUTO_WORKERS_MAX, cores // CORES_PER_WORKER)
+    return workers if workers >= 2 else 1
+
+
 def _workers(name: str, raw: object, source: str) -> int:
+    if isinstance(raw, str) and raw.strip().lower() == "auto":
+        return auto_workers()
     if isinstance(raw, str) and raw.strip().isdigit():
         raw = int(raw)
     if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_WORKERS:
-        raise _invalid(name, raw, source, f"expected a number of processes, 1..{MAX_WORKERS}")
+        raise _invalid(name, raw, source, f'expected "auto" or a number of processes, 1..{MAX_WORKERS}')
     return raw
 
 

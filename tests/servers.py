@@ -117,6 +117,9 @@ class Gateway:
             TIERSTORE_ACCESS_KEY=ACCESS_KEY,
             TIERSTORE_SECRET_KEY=SECRET_KEY,
             TIERSTORE_ADMIN_TOKEN=ADMIN_TOKEN,
+            # One process whatever the machine's cores ("auto" would start
+            # read workers on a large one); tests of workers ask for them.
+            TIERSTORE_WORKERS="1",
         )
         env.update(self.extra_env)
         return env

@@ -143,9 +143,10 @@ ClientTimeout = Annotated[
     typer.Option(help="Seconds a client may take to send a request head, or stall in a body. (default: 30)"),
 ]
 Workers = Annotated[
-    int | None,
-    typer.Option(help="Processes serving S3 on the port. Above 1, that many read workers serve it: hot "
-                 "GETs and HEADs themselves, the rest passed to this process, the only writer. (default: 1)"),
+    str | None,
+    typer.Option(help="Processes serving S3 on the port, or auto. Above 1, that many read workers serve it: "
+                 "hot GETs and HEADs themselves, the rest passed to this process, the only writer. "
+                 "(default: auto, one worker per 8 cores, at most 8; one process below 16 cores)"),
 ]
 NodeId = Annotated[
     str | None,

@@ -15,6 +15,7 @@ from gateway.config import (
     Config,
     GiB,
     MiB,
+    auto_workers,
     credentials_path,
     default_hot_size,
     load_config,
@@ -182,10 +183,18 @@ def test_bad_workers_from_env(tmp_path: Path, workers: str) -> None:
 
 
 def test_workers(tmp_path: Path) -> None:
-    assert _load(tmp_path).workers == 1
+    assert _load(tmp_path).workers == auto_workers(len(os.sched_getaffinity(0)))
     assert _load(tmp_path, env={"TIERSTORE_WORKERS": "4"}).workers == 4
+    assert _load(tmp_path, env={"TIERSTORE_WORKERS": "auto"}).workers == auto_workers()
+    assert _load(tmp_path, config_file=_toml(tmp_path, 'workers = "auto"\n')).workers == auto_workers()
     with pytest.raises(ValueError, match="workers"):
         _load(tmp_path, config_file=_toml(tmp_path, "workers = true\n"))
+
+
+@pytest.mark.parametrize(("cores", "workers"), [(1, 1), (2, 1), (8, 1), (15, 1), (16, 2), (24, 3),
+                                                (64, 8), (256, 8)])
+def test_auto_workers_leave_most_cores_to_the_clients(cores: int, workers: int) -> None:
+    assert auto_workers(cores) == workers
 
 
 def test_scale_out_settings(tmp_path: Path) -> None:
