@@ -263,8 +263,9 @@ class Run:
         self.proxy = stack.enter_context(DelayProxy(moto_port))
         self.proxy.delay_s = args.latency_ms / 2000
         (tmp / "tierstore").mkdir()
+        workers = ("--workers", str(args.workers))
         self.gw = stack.enter_context(gateway(tmp / "tierstore" / "data",
-                                              extra_args=tuple(s3_capacity_args(self.proxy.endpoint))))
+                                              extra_args=(*s3_capacity_args(self.proxy.endpoint), *workers)))
         self.admin = Admin(self.gw.admin_url)
         stack.callback(self.admin.close)
         # The checkout before a change (--old), over the same delayed store (its own prefix).
@@ -274,7 +275,7 @@ class Run:
             old_args = s3_capacity_args(self.proxy.endpoint)
             old_args[1] += "/old"
             self.old = stack.enter_context(gateway(tmp / "old" / "data", root=Path(args.old).resolve(),
-                                                   extra_args=tuple(old_args)))
+                                                   extra_args=(*old_args, *workers)))
         for gw in (self.gw, self.old):
             if gw is not None:
                 boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=ACCESS_KEY,
@@ -510,7 +511,8 @@ def _median(rows: list[dict], config: str, field: str = "objects_per_s") -> floa
 
 
 def report(args: argparse.Namespace, r: dict) -> str:
-    out = [f"# Batch GET: {args.objects:,} objects of {args.size // KiB} KiB, store +{args.latency_ms:.0f} ms",
+    out = [f"# Batch GET: {args.objects:,} objects of {args.size // KiB} KiB, store +{args.latency_ms:.0f} ms, "
+           f"--workers {args.workers}",
            "", machine(), ""]
     single, batched = _best(r["hot"], "tierstore, single GETs"), _best(r["hot"], "tierstore, batched")
     nginx = _best(r["hot"], "nginx-local, single GETs")
@@ -565,6 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bare", action="store_true",
                     help="add a bare uvicorn app answering a batch's bytes to the hot rounds (the stack's floor)")
     ap.add_argument("--parts", default="hot,cold,dataset", help="which parts to run (hot,cold,dataset)")
+    ap.add_argument("--workers", default="1", help="the gateways' --workers (1)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     args.parts = args.parts.split(",")

@@ -198,15 +198,11 @@ class RemoteObjects:
 
     async def _hot(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
         """The metadata and files of a hot object; Elsewhere if not all hot."""
-        kept = self._answers.get((bucket, key))
+        kept = self._kept(bucket, key)
         if kept is not None:
-            if self._generations.at(kept.slot) == kept.generation and (
-                kept.until_ms is None or now_ms() < kept.until_ms
-            ):
-                if read:
-                    self._read_from_kept(bucket, key, kept.names)
-                return kept.meta, kept.files
-            del self._answers[(bucket, key)]
+            if read:
+                self._read_from_kept(bucket, key, kept.names)
+            return kept.meta, kept.files
         # The generation is read before the question: a write committed
         # after this read moves it, one committed before is in the answer.
         slot = slot_of(f"{bucket}\0{key}".encode())
@@ -222,6 +218,16 @@ class RemoteObjects:
         self._keep((bucket, key), _Answer(meta, files, [os.path.basename(path) for path, _ in files],
                                           slot, generation, where.until_ms))
         return meta, files
+
+    def _kept(self, bucket: str, key: str) -> _Answer | None:
+        """The answer kept for bucket/key if it still holds (else dropped)."""
+        kept = self._answers.get((bucket, key))
+        if kept is None:
+            return None
+        if self._generations.at(kept.slot) == kept.generation and (kept.until_ms is None or now_ms() < kept.until_ms):
+            return kept
+        del self._answers[(bucket, key)]
+        return None
 
     def _keep(self, name: tuple[str, str], answer: _Answer) -> None:
         answers = self._answers
@@ -259,6 +265,9 @@ class RemoteObjects:
         bodies the handler has read in runs."""
         if len(keys) > MAX_BATCH_HERE:
             raise Elsewhere()
+        now = self._batch_now(bucket, keys, tally)
+        if now is not None:
+            return now
         errors: dict[int, TierstoreError] = {}
         for i, key in enumerate(keys):
             try:
@@ -290,6 +299,27 @@ class RemoteObjects:
         members = [Member(key, error=errors[i]) if i in errors else Member(key, found[i][0])
                    for i, key in enumerate(keys)]
         return HotBatch(members, [opened.get(i) for i in range(len(keys))], tally)
+
+    def _batch_now(self, bucket: str, keys: Sequence[str], tally: ReadTally) -> HotBatch | None:
+        """:meth:`batch` on the event loop, when every key has a kept answer
+        and every file opens (None otherwise, nothing left open): no lookup
+        and no pool, as the writer's hot batch from its record cache."""
+        kept = []
+        for key in keys:
+            answer = self._kept(bucket, key)
+            if answer is None or answer.meta.size > SMALL_READ:
+                return None
+            kept.append(answer)
+        try:
+            opened = _open_all([answer.files for answer in kept])
+        except Elsewhere:  # a file is gone: these answers are no more, the lookups tell
+            for key in keys:
+                self._answers.pop((bucket, key), None)
+            return None
+        for key, answer in zip(keys, kept, strict=True):
+            self._read_from_kept(bucket, key, answer.names)
+        return HotBatch([Member(key, answer.meta) for key, answer in zip(keys, kept, strict=True)],
+                        list(opened), tally)
 
     async def _stream(
         self, files: list[tuple[str, int]], pieces: list[tuple[int, ByteRange]], tally: ReadTally
