@@ -15,17 +15,25 @@ With ``--batch N``, each request is instead a ``POST /{bucket}?batch`` of
 N random keys (docs/batch.md), its whole tar taken by ``send``, and the
 CPU is given per object.
 
+With ``--cold``, every GET is a miss instead: a mounted bucket over
+``rclone serve s3`` of a directory (another process, no added latency),
+each object read once, ``--concurrency`` (16) at a time, a new set of
+objects each round; the process's CPU per GET then counts the store GET,
+the checks, the record write and the hot-tier fill (``--fs ext4`` puts the
+data dir on a new ext4, see ``_common.data_filesystem``).
+
 Far steadier than measuring a server from outside on a shared machine, so
 it is the measure for changes to the app's own hot path; the whole stack's
 figure (with uvicorn and the kernel) is benchmarks/ab.py's.
 
-Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000] [--batch 64]
+Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000] [--batch 64 | --cold [--fs ext4]]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -37,7 +45,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import _common  # first: puts the repo root on sys.path
-from _common import ACCESS_KEY, REGION, SECRET_KEY, machine, temp_dir
+from _common import ACCESS_KEY, REGION, SECRET_KEY, data_filesystem, machine, temp_dir
+from _compare_peers import MOTO_KEY, RcloneStore
 
 from gateway.app import S3App
 from gateway.config import Config
@@ -45,6 +54,7 @@ from gateway.listener import tune_malloc
 from gateway.node import Node
 from tiering import sigv4
 from tiering.inputs import Integrity, NewObject
+from tiering.meta import Mount, now_ms
 from tiering.sigv4 import EMPTY_SHA256
 
 BUCKET = "app-cpu"
@@ -140,6 +150,64 @@ async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
             await node.stop()
 
 
+async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
+    """CPU per GET of objects missed once each (see ``--cold``)."""
+    with temp_dir("app-cpu-cold") as tmp, contextlib.ExitStack() as stack:
+        keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(args.rounds)]
+        for key in (k for round_keys in keys for k in round_keys):
+            path = tmp / "store" / "src" / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(os.urandom(args.size))
+        store = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))  # started by entering
+        data_fs = stack.enter_context(data_filesystem(args.fs, tmp))
+        config = Config(data_dir=data_fs / "data", credentials={ACCESS_KEY: SECRET_KEY}, region=REGION)
+        node = Node(config)
+        app = S3App(config, node, node.metrics, node.access_log)
+        await node.start()
+        try:
+            await node.tiering.mounts.mount(Mount(  # type: ignore[union-attr]
+                name=BUCKET, bucket="src", prefix="", created_ms=now_ms(), endpoint=store.endpoint,
+                access_key=MOTO_KEY, secret_key=MOTO_KEY, freshness=60.0))
+            statuses: list[int] = []
+            never = asyncio.Event()
+
+            async def one(scope: dict[str, Any]) -> None:
+                received: list[bool] = []
+
+                async def receive() -> dict[str, Any]:
+                    if received:
+                        await never.wait()
+                    received.append(True)
+                    return {"type": "http.request", "body": b"", "more_body": False}
+
+                async def send(message: dict[str, Any]) -> None:
+                    if message["type"] == "http.response.start":
+                        statuses.append(message["status"])
+
+                await app(scope, receive, send)
+
+            rounds = []
+            for round_keys in keys:
+                scopes = [signed_scope(key, "127.0.0.1:9100") for key in round_keys]
+                statuses.clear()
+                gate = asyncio.Semaphore(args.concurrency)
+
+                async def gated(scope: dict[str, Any], gate: asyncio.Semaphore = gate) -> None:
+                    async with gate:
+                        await one(scope)
+
+                thread, process = time.thread_time(), time.process_time()
+                await asyncio.gather(*(gated(scope) for scope in scopes))
+                thread, process = time.thread_time() - thread, time.process_time() - process
+                bad = [s for s in statuses if s != 200]
+                if bad or len(statuses) != len(scopes):
+                    raise SystemExit(f"{len(bad)} requests answered {sorted(set(bad))}")
+                rounds.append((thread / len(scopes) * 1e6, process / len(scopes) * 1e6))
+            return rounds
+        finally:
+            await node.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--objects", type=int, default=200)
@@ -147,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--gets", type=int, default=5000, help="GETs (or batches) per round")
     ap.add_argument("--batch", type=int, default=0, help="keys per POST ?batch instead of GETs (0: GETs)")
+    ap.add_argument("--cold", action="store_true", help="every GET a miss of a mounted object (rclone store)")
+    ap.add_argument("--concurrency", type=int, default=16, help="--cold: GETs at a time (16)")
+    ap.add_argument("--fs", choices=("root", "ext4"), default="root", help="--cold: the data dir's filesystem")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
     tune_malloc()  # as `tierstore serve` does
@@ -154,13 +225,19 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.devnull, "w") as sink:
         sys.stderr = sink  # the access log's default destination
         try:
-            rounds = asyncio.run(measure(args))
+            rounds = asyncio.run(measure_cold(args) if args.cold else measure(args))
         finally:
             sys.stderr = stderr
     thread = [t for t, _ in rounds]
     process = [p for _, p in rounds]
     print(machine())
     what, unit = (f"batches of {args.batch}", "object") if args.batch else ("GETs", "GET")
+    if args.cold:
+        print(f"S3 app alone, cold GETs of mounted {args.size:,}-byte objects (rclone store, {args.concurrency} "
+              f"at a time, data dir on {args.fs}), {args.rounds} rounds of {args.gets:,}: process CPU "
+              f"{statistics.median(process):.0f} us/GET (median; {min(process):.0f}-{max(process):.0f}), "
+              f"loop thread {statistics.median(thread):.0f}")
+        return 0
     print(f"S3 app alone, hot {what} of {args.size:,}-byte objects, {args.rounds} rounds of {args.gets:,}: "
           f"loop thread CPU {statistics.median(thread):.1f} us/{unit} (median; {min(thread):.1f}-{max(thread):.1f}), "
           f"process {statistics.median(process):.1f}")
