@@ -60,3 +60,37 @@ def _settle(future: asyncio.Future[T], result: T | None, exc: BaseException | No
         future.set_exception(exc)
     else:
         future.set_result(result)  # type: ignore[arg-type]
+
+
+async def run_then(fn: Callable[[], T], then: Callable[[T], object]) -> tuple[T, asyncio.Future[None]]:
+    """Run ``fn`` in the I/O pool and await its result; the same worker
+    then runs ``then(result)``, whose end (or exception) the returned
+    future tells. One handoff for two steps where the caller needs only the
+    first to go on (a record written, then a file behind the answer):
+    each pool call costs a thread's wake-up and the loop's, about as much
+    CPU as a small step itself."""
+    loop = asyncio.get_running_loop()
+    first: asyncio.Future[T] = loop.create_future()
+    second: asyncio.Future[None] = loop.create_future()
+    second.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, if nobody awaits it
+
+    def work() -> None:
+        if first.cancelled():
+            _settle_soon(loop, second, None, asyncio.CancelledError())
+            return
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001  handed to the awaiting task
+            _settle_soon(loop, first, None, exc)
+            _settle_soon(loop, second, None, None)
+            return
+        _settle_soon(loop, first, result, None)
+        try:
+            then(result)
+        except BaseException as exc:  # noqa: BLE001  handed to whoever awaits the second step
+            _settle_soon(loop, second, None, exc)
+        else:
+            _settle_soon(loop, second, None, None)
+
+    _EXECUTOR.submit(work)
+    return await first, second

@@ -261,10 +261,17 @@ class Mounts:
         key: str,
         known: MountedObject | None,
         ask: Callable[[], Awaitable[tuple[SourceObject, bytes | None]]],
+        again: Callable[[MountedObject], Awaitable[bytes]] | None = None,
     ) -> tuple[MountedObject, bytes | None]:
         """Ask the source about ``key`` and record its answer: a new ETag
         drops the cached pieces, a 404 forgets the key (NoSuchKey), an
-        unreachable source leaves what is known (if serve_stale) or is a 503."""
+        unreachable source leaves what is known (if serve_stale) or is a 503.
+
+        With ``again`` (a whole GET of the object), bytes ``ask`` brought
+        are the object's first piece: checked when they are the whole
+        object (:func:`_whole`), then cached behind the answer. The check,
+        the record and the cache write are one pool call, the answer
+        released after the record (:meth:`_record_first_piece`)."""
         mount = self._mounts[name]
         try:
             found, data = await ask()
@@ -279,8 +286,43 @@ class Mounts:
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
+        if again is not None and data is not None and (len(data) == found.size
+                                                      or len(data) >= self._settings.part_size):
+            return fresh, await self._record_first_piece(name, fresh, data, again)
         await pool.run(self._index.put_mounted, name, fresh)
         return fresh, data
+
+    async def _record_first_piece(
+        self, name: str, fresh: MountedObject, data: bytes, again: Callable[[MountedObject], Awaitable[bytes]],
+    ) -> bytes:
+        """Record ``fresh`` and cache ``data``, its first piece, behind the
+        answer, in one pool call; a whole object's bytes are checked first
+        against an MD5 ETag (bytes that fail are fetched again by
+        :func:`_whole`, then recorded and cached in separate calls)."""
+        piece = piece_name(name, fresh.key, fresh.etag, 0)
+        check = fresh.etag if len(data) == fresh.size and _is_md5(fresh.etag) else None
+
+        def record() -> bool:
+            if check is not None and _md5(data) != check:
+                return False
+            self._index.put_mounted(name, fresh)
+            return True
+
+        def cache(recorded: bool) -> None:
+            if recorded:
+                self._hot.fill(piece, data)
+
+        recorded, cached = await pool.run_then(record, cache)
+        if recorded:
+            self._fills.start(piece, data, _logged_fill(piece, cached))
+            return data
+        try:
+            data = await _whole(data, fresh.etag, lambda: again(fresh))
+        except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
+            raise unreachable(self._mounts[name], exc) from None
+        await pool.run(self._index.put_mounted, name, fresh)
+        self._fill_behind(piece, data)
+        return data
 
     # -- writes (read-write mounts) ------------------------------------------------
 
@@ -336,34 +378,25 @@ class Mounts:
                 if exc.detail.get("code") != "InvalidRange":
                     raise
                 return await client.head(key), None  # an empty object: no byte to ask for
-            if len(data) == found.size:
-                data = await _whole(
-                    data, found.etag, lambda: client.get_range(key, 0, found.size, if_match=found.etag)
-                )
             return found, data
 
+        async def again(obj: MountedObject) -> bytes:  # the whole object again, if its bytes fail the check
+            return await (await self.client(name)).get_range(key, 0, obj.size, if_match=obj.etag)
+
         # Readers (and the epoch prefetcher) asking for one cold object at
-        # once share one request to the source; only the first caches it.
-        (found, data), leader = await self._probes.run(
-            (name, key), lambda: self._revalidate(name, key, known, ask)
+        # once share one request to the source; only the first caches it
+        # (the first piece's bytes, checked and cached by _revalidate).
+        (found, data), _ = await self._probes.run(
+            (name, key), lambda: self._revalidate(name, key, known, ask, again)
         )
         if data is None or (found.size > probe and len(data) < self._settings.part_size):
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
-        if leader:
-            self._fill_behind(piece_name(name, key, found.etag, 0), data)
         return _as_meta(name, found), data if found.size <= probe else None
 
     def _fill_behind(self, piece: str, data: bytes) -> None:
         """Cache ``piece`` in the hot tier without holding up the answer
         that fetched it (a file write and a rename in the pool)."""
-
-        async def fill() -> None:
-            try:
-                await pool.run(self._hot.fill, piece, data)
-            except OSError as exc:  # a full disk costs the cache, not the read
-                log.warning("could not cache %s: %s", piece, exc)
-
-        self._fills.start(piece, data, fill())
+        self._fills.start(piece, data, _logged_fill(piece, pool.run(self._hot.fill, piece, data)))
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is
@@ -479,7 +512,7 @@ async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) 
     the MD5 of the content (SSE-KMS, some S3 servers) mismatches the same
     bytes every time, and those bytes are the object's. CapacityError when
     every fetch came back different."""
-    if len(etag) != 32 or not all(c in "0123456789abcdef" for c in etag):
+    if not _is_md5(etag):
         return data
     seen: set[str] = set()
     for attempt in range(_WHOLE_ATTEMPTS):
@@ -493,6 +526,17 @@ async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) 
         f"the source sent bytes that do not match the object's MD5 ETag {_WHOLE_ATTEMPTS} times "
         "(corrupt in transit)"
     )
+
+
+async def _logged_fill(piece: str, fill: Awaitable[object]) -> None:
+    try:
+        await fill
+    except OSError as exc:  # a full disk costs the cache, not the read
+        log.warning("could not cache %s: %s", piece, exc)
+
+
+def _is_md5(etag: str) -> bool:
+    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)
 
 
 def _md5(data: bytes) -> str:
