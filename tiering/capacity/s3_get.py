@@ -35,6 +35,7 @@ from botocore.exceptions import ClientError
 from yarl import URL
 
 from tiering import pool
+from tiering.capacity.http_get import HttpGetPool
 from tiering.sigv4 import EMPTY_SHA256, credential_scope, signature, signing_key, string_to_sign
 
 # An S3 error document's two fields; read with a pattern, not an XML parser,
@@ -103,8 +104,21 @@ class LeanGetter:
         self._session: aiohttp.ClientSession | None = None
         self._tls: ssl.SSLContext | bool = True if tls is None else tls
         self._proxy = env_proxy(parts.scheme, parts.hostname)
+        # Without a proxy, GETs go over connections of our own (http_get.py).
+        self._http: HttpGetPool | None = None
+        self._address = (parts.hostname, parts.port or default_port)
+        self._https = parts.scheme == "https"
+        self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
 
     async def start(self) -> None:
+        if self._proxy is None:
+            if self._http is None:
+                tls = None
+                if self._https:
+                    tls = self._tls if isinstance(self._tls, ssl.SSLContext) else ssl.create_default_context()
+                self._http = HttpGetPool(*self._address, tls=tls, connections=self._connections,
+                                         connect_timeout=self._connect_timeout, read_timeout=self._read_timeout)
+            return
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._connections, ttl_dns_cache=60, ssl=self._tls),
@@ -118,6 +132,9 @@ class LeanGetter:
             )
 
     async def close(self) -> None:
+        http, self._http = self._http, None
+        if http is not None:
+            http.close()
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -127,7 +144,7 @@ class LeanGetter:
         extra: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """``extra`` headers go out unsigned (not ``x-amz-*`` ones: S3 wants those signed)."""
-        if self._session is None:
+        if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
         path = f"{self._base_path}/{quote(Bucket, safe='')}/{quote(Key, safe='/-_.~')}"
         headers = self.sign(path, "", Range, IfMatch, await self._keys(), time.gmtime())
@@ -149,7 +166,7 @@ class LeanGetter:
         of 1,000 keys on the event loop in tens of milliseconds (its XML
         model and a dateutil parse per key), stalling every read meanwhile;
         this parses it in the thread pool, with the standard library."""
-        if self._session is None:
+        if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
         params = {"list-type": "2", "encoding-type": "url", "max-keys": str(MaxKeys), "prefix": Prefix}
         for name, value in (("start-after", StartAfter), ("delimiter", Delimiter),
@@ -166,13 +183,20 @@ class LeanGetter:
                    ) -> tuple[int, Mapping[str, str], bytes]:
         """One GET: its status, headers and whole body; an answer of 300 or
         more raises botocore's ClientError with the error document's code."""
-        assert self._session is not None
-        url = URL(self._origin + path + (f"?{query}" if query else ""), encoded=True)
-        async with self._session.get(url, headers=headers, allow_redirects=False, proxy=self._proxy) as response:
-            data = await response.read()
-            status = response.status
-            received = response.headers
-            length = received.get("Content-Length")
+        target = path + (f"?{query}" if query else "")
+        received: Mapping[str, str]
+        if self._http is not None:
+            status, received, data = await self._http.get(target, headers)  # the framing checked by the parser
+            length = None
+        else:
+            assert self._session is not None
+            url = URL(self._origin + target, encoded=True)
+            async with self._session.get(url, headers=headers, allow_redirects=False,
+                                         proxy=self._proxy) as response:
+                data = await response.read()
+                status = response.status
+                received = response.headers
+                length = received.get("Content-Length")
         if status >= 300:
             code, message = _error_fields(data)
             raise ClientError(
@@ -223,9 +247,10 @@ def env_proxy(scheme: str, host: str) -> str | None:
 def _described(headers: Mapping[str, str]) -> dict[str, Any]:
     """The object's description in an answer's headers, under botocore's
     names: what a mounted bucket's cold read keeps of the object (its
-    ETag, time, type and stored headers) comes from its one ranged GET."""
+    ETag, time, type and stored headers) comes from its one ranged GET.
+    ``headers``' names are lower case, or it is case-insensitive."""
     answer: dict[str, Any] = {field: headers[name] for name, field in _FIELDS.items() if name in headers}
-    modified = headers.get("Last-Modified")
+    modified = headers.get("last-modified")
     if modified is not None:
         with contextlib.suppress(TypeError, ValueError):
             answer["LastModified"] = parsedate_to_datetime(modified)
@@ -236,10 +261,10 @@ def _described(headers: Mapping[str, str]) -> dict[str, Any]:
 
 # Answer headers -> botocore's field names ("Expires" raw, as botocore's ExpiresString).
 _FIELDS = {
-    "Content-Range": "ContentRange", "ETag": "ETag", "Content-Type": "ContentType",
-    "Cache-Control": "CacheControl", "Content-Disposition": "ContentDisposition",
-    "Content-Encoding": "ContentEncoding", "Content-Language": "ContentLanguage",
-    "x-amz-website-redirect-location": "WebsiteRedirectLocation", "Expires": "ExpiresString",
+    "content-range": "ContentRange", "etag": "ETag", "content-type": "ContentType",
+    "cache-control": "CacheControl", "content-disposition": "ContentDisposition",
+    "content-encoding": "ContentEncoding", "content-language": "ContentLanguage",
+    "x-amz-website-redirect-location": "WebsiteRedirectLocation", "expires": "ExpiresString",
 }
 _META = "x-amz-meta-"
 
