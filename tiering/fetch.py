@@ -154,7 +154,10 @@ class ExtentReader:
         self.from_peers = 0  # misses another gateway answered
 
     async def open_cached(self, ext: Extent) -> int | None:
-        """A descriptor on the cached copy, or None on a miss."""
+        """A descriptor on the cached copy, or None on a miss (known from
+        memory, without a pool call, when the hot tier does not list it)."""
+        if not self._hot.is_cached(ext.cache_name):
+            return None
         fd = await pool.run(self._hot.open_cached, ext.cache_name, ext.raw)
         if fd is not None:
             self.hits += 1

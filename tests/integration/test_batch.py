@@ -294,7 +294,10 @@ def test_a_hot_batch_sends_what_it_looked_up_whatever_happens_meanwhile(tmp_path
     """A hot batch is sized before its first byte and its files are open:
     objects deleted, overwritten, flushed and evicted while it is sent
     arrive whole, as they were when it began, and the Content-Length holds."""
-    with running_gateway(tmp_path / "data", "--flush-delay", "600") as gw:  # flushed when the test says
+    # Flushed when the test says: not by the delay, nor by the 70 MiB staged
+    # reaching a segment's worth (a flush renaming staged files while the
+    # batch opens them would make it a streamed one).
+    with running_gateway(tmp_path / "data", "--flush-delay", "600", "--segment-size", "256MiB") as gw:
         _sized_batch_meanwhile(gw)
 
 
