@@ -147,7 +147,7 @@ class ExtentReader:
         # ``_gets``: a run keeps its buffer after its GET, while its extents
         # are verified and cached, and a corrupt one is refetched with a GET.
         self._runs = asyncio.Semaphore(concurrency)
-        self._flight: SingleFlight[bytes] = SingleFlight()
+        self._flight: SingleFlight[tuple[bytes, asyncio.Task[bool] | None]] = SingleFlight()
         self._fills = Fills()  # cache name -> the verified bytes a fill is writing
         self.hits = 0
         self.misses = 0
@@ -175,11 +175,11 @@ class ExtentReader:
             return filling
         while True:
             try:
-                data, leader = await self._flight.run(ext.place, lambda: self._fetch(ext, peer))
+                (data, filling), leader = await self._flight.run(ext.place, lambda: self._fetch(ext, pin, peer))
                 break
             except _Abandoned:
                 continue  # the run we waited for was cancelled: fetch it ourselves
-        if leader:
+        if leader and filling is None:
             self._start_fill(ext, data, pin)
         return data
 
@@ -213,18 +213,24 @@ class ExtentReader:
             return True
         return await asyncio.shield(self._start_fill(ext, data, False))
 
-    async def _fetch(self, ext: Extent, peer: PeerSource | None = None) -> bytes:
+    async def _fetch(
+        self, ext: Extent, pin: bool, peer: PeerSource | None = None
+    ) -> tuple[bytes, asyncio.Task[bool] | None]:
+        """The extent's verified bytes, and the fill that caches them when
+        it started with the check (from the store; a peer's bytes are not)."""
         self.misses += 1
         if peer is not None and (data := await peer()) is not None:
             self.from_peers += 1
-            return data
-        return await self._verified(ext)
+            return data, None
+        data = await self._verified(ext, fill=pin)
+        return data, self._fills.task(ext.cache_name)
 
     async def _verified(
-        self, ext: Extent, tried: int = 0, report: FetchReport | None = None
+        self, ext: Extent, tried: int = 0, report: FetchReport | None = None, fill: bool | None = None,
     ) -> bytes:
         """GET the extent alone until its bytes verify, ``_ATTEMPTS`` times
-        in all (``tried`` already made, by a run)."""
+        in all (``tried`` already made, by a run); with ``fill`` (pinned or
+        not), cached behind the check in the same pool call."""
         ref = _entry_ref(ext)
         gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         for attempt in range(tried + 1, _ATTEMPTS + 1):
@@ -235,6 +241,8 @@ class ExtentReader:
             if report is not None:
                 report.bytes += len(stored)
             try:
+                if fill is not None:
+                    return await self._decode_and_fill(ext, stored, fill)
                 return await pool.run(seg.decode_entry, ref, stored)
             except FormatError as exc:
                 log.warning("extent %s@%d failed verification (attempt %d): %s", ext.segment, ext.offset, attempt, exc)
@@ -244,6 +252,25 @@ class ExtentReader:
                         f"{_ATTEMPTS} times; not served"
                     ) from exc
         raise AssertionError("unreachable")
+
+    async def _decode_and_fill(self, ext: Extent, stored: bytes | memoryview, pin: bool) -> bytes:
+        """The extent's raw bytes out of ``stored`` (FormatError when they
+        fail verification), then cached (pinned when ``pin``) by the same
+        pool call behind the answer: one hand-off instead of two. The fill
+        is registered (``_fills``) before this returns."""
+        ref = _entry_ref(ext)
+        data, filled = await pool.run_then(lambda: seg.decode_entry(ref, stored),
+                                           lambda raw: self._hot.fill(ext.cache_name, raw, pin))
+        self._fills.start(ext.cache_name, data, self._filled(ext, filled))
+        return data
+
+    async def _filled(self, ext: Extent, filled: asyncio.Future[bool]) -> bool:
+        """The end of a fill started by :meth:`_decode_and_fill`: True when cached."""
+        try:
+            return await filled
+        except OSError as exc:  # a full or failing disk costs the cache, not the read
+            log.warning("could not cache extent %s@%d: %s", ext.segment, ext.offset, exc)
+            return False
 
     async def _fill(
         self, ext: Extent, data: bytes, pin: bool, turn: asyncio.Lock | None = None
@@ -428,9 +455,9 @@ class ExtentReader:
     ) -> None:
         """One extent of a run: leads its single flight with the run's
         bytes, then caches them (the same fill ``fetch`` starts)."""
-        work = functools.partial(self._cut, ext, got, start, turn, report)
+        work = functools.partial(self._cut, ext, got, start, turn, pin, report)
         try:
-            data, leader = await self._flight.run(ext.place, work)
+            (data, filling), leader = await self._flight.run(ext.place, work)
         except _Abandoned:
             return
         except CapacityError as exc:
@@ -440,7 +467,7 @@ class ExtentReader:
             await self._skip(ext, pin, report)
             return
         report.extents += 1
-        if not await asyncio.shield(self._start_fill(ext, data, pin, turn)):
+        if not await asyncio.shield(filling if filling is not None else self._start_fill(ext, data, pin, turn)):
             report.failed += 1
             return
         if on_filled is not None:
@@ -452,21 +479,25 @@ class ExtentReader:
         got: asyncio.Future[bytes],
         start: int,
         turn: asyncio.Lock,
+        pin: bool,
         report: FetchReport,
-    ) -> bytes:
+    ) -> tuple[bytes, asyncio.Task[bool] | None]:
         """The extent's verified raw bytes out of the run's (a refetch of it
-        alone when they fail verification)."""
+        alone when they fail verification), and the fill that caches them,
+        started by the same pool call as the check."""
         self.misses += 1
         stored = await asyncio.shield(got)  # shared: a cancelled piece must not cancel it
         view = memoryview(stored)[ext.offset - start : ext.offset - start + ext.stored]
         async with turn:
             try:
-                return await pool.run(seg.decode_entry, _entry_ref(ext), view)
+                data = await self._decode_and_fill(ext, view, pin)
+                return data, self._fills.task(ext.cache_name)
             except FormatError as exc:
                 log.warning(
                     "extent %s@%d of a run failed verification: %s", ext.segment, ext.offset, exc
                 )
-        return await self._verified(ext, tried=1, report=report)
+        data = await self._verified(ext, tried=1, report=report, fill=pin)
+        return data, self._fills.task(ext.cache_name)
 
     async def drain(self) -> None:
         """Wait for background cache fills (at shutdown)."""
