@@ -19,15 +19,23 @@ way PromQL's ``histogram_quantile`` does (see :func:`quantile`).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
 
 from gateway.xml import iso8601
 
@@ -99,45 +107,32 @@ def quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
 
 @dataclass(slots=True)
 class _Series:
-    """The label children one (operation, status, tier) updates."""
+    """What the requests of one (operation, status, tier) add up to."""
 
-    requests: Any
-    duration: Any
-    received: Any
-    sent: Any
-    reads: Any  # None unless the tier is hot or capacity
+    count: int = 0
+    received: int = 0
+    sent: int = 0
+    seconds: float = 0.0
+    buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))  # the last: +Inf
 
 
 class Metrics:
-    """Per-request metrics of one S3 data plane, in a registry of its own."""
+    """Per-request metrics of one S3 data plane, in a registry of its own.
+
+    A request adds to plain counters (:class:`_Series`), read into
+    Prometheus families when scraped (:class:`_Requests`): no lock or
+    label lookup per request. Only the event loop's thread calls
+    :meth:`observe` and :meth:`worker_reads`."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=False)
         self.started = time.time()
         self._started_monotonic = time.monotonic()
-        r = self.registry
-        self._requests = Counter(_REQUESTS, "S3 requests by operation and HTTP status.",
-                                 ("operation", "code"), registry=r)
-        self._duration = Histogram(_DURATION, "S3 request time, from the request head to the last "
-                                   "byte of the response, by operation and served tier.",
-                                   ("operation", "tier"), buckets=LATENCY_BUCKETS, registry=r)
-        self._received = Counter(_RECEIVED, "Request body bytes received, by S3 operation.",
-                                 ("operation",), registry=r)
-        self._sent = Counter(_SENT, "Response body bytes sent, by S3 operation.",
-                             ("operation",), registry=r)
-        self._reads = Counter(_READS, "Object GETs by the tier that served them (capacity when "
-                              "any byte came from the capacity store).", ("tier",), registry=r)
-        self._served = Counter(_SERVED, "Object body bytes served, by the tier they came from.",
-                               ("tier",), registry=r)
-        self._batched = Counter(_BATCHED, "Objects sent in GetBatch tar streams (docs/batch.md).", registry=r)
-        self._worker_reads = Counter(_WORKER_READS, "Hot GETs read workers answered, by where they found "
-                                     "the object: a lookup of the writer's, or one they kept.",
-                                     ("answer",), registry=r)
-        self._looked_up = self._worker_reads.labels("lookup")
-        self._kept = self._worker_reads.labels("kept")
-        self._served_hot = self._served.labels(HOT)
-        self._served_capacity = self._served.labels(CAPACITY)
         self._series: dict[tuple[str, int, str], _Series] = {}
+        self.served = {HOT: 0, CAPACITY: 0}  # object body bytes by tier
+        self.batched = 0  # objects sent in GetBatch tar streams
+        self.worker_answers = {"lookup": 0, "kept": 0}
+        self.registry.register(_Requests(self))
 
     # -- per request ----------------------------------------------------
 
@@ -156,40 +151,30 @@ class Metrics:
         """Record one finished request (``batched``: the objects a GetBatch sent)."""
         series = self._series.get((op, status, tier))
         if series is None:
-            series = self._new_series(op, status, tier)
-        series.requests.inc()
-        series.duration.observe(seconds)
+            series = self._series[(op, status, tier)] = _Series()
+        series.count += 1
+        series.seconds += seconds
+        series.buckets[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
         if received:
-            series.received.inc(received)
+            series.received += received
         if sent:
-            series.sent.inc(sent)
-        if series.reads is not None:
-            series.reads.inc()
+            series.sent += sent
         if served_hot:
-            self._served_hot.inc(served_hot)
+            self.served[HOT] += served_hot
         if served_capacity:
-            self._served_capacity.inc(served_capacity)
+            self.served[CAPACITY] += served_capacity
         if batched:
-            self._batched.inc(batched)
+            self.batched += batched
 
     def worker_reads(self, looked_up: int, kept: int) -> None:
         """Hot GETs of read workers: ``looked_up`` the writer answered a
         lookup for, ``kept`` the workers answered from lookups they kept."""
-        if looked_up:
-            self._looked_up.inc(looked_up)
-        if kept:
-            self._kept.inc(kept)
+        self.worker_answers["lookup"] += looked_up
+        self.worker_answers["kept"] += kept
 
-    def _new_series(self, op: str, status: int, tier: str) -> _Series:
-        series = _Series(
-            requests=self._requests.labels(op, str(status)),
-            duration=self._duration.labels(op, tier),
-            received=self._received.labels(op),
-            sent=self._sent.labels(op),
-            reads=self._reads.labels(tier) if tier in (HOT, CAPACITY) else None,
-        )
-        self._series[(op, status, tier)] = series
-        return series
+    def series(self) -> list[tuple[tuple[str, int, str], _Series]]:
+        """Every (operation, status, tier) seen so far and its sums."""
+        return list(self._series.items())
 
     # -- views ----------------------------------------------------------
 
@@ -216,43 +201,24 @@ class Metrics:
     def stats(self) -> dict[str, object]:
         """The ``/stats`` body of the admin API without its "capacity" part."""
         requests: dict[str, dict[str, int]] = {}
-        buckets: dict[str, dict[float, float]] = {}
+        buckets: dict[str, list[int]] = {}
         reads = {HOT: 0, CAPACITY: 0}
-        served = {HOT: 0, CAPACITY: 0}
-        worker_reads = {"lookup": 0, "kept": 0}
-
-        def entry(op: str) -> dict[str, int]:
-            if op not in requests:
-                requests[op] = {"count": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0}
-            return requests[op]
-
-        for family in self.registry.collect():
-            for sample in family.samples:
-                name, labels, value = sample.name, sample.labels, int(sample.value)
-                if name == _REQUESTS + "_total":
-                    row = entry(labels["operation"])
-                    row["count"] += value
-                    if int(labels["code"]) >= 400:
-                        row["errors"] += value
-                elif name == _RECEIVED + "_total":
-                    entry(labels["operation"])["bytes_in"] += value
-                elif name == _SENT + "_total":
-                    entry(labels["operation"])["bytes_out"] += value
-                elif name == _DURATION + "_bucket":
-                    # Summed over tiers: a percentile per operation.
-                    per_op = buckets.setdefault(labels["operation"], {})
-                    bound = float(labels["le"])
-                    per_op[bound] = per_op.get(bound, 0) + sample.value
-                elif name == _READS + "_total" and labels["tier"] in reads:
-                    reads[labels["tier"]] += value
-                elif name == _SERVED + "_total" and labels["tier"] in served:
-                    served[labels["tier"]] += value
-                elif name == _WORKER_READS + "_total":
-                    worker_reads[labels["answer"]] = value
-
+        for (op, status, tier), series in self.series():
+            row = requests.setdefault(op, {"count": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0})
+            row["count"] += series.count
+            if status >= 400:
+                row["errors"] += series.count
+            row["bytes_in"] += series.received
+            row["bytes_out"] += series.sent
+            counts = buckets.setdefault(op, [0] * len(series.buckets))
+            for i, n in enumerate(series.buckets):
+                counts[i] += n
+            if tier in reads:
+                reads[tier] += series.count
+        served = dict(self.served)
         out: dict[str, object] = {}
         for op in sorted(requests):
-            cumulative = sorted(buckets.get(op, {}).items())
+            cumulative = list(zip((*LATENCY_BUCKETS, math.inf), itertools.accumulate(buckets[op]), strict=True))
             out[op] = dict(requests[op], latency_ms={
                 name: _ms(quantile(q, cumulative)) for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
             })
@@ -265,8 +231,60 @@ class Metrics:
                 "bytes": _ratio(served[HOT], served[HOT] + served[CAPACITY]),
             },
             "served": {tier: {"objects": reads[tier], "bytes": served[tier]} for tier in (HOT, CAPACITY)},
-            "worker_reads": worker_reads,
+            "worker_reads": dict(self.worker_answers),
         }
+
+
+class _Requests:
+    """The request series of a :class:`Metrics`, as Prometheus families, read
+    from its plain counters at each scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        m = self._metrics
+        requests: dict[tuple[str, str], int] = {}
+        durations: dict[tuple[str, str], tuple[list[int], float]] = {}
+        received: dict[str, int] = {}
+        sent: dict[str, int] = {}
+        reads: dict[str, int] = {}
+        for (op, status, tier), series in m.series():
+            key = (op, str(status))
+            requests[key] = requests.get(key, 0) + series.count
+            counts, seconds = durations.get((op, tier), ([0] * len(series.buckets), 0.0))
+            durations[(op, tier)] = ([a + b for a, b in zip(counts, series.buckets, strict=True)],
+                                     seconds + series.seconds)
+            received[op] = received.get(op, 0) + series.received
+            sent[op] = sent.get(op, 0) + series.sent
+            if tier in (HOT, CAPACITY):
+                reads[tier] = reads.get(tier, 0) + series.count
+        family = CounterMetricFamily(_REQUESTS, "S3 requests by operation and HTTP status.",
+                                     labels=("operation", "code"))
+        for labels, value in requests.items():
+            family.add_metric(labels, value)
+        yield family
+        histogram = HistogramMetricFamily(_DURATION, "S3 request time, from the request head to the last "
+                                          "byte of the response, by operation and served tier.",
+                                          labels=("operation", "tier"))
+        bounds = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+        for labels, (counts, seconds) in durations.items():
+            histogram.add_metric(labels, list(zip(bounds, itertools.accumulate(counts), strict=True)), seconds)
+        yield histogram
+        for name, doc, label, values in (
+            (_RECEIVED, "Request body bytes received, by S3 operation.", "operation", received),
+            (_SENT, "Response body bytes sent, by S3 operation.", "operation", sent),
+            (_READS, ("Object GETs by the tier that served them (capacity when any byte came from the "
+                      "capacity store)."), "tier", reads),
+            (_SERVED, "Object body bytes served, by the tier they came from.", "tier", m.served),
+            (_WORKER_READS, ("Hot GETs read workers answered, by where they found the object: a lookup of "
+                             "the writer's, or one they kept."), "answer", m.worker_answers),
+        ):
+            family = CounterMetricFamily(name, doc, labels=(label,))
+            for value_label, value in values.items():
+                family.add_metric((value_label,), value)
+            yield family
+        yield CounterMetricFamily(_BATCHED, "Objects sent in GetBatch tar streams (docs/batch.md).", value=m.batched)
 
 
 class _Scrape:
