@@ -113,7 +113,10 @@ class MountedBuckets:
         if write.conditions:
             raise NotSupported("Conditional writes to a mounted bucket are not supported")
         refuse_tags(info.name, write.new)
-        upload = await self._mounts.open_upload(info.name, write.key, write.new)
+        self._mounts.writable(info.name)
+        new = write.new
+        upload = (await self._mounts.client(info.name)).upload_object(write.key, new.content_type, new.headers,
+                                                                      new.user_meta)
         try:
             _, checksum = await ingest(write.body, write.integrity, upload.write)
             await upload.complete()

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from packer.ranges import ByteRange, split_over
 from tiering import pool
 from tiering.capacity import CapacityStats
-from tiering.capacity.s3_upload import S3Upload
 from tiering.errors import (
     AccessDenied,
     BucketAlreadyOwnedByYou,
@@ -54,7 +53,6 @@ from tiering.fills import Fills
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
-from tiering.inputs import NewObject
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.revalidate import Revalidator
@@ -67,6 +65,10 @@ from tiering.settings import TierSettings
 log = logging.getLogger("tierstore.mounts")
 
 _WHOLE_ATTEMPTS = 3  # fetches of a whole object whose bytes do not match its MD5 ETag
+
+
+# How a read asks the source about a key: its description, and bytes when it brought some.
+_Ask = Callable[[], Awaitable[tuple[SourceObject, bytes | None]]]
 
 
 def piece_name(mount: str, key: str, etag: str, index: int) -> str:
@@ -255,23 +257,14 @@ class Mounts:
         until = None if mount.freshness is None else known.validated_ms + int(mount.freshness * 1000)
         return Location(_as_meta(name, known).to_bytes(), tuple(files), until_ms=until)
 
-    async def _revalidate(
-        self,
-        name: str,
-        key: str,
-        known: MountedObject | None,
-        ask: Callable[[], Awaitable[tuple[SourceObject, bytes | None]]],
-        again: Callable[[MountedObject], Awaitable[bytes]] | None = None,
-    ) -> tuple[MountedObject, bytes | None]:
+    async def _revalidate(self, name: str, key: str, known: MountedObject | None, ask: _Ask,
+                          again: Callable[[MountedObject], Awaitable[bytes]] | None = None,
+                          ) -> tuple[MountedObject, bytes | None]:
         """Ask the source about ``key`` and record its answer: a new ETag
         drops the cached pieces, a 404 forgets the key (NoSuchKey), an
         unreachable source leaves what is known (if serve_stale) or is a 503.
-
-        With ``again`` (a whole GET of the object), bytes ``ask`` brought
-        are the object's first piece: checked when they are the whole
-        object (:func:`_whole`), then cached behind the answer. The check,
-        the record and the cache write are one pool call, the answer
-        released after the record (:meth:`_record_first_piece`)."""
+        With ``again`` (a whole GET of the object), bytes ``ask`` brought are
+        the first piece, checked and cached (:meth:`_record_first_piece`)."""
         mount = self._mounts[name]
         try:
             found, data = await ask()
@@ -296,9 +289,8 @@ class Mounts:
         self, name: str, fresh: MountedObject, data: bytes, again: Callable[[MountedObject], Awaitable[bytes]],
     ) -> bytes:
         """Record ``fresh`` and cache ``data``, its first piece, behind the
-        answer, in one pool call; a whole object's bytes are checked first
-        against an MD5 ETag (bytes that fail are fetched again by
-        :func:`_whole`, then recorded and cached in separate calls)."""
+        answer, in one pool call, a whole object's bytes checked first
+        against an MD5 ETag (those that fail go to :func:`_whole`)."""
         piece = piece_name(name, fresh.key, fresh.etag, 0)
         check = fresh.etag if len(data) == fresh.size and _is_md5(fresh.etag) else None
 
@@ -308,11 +300,7 @@ class Mounts:
             self._index.put_mounted(name, fresh)
             return True
 
-        def cache(recorded: bool) -> None:
-            if recorded:
-                self._hot.fill(piece, data)
-
-        recorded, cached = await pool.run_then(record, cache)
+        recorded, cached = await pool.run_then(record, lambda recorded: recorded and self._hot.fill(piece, data))
         if recorded:
             self._fills.start(piece, data, _logged_fill(piece, cached))
             return data
@@ -326,31 +314,23 @@ class Mounts:
 
     # -- writes (read-write mounts) ------------------------------------------------
 
-    async def open_upload(self, name: str, key: str, new: NewObject) -> S3Upload:
-        """A streamed write of ``key`` to the source; ``committed`` after it."""
-        self.writable(name)
-        client = await self.client(name)
-        return client.upload_object(key, new.content_type, new.headers, new.user_meta)
-
     async def committed(self, name: str, key: str) -> ObjectMeta:
         """After a write: describe ``key`` as the source now has it."""
         self.listings.forget(name)
         known = await pool.run(self._index.get_mounted, name, key)
         if known is not None:
             await self._forget(name, known)
-        found = await (await self.client(name)).head(key)
-        fresh = _described(found)
+        fresh = _described(await (await self.client(name)).head(key))
         await pool.run(self._index.put_mounted, name, fresh)
         return _as_meta(name, fresh)
 
     async def delete(self, name: str, key: str) -> None:
         """Delete ``key`` at the source (idempotent, as S3) and here."""
         self.writable(name)
-        mount = self._mounts[name]
         try:
             await (await self.client(name)).delete(key)
         except CapacityError as exc:
-            raise unreachable(mount, exc) from None
+            raise unreachable(self._mounts[name], exc) from None
         self.listings.forget(name)
         known = await pool.run(self._index.get_mounted, name, key)
         if known is not None:
@@ -364,10 +344,8 @@ class Mounts:
         HEAD and a GET. The body is cached as the object's first piece."""
         if small <= 0:
             return await self.head(name, key), None
-        # On the loop: a point read of one small record, 0.4 us for a key
-        # the index lacks (a cold read's) and 5 us (p99 9 us) with the
-        # decode for one it has, measured on 200,000 records; a pool call
-        # would cost a thread's wake-up and the loop's, several times that.
+        # On the loop: a point read, 0.4 us for a key the index lacks, 5 us
+        # (p99 9 us) decoded for one it has (200,000 records): a pool call costs more.
         known = self._index.get_mounted(name, key)
         first_cached = known is not None and self._hot.is_cached(piece_name(name, key, known.etag, 0))
         if known is not None and self._current(name, known, first_cached):
@@ -388,8 +366,7 @@ class Mounts:
             return await (await self.client(name)).get_range(key, 0, obj.size, if_match=obj.etag)
 
         # Readers (and the epoch prefetcher) asking for one cold object at
-        # once share one request to the source; only the first caches it
-        # (the first piece's bytes, checked and cached by _revalidate).
+        # once share one request to the source; only the first caches it.
         (found, data), _ = await self._probes.run(
             (name, key), lambda: self._revalidate(name, key, known, ask, again)
         )
@@ -448,8 +425,7 @@ class Mounts:
         held = self._fills.held(name)
         if held is not None:
             return Held(held)
-        fd = await pool.run(self._hot.open_cached, name, size)
-        if fd is not None:
+        if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size))
         if leader:
