@@ -59,14 +59,15 @@ def cpu_meter(pids: dict[str, Callable[[], list[int]]], into: dict) -> Iterator[
 
 def epoch(
     lean, bucket: str, order: Sequence[str], readers: int, size: int,  # type: ignore[no-untyped-def]
-    check: Callable[[str, bytes], None], pids: dict[str, Callable[[], list[int]]],
+    check: Callable[[str, bytes], None], pids: dict[str, Callable[[], list[int]]], shared: bool = False,
 ) -> dict:
     """Every key of ``order`` read once by ``readers`` threads (reader r:
-    positions r, r + readers, ...): objects/s, MiB/s, latencies, and CPU
-    seconds per 1,000 GETs of each process group."""
+    positions r, r + readers, ...; ``shared``: each the next of one shared
+    queue): objects/s, MiB/s, latencies, and CPU seconds per 1,000 GETs of
+    each process group."""
     figures: dict = {}
     with cpu_meter(pids, figures):
-        figures |= read_epoch([BotoShaped(lean)] * readers, bucket, list(order), check)
+        figures |= read_epoch([BotoShaped(lean)] * readers, bucket, list(order), check, shared=shared)
     figures.pop("hook", None)
     figures.pop("samples", None)
     figures["mib_per_s"] = figures["objects"] * size / MiB / figures["wall_s"]

@@ -126,11 +126,14 @@ class Admin:
 def read_epoch(
     clients: list, bucket: str, order: list[str], check: Callable[[str, bytes], None],
     hook: tuple[float, Callable[[], object]] | None = None, poll: Callable[[], dict] | None = None,
+    shared: bool = False,
 ) -> dict:
     """Read ``order`` once: reader r (``clients[r]``) GETs positions r, r + N,
-    ... Returns wall time, latencies, and what ``hook`` (called from another
-    thread once a fraction of the reads is done) and ``poll`` (every
-    ``POLL_S``) returned. Any failure stops every reader and is raised."""
+    ... or, ``shared``, every reader takes the next position of one shared
+    queue (as a DataLoader's workers do). Returns wall time, latencies, and
+    what ``hook`` (called from another thread once a fraction of the reads
+    is done) and ``poll`` (every ``POLL_S``) returned. Any failure stops
+    every reader and is raised."""
     readers = len(clients)
     stop, fired = threading.Event(), threading.Event()
     lock = threading.Lock()
@@ -139,9 +142,22 @@ def read_epoch(
     latencies: list[list[float]] = [[] for _ in clients]
     samples: list[dict] = []
 
+    queue = iter(range(len(order)))
+
+    def positions(r: int) -> Iterator[int]:
+        if not shared:
+            yield from range(r, len(order), readers)
+            return
+        while True:
+            with lock:
+                position = next(queue, None)
+            if position is None:
+                return
+            yield position
+
     def reader(r: int) -> None:
         s3, mine = clients[r], latencies[r]
-        for position in range(r, len(order), readers):
+        for position in positions(r):
             if stop.is_set():
                 return
             key = order[position]

@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hot-fs", choices=("root", "ext4"), default="root",
                     help="the gateway's data dir on the temp dir's filesystem (root, default) or on a new "
                          "ext4 made for the run (a loop image: root only), as a node's own NVMe would be")
+    ap.add_argument("--hinted", action="store_true",
+                    help="also a cold epoch registered with POST /epochs just before, read from a shared queue "
+                         "and then with interleaved readers (each on a new mount of the same source)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
@@ -155,12 +158,18 @@ def main(argv: list[str] | None = None) -> int:
         lean = SignedClient(gw.port)
 
         def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
-                check=check) -> dict:
+                check=check, shared: bool = False, hinted: bool = False) -> dict:
             order = [prefix + key for key in keys]
             random.Random(seed).shuffle(order)
             before = moto.proxy.snapshot()
             pids = {**pids, "client": lambda: [os.getpid()]}  # the readers: this process
-            figures = epoch(client, bucket, order, args.readers, args.size, check, pids)
+            if hinted:  # registered just before, as a trainer's sampler would
+                epoch_id = admin("POST", "/epochs", json={"bucket": bucket, "keys": order,
+                                                          "readers": args.readers})["id"]
+            figures = epoch(client, bucket, order, args.readers, args.size, check, pids, shared=shared)
+            if hinted:
+                status = admin("GET", f"/epochs/{epoch_id}")
+                figures["hints"] = {k: status[k] for k in ("hits", "late", "misses", "prefetched_objects")}
             figures["store"] = store_requests(before, moto.proxy.snapshot())
             results[name] = figures
             print(f"{name}: {figures['objects_per_s']:,.0f} objects/s in {figures['wall_s']:.1f} s, "
@@ -170,6 +179,15 @@ def main(argv: list[str] | None = None) -> int:
         run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid, *children(moto.pid)]}, seed=0,
             bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
+        if args.hinted:  # each on a mount of its own over the same source: cold too
+            for name, shared in (("tierstore cold hinted, shared queue", True),
+                                 ("tierstore cold hinted, interleaved", False)):
+                bucket = MOUNTED + ("-hq" if shared else "-hi")
+                admin("POST", "/mounts", json={
+                    "name": bucket, "source": f"s3://{SOURCE}/{PREFIX}", "endpoint": moto.proxy.endpoint,
+                    "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
+                })
+                run(name, lean, gw_pids, seed=0, bucket=bucket, shared=shared, hinted=True)
         for r in range(1, args.warm + 1):
             pair = [("tierstore", lean, gw_pids, check)]
             if local is not None:
@@ -183,13 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, f in results.items():
         r = name.rsplit(" ", 1)[-1]
         peer = results.get(f"nginx-local warm {r}")
-        if name == "tierstore cold":  # against the store read directly
+        if name.startswith("tierstore cold"):  # against the store read directly
             peer = results["the store directly"]
         ratio = (f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x"
                  if peer and name.startswith(("tierstore", "bare")) else "-")
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
                      f"{f['p99_ms']:.1f}", ratio, f"{f['server_cpu_per_1k']:.3f}", f"{f['client_cpu_per_1k']:.3f}",
                      ", ".join(f"{op} {n}" for op, n in sorted(f["store"].items())) or "0"])
+        if "hints" in f:
+            print(f"{name}: GET /epochs/{{id}} after it: {f['hints']}")
     print(machine())
     print(f"mounted data set of {objects:,} x {args.size:,} B, store {args.store} +{args.latency_ms:g} ms, "
           f"freshness {args.freshness} s, {args.readers} lean readers, a new shuffled order each epoch, "
