@@ -179,7 +179,16 @@ def main(argv: list[str] | None = None) -> int:
         run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid, *children(moto.pid)]}, seed=0,
             bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
-        if args.hinted:  # each on a mount of its own over the same source: cold too
+        for r in range(1, args.warm + 1):
+            pair = [("tierstore", lean, gw_pids, check)]
+            if local is not None:
+                pair.append(("nginx-local", SignedClient(local.port), {"server": local.pids}, check))
+            pair.append(("bare", SignedClient(bare.port), {"server": lambda: [bare.proc.pid]}, same_size))
+            for name, client, pids, checks in pair if r % 2 else pair[::-1]:
+                run(f"{name} warm {r}", client, pids, seed=r, check=checks)
+        # Last: each on a mount of its own over the same source (cold too),
+        # whose fills may evict the first mount's pieces.
+        if args.hinted:
             for name, shared in (("tierstore cold hinted, shared queue", True),
                                  ("tierstore cold hinted, interleaved", False)):
                 bucket = MOUNTED + ("-hq" if shared else "-hi")
@@ -188,13 +197,6 @@ def main(argv: list[str] | None = None) -> int:
                     "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
                 })
                 run(name, lean, gw_pids, seed=0, bucket=bucket, shared=shared, hinted=True)
-        for r in range(1, args.warm + 1):
-            pair = [("tierstore", lean, gw_pids, check)]
-            if local is not None:
-                pair.append(("nginx-local", SignedClient(local.port), {"server": local.pids}, check))
-            pair.append(("bare", SignedClient(bare.port), {"server": lambda: [bare.proc.pid]}, same_size))
-            for name, client, pids, checks in pair if r % 2 else pair[::-1]:
-                run(f"{name} warm {r}", client, pids, seed=r, check=checks)
         cpu = process_cpu(gw.proc.pid)
 
     rows = []
