@@ -16,10 +16,12 @@ from gateway.config import (
     GiB,
     MiB,
     auto_workers,
+    available_cores,
     credentials_path,
     default_hot_size,
     load_config,
     parse_size,
+    quota_cores,
     redacted,
     tier_settings,
 )
@@ -183,7 +185,7 @@ def test_bad_workers_from_env(tmp_path: Path, workers: str) -> None:
 
 
 def test_workers(tmp_path: Path) -> None:
-    assert _load(tmp_path).workers == auto_workers(len(os.sched_getaffinity(0)))
+    assert _load(tmp_path).workers == auto_workers(available_cores())
     assert _load(tmp_path, env={"TIERSTORE_WORKERS": "4"}).workers == 4
     assert _load(tmp_path, env={"TIERSTORE_WORKERS": "auto"}).workers == auto_workers()
     assert _load(tmp_path, config_file=_toml(tmp_path, 'workers = "auto"\n')).workers == auto_workers()
@@ -195,6 +197,22 @@ def test_workers(tmp_path: Path) -> None:
                                                 (64, 8), (256, 8)])
 def test_auto_workers_leave_most_cores_to_the_clients(cores: int, workers: int) -> None:
     assert auto_workers(cores) == workers
+
+
+@pytest.mark.parametrize(("cpu_max", "cores"), [("max 100000", None), ("200000 100000", 2), ("150000 100000", 2),
+                                                ("50000 100000", 1), ("1600000 100000\n", 16), ("", None),
+                                                ("max", None), ("12 0", None), ("-1 100000", None)])
+def test_a_containers_cpu_quota_counts_as_its_cores(cpu_max: str, cores: int | None) -> None:
+    assert quota_cores(cpu_max) == cores
+
+
+def test_available_cores_are_the_affinity_or_the_quota_below_it(tmp_path: Path) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    assert available_cores(tmp_path / "absent") == affinity
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert available_cores(tmp_path / "cpu.max") == affinity
+    (tmp_path / "cpu.max").write_text("100000 100000\n")
+    assert available_cores(tmp_path / "cpu.max") == 1
 
 
 def test_scale_out_settings(tmp_path: Path) -> None:
