@@ -353,6 +353,9 @@ def test_readers_faster_than_the_store_wait_on_the_prefetch_and_the_status_says_
     status = _read_hinted(tmp_path, "shared queue", step=0.0, hot_size=64 * 1024**3, count=count)
     seen = {k: status[k] for k in ("hits", "late", "misses", "prefetched_objects", "brought", "gets")}
     assert status["state"] == "finished" and status["hits"] + status["late"] + status["misses"] == count
-    assert status["misses"] <= 0.1 * count and status["late"] >= 0.25 * count, seen
+    # Late: 90 to 107 of 400 here since a fetched extent is checked and
+    # cached in one pool call (the prefetch got faster); at least a tenth
+    # shows the waits are counted as late, whatever the machine's pace.
+    assert status["misses"] <= 0.1 * count and status["late"] >= 0.1 * count, seen
     assert status["prefetched_objects"] >= 0.4 * count and status["brought"] >= 0.9 * count, seen
     assert status["gets"] <= count, seen
