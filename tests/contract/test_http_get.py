@@ -5,10 +5,13 @@ answer is framed, and every way one can fail."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
+from tests.tls import make_pki
 from tiering.capacity.http_get import BadAnswer, HttpGetPool
 
 pytestmark = pytest.mark.anyio
@@ -25,15 +28,16 @@ class Server:
     """Answers each request with ``handler(reader, writer, n)`` (n counts
     requests over all connections; False closes the connection)."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        self.tls = tls
         self.connections = 0
         self.requests = 0
         self.port = 0
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> Server:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -190,3 +194,30 @@ async def test_a_cancelled_get_leaves_no_connection_behind(anyio_backend: str) -
             # The late answer to the cancelled GET is never taken for the next one's.
             assert (await pool.get("/next", {}))[2] == b"answer 2"
     assert server.connections == 2
+
+
+async def test_an_https_store_is_verified_against_the_ca_it_was_given(anyio_backend: str, tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(pki.cert, pki.key)
+
+    async def handler(_r: asyncio.StreamReader, w: asyncio.StreamWriter, n: int) -> bool:
+        w.write(answer(f"secret {n}".encode()))
+        return True
+
+    async with Server(handler, tls=served) as server:
+        trusting = HttpGetPool("127.0.0.1", server.port, tls=ssl.create_default_context(cafile=pki.ca),
+                               connections=2, connect_timeout=2.0, read_timeout=5.0)
+        try:
+            for n in (1, 2):  # the second on the kept TLS connection
+                assert (await trusting.get("/b/k", {"host": "127.0.0.1"}))[2] == f"secret {n}".encode()
+        finally:
+            trusting.close()
+        doubting = HttpGetPool("127.0.0.1", server.port, tls=ssl.create_default_context(cafile=pki.other_ca),
+                               connections=2, connect_timeout=2.0, read_timeout=5.0)
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError):  # an OSError: the store's retry policy sees it
+                await doubting.get("/b/k", {"host": "127.0.0.1"})
+        finally:
+            doubting.close()
+    assert server.connections == 1  # one kept connection; the refused handshake never got to the handler
