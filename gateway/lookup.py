@@ -112,6 +112,11 @@ class LookupServer:
         self.ready = 0  # workers that said they listen, since the start
         self._readied = asyncio.Event()
 
+    def served(self, rows: list[list[Any]]) -> None:
+        """Requests a worker answered (``Metrics.observe``'s arguments each)."""
+        for row in rows:
+            self._metrics.observe(*row)
+
     def kept_reads(self, reads: list[tuple[str, str, list[str]]]) -> None:
         """GETs a worker answered from lookups it kept."""
         self._service.observe_reads(reads)
@@ -186,8 +191,7 @@ class _Connection(asyncio.Protocol):
             if message[0] == "reads":
                 self._server.kept_reads(message[1])
             elif message[0] == "served":
-                for row in message[1]:
-                    self._server._metrics.observe(*row)  # noqa: SLF001
+                self._server.served(message[1])
             elif message[0] == "ready":
                 self._server.worker_ready()
             else:

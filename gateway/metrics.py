@@ -6,9 +6,9 @@ One :class:`Metrics` per node (``gateway.node.Node``), with a registry of its ow
 admin API calls :meth:`Metrics.render` for ``/metrics`` and
 :meth:`Metrics.stats` for ``/stats``.
 
-Per request the cost is one dictionary lookup (the label children of each
-(operation, status, tier) are looked up once and kept) and a handful of
-counter increments. The tier state (hot-tier bytes, capacity segments, flush
+Per request the cost is one dictionary lookup (the sums of its
+(operation, status, tier)) and a handful of integer additions; the
+Prometheus families are built from those sums when scraped. The tier state (hot-tier bytes, capacity segments, flush
 queue, jobs) is not tracked here: it is read at scrape time from the mapping
 the admin API passes in, so nothing can drift from ``/tiers``.
 

@@ -57,7 +57,7 @@ from tiering.batch import HotBatch, Member, Pieces
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
 from tiering.generations import Generations, slot_of
-from tiering.hot import HotTier, read_file_now
+from tiering.hot import HotTier, read_files_now
 from tiering.meta import ObjectMeta, now_ms
 from tiering.names import check_key
 from tiering.readahead import stream
@@ -130,17 +130,6 @@ def _open_all(objects: list[list[tuple[str, int]]]) -> list[Pieces]:
     return opened
 
 
-def _read_now(files: list[tuple[str, int]]) -> bytes | bytearray | None:
-    """On the event loop: the files' bytes if the page cache holds them all."""
-    read = []
-    for path, size in files:
-        data = read_file_now(path, size, exact=True)
-        if data is None:
-            return None
-        read.append(data)
-    return read[0] if len(read) == 1 else b"".join(read)
-
-
 class _Answer(NamedTuple):
     """A hot lookup answer a worker keeps: good while its key's write
     generation is still ``generation`` and, for a mounted object, until
@@ -183,7 +172,7 @@ class RemoteObjects:
             return plan(meta, read, decision, tally=tally)
         wanted = decision.wanted
         if meta.size <= SMALL_READ:
-            data = _read_now(files) if meta.size <= NOW_READ else None
+            data = read_files_now((path, size, True) for path, size in files) if meta.size <= NOW_READ else None
             if data is None:
                 try:
                     data = await pool.run(_read_files, files)
@@ -205,7 +194,7 @@ class RemoteObjects:
             return kept.meta, kept.files
         # The generation is read before the question: a write committed
         # after this read moves it, one committed before is in the answer.
-        slot = slot_of(f"{bucket}\0{key}".encode())
+        slot = slot_of(bucket, key)
         generation = self._generations.at(slot)
         where = await self._lookups.locate(bucket, key, read=read)
         if where.missing == "NoSuchBucket":
@@ -231,10 +220,11 @@ class RemoteObjects:
 
     def _keep(self, name: tuple[str, str], answer: _Answer) -> None:
         answers = self._answers
-        if name not in answers and len(answers) >= self._entries > 0:
+        if self._entries <= 0:
+            return
+        if name not in answers and len(answers) >= self._entries:
             del answers[next(iter(answers))]  # the oldest kept
-        if self._entries > 0:
-            answers[name] = answer
+        answers[name] = answer
 
     def _read_from_kept(self, bucket: str, key: str, names: list[str]) -> None:
         """Report a GET answered from a kept answer to the writer, with the

@@ -27,7 +27,7 @@ from packer.errors import FormatError
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.errors import CapacityError
-from tiering.fills import Fills
+from tiering.fills import Fills, logged
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.meta import Extent
@@ -261,29 +261,17 @@ class ExtentReader:
         ref = _entry_ref(ext)
         data, filled = await pool.run_then(lambda: seg.decode_entry(ref, stored),
                                            lambda raw: self._hot.fill(ext.cache_name, raw, pin))
-        self._fills.start(ext.cache_name, data, self._filled(ext, filled))
+        self._fills.start(ext.cache_name, data, logged(ext.cache_name, filled))
         return data
-
-    async def _filled(self, ext: Extent, filled: asyncio.Future[bool]) -> bool:
-        """The end of a fill started by :meth:`_decode_and_fill`: True when cached."""
-        try:
-            return await filled
-        except OSError as exc:  # a full or failing disk costs the cache, not the read
-            log.warning("could not cache extent %s@%d: %s", ext.segment, ext.offset, exc)
-            return False
 
     async def _fill(
         self, ext: Extent, data: bytes, pin: bool, turn: asyncio.Lock | None = None
     ) -> bool:
         """True when the extent is cached (or being cached by another thread)."""
-        try:
-            if turn is None:
-                return await pool.run(self._hot.fill, ext.cache_name, data, pin)
-            async with turn:
-                return await pool.run(self._hot.fill, ext.cache_name, data, pin)
-        except OSError as exc:  # a full or failing disk costs the cache, not the read
-            log.warning("could not cache extent %s@%d: %s", ext.segment, ext.offset, exc)
-            return False
+        if turn is None:
+            return await logged(ext.cache_name, pool.run(self._hot.fill, ext.cache_name, data, pin))
+        async with turn:
+            return await logged(ext.cache_name, pool.run(self._hot.fill, ext.cache_name, data, pin))
 
     # -- many extents, few GETs ------------------------------------------------
 

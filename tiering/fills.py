@@ -12,10 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Coroutine, Iterable
+import logging
+from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+log = logging.getLogger("tierstore.fills")
+
+
+async def logged(name: str, fill: Awaitable[bool | None]) -> bool:
+    """Await a hot-tier write of ``name``: True when it cached the bytes.
+    A full or failing disk (OSError) costs the cache, not the read that
+    fetched them: logged, False."""
+    try:
+        return bool(await fill)
+    except OSError as exc:
+        log.warning("could not cache %s: %s", name, exc)
+        return False
 
 
 class Fills:

@@ -30,13 +30,20 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from tiering.keys import okey
+
 SLOTS = 1 << 18  # 2 MiB of counters
 _MASK = SLOTS - 1
 
 
-def slot_of(name: bytes) -> int:
-    """The slot of an object key, given as ``bucket + NUL + key`` (UTF-8)."""
-    return zlib.crc32(name) & _MASK
+def slot_of(bucket: str, key: str) -> int:
+    """The slot of bucket/key: its object record's index key, kind byte
+    aside (a mounted object's record differs only in that byte)."""
+    return _slot(okey(bucket, key))
+
+
+def _slot(raw_key: bytes) -> int:
+    return zlib.crc32(raw_key[1:]) & _MASK
 
 
 class Generations:
@@ -68,5 +75,4 @@ class Generations:
         database. The caller holds the lock every such write takes."""
         words = self._words
         for raw_key in raw_keys:
-            slot = zlib.crc32(raw_key[1:]) & _MASK
-            words[slot] += 1
+            words[_slot(raw_key)] += 1

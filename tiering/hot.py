@@ -337,19 +337,12 @@ class HotTier(CacheEviction):
         64 KiB). None when any byte would need the disk, or a file is gone
         or of another size: the caller then takes the pool path, which waits
         for the disk and drops torn files."""
-        read = []
-        for file_id, cache_name, size in pieces:
-            data = self._read_now(file_id, cache_name, size)
-            if data is None:
-                return None
-            read.append(data)
-        return read[0] if len(read) == 1 else b"".join(read)
-
-    def _read_now(self, file_id: str | None, cache_name: str | None, size: int) -> bytearray | None:
-        # A staged file may hold more than the piece asked.
-        data = read_file_now(self.file_of(file_id, cache_name), size, exact=cache_name is not None)
-        if data is not None and cache_name is not None and not self.touch_cached(cache_name):
-            return None  # dropped by an eviction meanwhile: not counted as a hit here
+        pieces = list(pieces)
+        # A staged file may hold more than the piece asked; a cached extent is exactly its size.
+        data = read_files_now((self.file_of(file_id, cache_name), size, cache_name is not None)
+                              for file_id, cache_name, size in pieces)
+        if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
+            return None  # or dropped by an eviction meanwhile: not counted as a hit here
         return data
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
@@ -592,6 +585,19 @@ def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
         os.close(fd)
     del data[size:]
     return data
+
+
+def read_files_now(files: Iterable[tuple[str, int, bool]]) -> bytes | bytearray | None:
+    """The bytes of ``files``, each (path, size, exact) as
+    :func:`read_file_now` reads it, in order, if the page cache holds them
+    all; else None."""
+    read = []
+    for path, size, exact in files:
+        data = read_file_now(path, size, exact)
+        if data is None:
+            return None
+        read.append(data)
+    return read[0] if len(read) == 1 else b"".join(read)
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:

@@ -49,7 +49,7 @@ from tiering.errors import (
     NoSuchKey,
     ServiceUnavailable,
 )
-from tiering.fills import Fills
+from tiering.fills import Fills, logged
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
@@ -302,7 +302,7 @@ class Mounts:
 
         recorded, cached = await pool.run_then(record, lambda recorded: recorded and self._hot.fill(piece, data))
         if recorded:
-            self._fills.start(piece, data, _logged_fill(piece, cached))
+            self._fills.start(piece, data, logged(piece, cached))
             return data
         try:
             data = await _whole(data, fresh.etag, lambda: again(fresh))
@@ -377,7 +377,7 @@ class Mounts:
     def _fill_behind(self, piece: str, data: bytes) -> None:
         """Cache ``piece`` in the hot tier without holding up the answer
         that fetched it (a file write and a rename in the pool)."""
-        self._fills.start(piece, data, _logged_fill(piece, pool.run(self._hot.fill, piece, data)))
+        self._fills.start(piece, data, logged(piece, pool.run(self._hot.fill, piece, data)))
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is
@@ -506,13 +506,6 @@ async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) 
         f"the source sent bytes that do not match the object's MD5 ETag {_WHOLE_ATTEMPTS} times "
         "(corrupt in transit)"
     )
-
-
-async def _logged_fill(piece: str, fill: Awaitable[object]) -> None:
-    try:
-        await fill
-    except OSError as exc:  # a full disk costs the cache, not the read
-        log.warning("could not cache %s: %s", piece, exc)
 
 
 def _is_md5(etag: str) -> bool:

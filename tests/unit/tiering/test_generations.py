@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tiering.generations import Generations, slot_of
+from tiering.generations import Generations, _slot, slot_of
 from tiering.index import Index
 from tiering.keys import nkey, okey
 from tiering.meta import BucketInfo, Chunk, MountedObject, ObjectMeta
@@ -34,7 +34,7 @@ def shared(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_each_write_of_a_key_moves_its_slot_and_no_other(shared) -> None:  # type: ignore[no-untyped-def]
     index, worker = shared
-    k, other = slot_of(b"bkt\0k"), slot_of(b"bkt\0other")
+    k, other = slot_of("bkt", "k"), slot_of("bkt", "other")
     assert k != other
     assert (worker.at(k), worker.at(other)) == (0, 0)
     index.put_object(_meta("k", "a" * 32))
@@ -47,20 +47,20 @@ def test_each_write_of_a_key_moves_its_slot_and_no_other(shared) -> None:  # typ
 
 def test_a_mounted_record_shares_the_slot_of_its_key(shared) -> None:  # type: ignore[no-untyped-def]
     index, worker = shared
-    slot = slot_of(b"m\0train/0")
+    slot = slot_of("m", "train/0")
     index.put_mounted("m", MountedObject(key="train/0", size=1, etag="a", last_modified_ms=1, validated_ms=1))
     assert worker.at(slot) == 1
     index.delete_mounted("m", "train/0")
     assert worker.at(slot) == 2
     # The slot is the index key's, kind byte aside, for both kinds.
-    assert slot_of(okey("m", "train/0")[1:]) == slot_of(nkey("m", "train/0")[1:]) == slot
+    assert _slot(okey("m", "train/0")) == _slot(nkey("m", "train/0")) == slot
 
 
 def test_writes_stop_moving_the_table_once_unshared(shared) -> None:  # type: ignore[no-untyped-def]
     index, worker = shared
     index.records.share(None)
     index.put_object(_meta("k", "a" * 32))
-    assert worker.at(slot_of(b"bkt\0k")) == 0
+    assert worker.at(slot_of("bkt", "k")) == 0
 
 
 def test_a_worker_cannot_create_the_table_twice(tmp_path: Path) -> None:
