@@ -222,6 +222,37 @@ def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> lis
     return out
 
 
+def object_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
+    """:func:`object_headers` of ``meta`` without overrides, encoded for the
+    wire: built once per object version and kept while its record is (the
+    record cache hands out one ``ObjectMeta`` per version, so a hot object's
+    GETs find theirs by identity)."""
+    return _HEADS.get(meta)
+
+
+class _Heads:
+    """Encoded heads by record identity, at most ``size`` of them; the
+    oldest go first. A record is held with its head, so an id is never
+    mistaken for another record's."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._by_id: dict[int, tuple[ObjectMeta, tuple[tuple[bytes, bytes], ...]]] = {}
+
+    def get(self, meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
+        kept = self._by_id.get(id(meta))
+        if kept is not None and kept[0] is meta:
+            return kept[1]
+        head = tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in object_headers(meta))
+        if len(self._by_id) >= self._size:
+            del self._by_id[next(iter(self._by_id))]
+        self._by_id[id(meta)] = (meta, head)
+        return head
+
+
+_HEADS = _Heads(8192)
+
+
 def _override(param: str, value: str) -> str:
     """A response-* value: it becomes a header, so it must be a valid one."""
     if _NOT_FIELD_VALUE.search(value):

@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote
@@ -124,6 +124,9 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes | bytearray | AsyncIterator[bytes] = b""
     content_type: str | None = None
+    # Headers already encoded, sent before ``headers`` (an object version's
+    # representation headers, built once: gateway.headers.object_head).
+    head: Sequence[tuple[bytes, bytes]] = ()
 
     async def first_block(self) -> None:
         """Pull a streamed body's first block now, before the head is sent.
@@ -150,7 +153,7 @@ class Response:
         its iterator is closed) once the client has gone: the server drops
         what is sent after a disconnect, so the rest would be read for
         nothing. Raises ClientDisconnected then."""
-        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers]
+        headers = [*self.head, *((k.encode("latin-1"), v.encode("latin-1")) for k, v in self.headers)]
         if self.content_type is not None:
             headers.append((b"content-type", self.content_type.encode("latin-1")))
         if isinstance(self.body, WHOLE):
@@ -184,7 +187,8 @@ CLIENT_HEADER = "x-tierstore-client"
 def has_body(scope: dict[str, Any]) -> bool:
     """Whether the request announces a body (chunked, or a Content-Length above 0)."""
     for name, value in scope["headers"]:
-        if name.lower() == b"transfer-encoding" or (name.lower() == b"content-length" and value.strip() != b"0"):
+        name = name.lower()
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
             return True
     return False
 

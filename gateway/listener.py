@@ -42,6 +42,7 @@ import uvicorn
 
 from gateway.config import Config
 from gateway.errors import S3Error
+from gateway.http import has_body
 
 # Idle keep-alive connections are kept longer than the clients keep theirs, so
 # a pooled connection is closed by the client, not under a request it is
@@ -513,6 +514,9 @@ class _BodyDeadline:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if not has_body(scope):  # nothing to stall on: receive only tells of a disconnect
             await self.app(scope, receive, send)
             return
         await self.app(scope, _StallGuard(receive, self.seconds).receive, send)

@@ -78,7 +78,11 @@ def _answer(req: S3Request, plan: ReadPlan) -> Response:
                                              if name in NOT_MODIFIED_HEADERS])
     if plan.status == 412:
         raise PreconditionFailed(Condition=plan.condition)
-    out = headers.object_headers(meta, req.query)
+    if any(name in headers.RESPONSE_OVERRIDES for name in req.query):
+        out = headers.object_headers(meta, req.query)
+        head: tuple[tuple[bytes, bytes], ...] = ()
+    else:  # the usual GET: the version's head as built once
+        out, head = [], headers.object_head(meta)
     if plan.parts_count is not None:
         out.append(("x-amz-mp-parts-count", str(plan.parts_count)))
     wanted = plan.wanted
@@ -88,7 +92,7 @@ def _answer(req: S3Request, plan: ReadPlan) -> Response:
         out += _checksum_headers(meta)
     # For HEAD, Content-Length is the length a GET would send, as HEAD requires.
     out.append(("content-length", str(wanted.length)))
-    return Response(status=plan.status, headers=out, body=plan.body if plan.body is not None else b"")
+    return Response(status=plan.status, headers=out, body=plan.body if plan.body is not None else b"", head=head)
 
 
 async def get_object(ctx: Context, req: S3Request) -> Response:

@@ -1,0 +1,42 @@
+"""An object version's encoded head (gateway.headers.object_head)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway import headers
+from tiering.meta import ObjectMeta
+
+
+def meta(**fields: Any) -> ObjectMeta:
+    base: dict[str, Any] = {"bucket": "b", "key": "k", "size": 10, "etag": "0" * 32,
+                            "last_modified_ms": 1_700_000_000_000, "seq": 1}
+    return ObjectMeta(**{**base, **fields})
+
+
+def encoded(m: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
+    return tuple((n.encode("latin-1"), v.encode("latin-1")) for n, v in headers.object_headers(m))
+
+
+def test_the_head_is_the_representation_headers_encoded() -> None:
+    m = meta(headers={"cache-control": "no-cache"}, user_meta={"owner": "été"}, tags={"a": "1"}, version="v1")
+    assert headers.object_head(m) == encoded(m)
+    assert (b"x-amz-tagging-count", b"1") in headers.object_head(m)
+
+
+def test_a_version_keeps_its_head_and_a_new_version_gets_its_own() -> None:
+    first = meta()
+    assert headers.object_head(first) is headers.object_head(first)  # built once
+    rewritten = meta(etag="1" * 32, seq=2, content_type="text/plain")  # an equal-looking record, another version
+    head = headers.object_head(rewritten)
+    assert head == encoded(rewritten) and head != headers.object_head(first)
+
+
+def test_the_kept_heads_are_bounded_and_never_mistaken_for_another_record() -> None:
+    kept = headers._Heads(size=4)
+    metas = [meta(etag=f"{i:032x}") for i in range(10)]
+    for m in metas:
+        assert kept.get(m) == encoded(m)
+    assert len(kept._by_id) == 4
+    for m in metas:  # the oldest went first; asked again, each is right
+        assert kept.get(m) == encoded(m)
