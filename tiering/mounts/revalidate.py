@@ -87,22 +87,44 @@ class Revalidator:
     async def _revalidate(self, name: str, keys: list[str]) -> None:
         """Each of ``keys`` (sorted) decided by the listing page that covers
         it; every other key the page shows that this node knows is renewed
-        (or dropped) on the way, so the reads that follow find it fresh."""
+        (or dropped) on the way, so the reads that follow find it fresh.
+
+        One sweep up the key space: keys queued meanwhile that lie ahead of
+        it join it, and those a page has just decided leave the queue. Else
+        each round would list again the pages the one before it covered
+        (reads queue the keys of pages not reached yet): three passes over
+        a 20,000-object set where one does."""
         client = await self._client(name)
+        asking = self._asking[name]
+        follow_on = None  # where a page that follows on from the last one starts
         while keys:
             # Keys strictly after the first one's parent: the first key itself
             # is on the page (S3's StartAfter excludes the key it names).
-            page = await client.page("", "", keys[0][:-1], PAGE)
+            start = follow_on if follow_on is not None else keys[0][:-1]
+            page = await client.page("", "", start, PAGE)
             self.rounds += 1
             last = page.objects[-1].key if page.objects else None
             covered = [key for key in keys if not page.truncated or (last is not None and key <= last)]
-            if not covered:  # a truncated page that ends before the first key: not seen with S3
+            if not covered and follow_on is None:  # a truncated page that ends before the first key: not seen with S3
                 covered = keys[:1]
             keys = keys[len(covered):]
+            # Queued keys dense (more than one a page, as an epoch's reads
+            # queue them): the next page follows on from this one, so no key
+            # between the two is left to be queued again; sparse: it starts
+            # at the next queued key.
+            follow_on = last if len(covered) > 1 and page.truncated else None
             stale = await pool.run(self._renew, name, page.objects, covered)
             for known in stale:
                 await self._forget(name, known)
-            self._asking[name].difference_update(covered)
+            asking.difference_update(covered)
+            queued = self._pending.get(name)
+            if not queued:
+                continue
+            queued.difference_update(found.key for found in page.objects)  # decided by this page
+            if page.truncated and last is not None and (ahead := {key for key in queued if key > last}):
+                queued.difference_update(ahead)
+                asking.update(ahead)
+                keys = sorted(ahead.union(keys))
 
     def _renew(self, name: str, listed: list[SourceObject], covered: list[str]) -> list[MountedObject]:
         """Blocking: renew the validation of every known key ``listed`` shows
