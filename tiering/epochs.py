@@ -64,6 +64,11 @@ INLINE_REPLAN = 100_000  # positions recomputed on the event loop (a few ms); mo
 # each): one per read took 40 % of the event loop with 16 readers at about
 # 800 reads a second and a window of 2,000; one per 5 ms at most, little.
 ROUND_GAP = 0.005
+# And a round's walks take at most one part in ROUND_SHARE of the loop: on a
+# mount whose prefetch keeps ahead, a round walks hundreds of hot positions
+# to find the few to fetch, and rounds every 5 ms added a quarter to the
+# gateway's CPU per object of a hinted epoch (docs/prefetch.md).
+ROUND_SHARE = 20
 
 
 class Epochs:
@@ -312,16 +317,19 @@ class Epochs:
 
     async def _run(self) -> None:
         last = 0.0
+        gap = ROUND_GAP
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.5):  # not wait_for: see Flusher.run
                     await self._wake.wait()
-            if (wait := last + ROUND_GAP - time.monotonic()) > 0:
+            if (wait := last + gap - time.monotonic()) > 0:
                 await asyncio.sleep(wait)  # the reads and landings of the gap make one round
             self._wake.clear()
             last = time.monotonic()
+            planning = self._prefetch.planning
             try:
                 await self._round()
+                gap = max(ROUND_GAP, ROUND_SHARE * (self._prefetch.planning - planning))
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001  a bad round must not stop prefetching for good

@@ -74,6 +74,7 @@ class Prefetcher:
         self._wake = wake
         self._named = named
         self.inflight: set[tuple[str, str]] = set()  # (bucket, key) being prefetched
+        self.planning = 0.0  # seconds spent walking windows (plan), in all
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def stop(self) -> None:
@@ -133,6 +134,7 @@ class Prefetcher:
         flight: at most ``slots`` of them. Sets ``epoch.lead``: the upcoming
         objects hot in a row, how far ahead of the readers the prefetch is
         (at most the window)."""
+        started = time.perf_counter()
         hot = self._hot
         plan: list[tuple[Epoch, int]] = []
         planned: set[str] = set()
@@ -157,6 +159,7 @@ class Prefetcher:
             planned.add(entry.key)
             plan.append((epoch, position))
         epoch.lead = lead
+        self.planning += time.perf_counter() - started
         return plan
 
     def _fetch(self, plan: list[tuple[Epoch, int]], room: int) -> None:
