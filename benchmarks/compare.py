@@ -5,13 +5,17 @@ Started on 127.0.0.1, each stopped by its PID at the end (also on Ctrl-C or
 SIGTERM), temp dirs removed:
 
   store        moto's S3 server (``capacity.serve_moto``: ranged GETs read
-               only the range) behind ``delay_proxy.DelayProxy``, which adds
-               ``--latency-ms`` (20) to every request, half each way, and
-               counts requests; the delay is checked by timing HEADs
-  tierstore    a managed bucket whose capacity store is the delayed moto;
+               only the range), or with ``--store rclone`` ``rclone serve s3``
+               of a directory (a faster S3 server: Go, keep-alive; nginx-cache
+               and JuiceFS are then left out), behind
+               ``delay_proxy.DelayProxy``, which adds ``--latency-ms`` (20) to
+               every request, half each way, and counts requests; the delay
+               is checked by timing HEADs
+  tierstore    a managed bucket whose capacity store is the delayed store;
                cold = flushed and evicted, hinted = evicted and the epoch's
                order registered (gateway.hints), hot = read once
-  moto direct  the delayed store itself, no cache in between
+  moto direct  the delayed store itself, no cache in between ("rclone direct"
+               with ``--store rclone``)
   nginx-local  nginx serving the same files from local disk (the HTTP limit
                of this machine): GETs of /bucket/key
   nginx-cache  nginx as a caching reverse proxy (proxy_cache, 1 MiB slices)
@@ -57,13 +61,12 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-import httpx
 from _common import client, data_filesystem, gateway, machine, table, temp_dir, write_results
 from _compare_client import SignedClient
-from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone
+from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone, RcloneStore
 from _compare_workloads import epoch, ingest, listing, random_ranges, ranged_gets, whole_get
 from _compare_wrk import ensure_wrk, presigned_get, server_efficiency
-from capacity import moto_client, moto_store, s3_capacity_args
+from capacity import CAPACITY_BUCKET, moto_client, moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
 from epoch import Admin, body_of, checker, key_of
 
@@ -139,6 +142,7 @@ class Run:
         self.results: dict = {"skipped": {}, "epoch": [], "large": [], "ingest": [], "listing": [],
                               "wrk": []}
         self.keys = [key_of(i) for i in range(args.objects)]
+        self.direct = self.results["direct"] = f"{args.store} direct"  # the store read directly
         rng = random.Random(7)  # randbytes takes at most 2**31 bits at a time
         self.large = b"".join(rng.randbytes(MiB) for _ in range(args.large_mib))
         self.check = checker(args.size)
@@ -146,16 +150,23 @@ class Run:
         # Every server's files (the gateway's data dir, the caches, nginx's root) on one filesystem.
         tmp = stack.enter_context(data_filesystem(args.fs, tmp, size_gib=32))
         self.tmp = tmp
-        moto_port, self.moto_pid = stack.enter_context(moto_store())
+        if args.store == "rclone":
+            store = stack.enter_context(RcloneStore(tmp / "rclone-store", tmp / "store-root"))
+            assert store.proc is not None
+            moto_port, self.moto_pid = store.port, store.proc.pid
+        else:
+            moto_port, self.moto_pid = stack.enter_context(moto_store())
         self.moto = f"http://127.0.0.1:{moto_port}"
         self.proxy = stack.enter_context(DelayProxy(moto_port))
         self.proxy.delay_s = args.latency_ms / 2000
         moto = moto_client(self.moto)
-        for bucket in (BUCKET, JFS_BUCKET):
+        buckets = (BUCKET, JFS_BUCKET) if args.store == "moto" else (BUCKET, CAPACITY_BUCKET)
+        for bucket in buckets:
             moto.create_bucket(Bucket=bucket)
-        moto.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps(PUBLIC_READ))  # nginx-cache
+        if args.store == "moto":
+            moto.put_bucket_policy(Bucket=BUCKET, Policy=json.dumps(PUBLIC_READ))  # nginx-cache
         self.results["delay"] = measure_delay(moto_port, self.proxy.port)
-        log(f"[store] HEAD p50 {self.results['delay']['direct_ms']:.2f} ms straight to moto, "
+        log(f"[store] HEAD p50 {self.results['delay']['direct_ms']:.2f} ms straight to {args.store}, "
             f"{self.results['delay']['proxied_ms']:.2f} ms through the proxy: "
             f"+{self.results['delay']['added_ms']:.1f} ms")
         (tmp / "tierstore").mkdir()
@@ -211,8 +222,8 @@ class Run:
         if gw_lean.put(BUCKET, LARGE_KEY, self.large) != 200:
             raise RuntimeError("PUT of the large object into tierstore failed")
         self.admin.job("flush")
-        self.put_small("moto direct", direct_lean, {"server": self.moto_pids})
-        httpx.put(f"{self.moto}/{BUCKET}/{LARGE_KEY}", content=self.large, timeout=600).raise_for_status()
+        self.put_small(self.direct, direct_lean, {"server": self.moto_pids})
+        moto_client(self.moto).put_object(Bucket=BUCKET, Key=LARGE_KEY, Body=self.large)
         if juicefs is not None:
             jfs_lean = SignedClient(juicefs.port)
             client(juicefs.endpoint).create_bucket(Bucket=BUCKET)
@@ -314,7 +325,7 @@ class Run:
         server without a cache: ``make_cold`` None)."""
         args = self.args
         ranges = random_ranges(len(self.large), args.ranges, args.range_kib * KiB)
-        states = ["cold", "hot"] if make_cold else ["direct" if name == "moto direct" else "local"]
+        states = ["cold", "hot"] if make_cold else ["direct" if name == self.direct else "local"]
         whole: dict[str, dict] = {}
         ranged: dict[str, dict] = {}
         for n, state in enumerate(states):
@@ -354,14 +365,14 @@ def run(args: argparse.Namespace) -> dict:
                 peers.append(peer)
         by_name = {p.name: p for p in peers} | ({"juicefs": juicefs} if juicefs else {})
 
-        listed = [("tierstore", r.gw.port), ("moto direct", r.proxy.port)]
+        listed = [("tierstore", r.gw.port), (r.direct, r.proxy.port)]
         listed += [(n, by_name[n].port) for n in ("rclone", "juicefs") if n in by_name]
         r.list_all(listed)
 
         if "nginx-local" in by_name:
             r.run_epoch("nginx-local", "local", SignedClient(by_name["nginx-local"].port),
                         {"server": by_name["nginx-local"].pids})
-        r.run_epoch("moto direct", "direct", SignedClient(r.proxy.port), {"server": r.moto_pids})
+        r.run_epoch(r.direct, "direct", SignedClient(r.proxy.port), {"server": r.moto_pids})
         r.epochs_tierstore()
         for name in ("nginx-cache", "rclone", "juicefs"):
             if name in by_name:
@@ -371,7 +382,7 @@ def run(args: argparse.Namespace) -> dict:
 
         if "nginx-local" in by_name:
             r.large_reads("nginx-local", SignedClient(by_name["nginx-local"].port), None)
-        r.large_reads("moto direct", SignedClient(r.proxy.port), None)
+        r.large_reads(r.direct, SignedClient(r.proxy.port), None)
         r.large_reads("tierstore", SignedClient(r.gw.port), r.evict)
         for name in ("nginx-cache", "rclone", "juicefs"):
             if name in by_name:
@@ -416,7 +427,7 @@ def report_epoch(rows: list[dict]) -> list[str]:
             _ratio(_tierstore_match(rows, row["state"], ops), row["objects_per_s"]),
         ])
     return [table(["config", "state", "objects/s", "MiB/s", "p50 ms", "p99 ms",
-                   "server CPU s / 1k GETs", "moto CPU s / 1k GETs", "GETs to the store",
+                   "server CPU s / 1k GETs", "store CPU s / 1k GETs", "GETs to the store",
                    "x nginx-local", "tierstore / this"], out)]
 
 
@@ -438,9 +449,9 @@ def report_large(rows: list[dict]) -> list[str]:
                    "ranged p99 ms", "ranged x nginx-local", "tierstore / this (ranged)"], out)]
 
 
-def report_ingest(rows: list[dict], objects: int) -> list[str]:
+def report_ingest(rows: list[dict], objects: int, direct_name: str) -> list[str]:
     ops = (lambda row: row["objects_per_s"])
-    direct = _base(rows, "moto direct", ops)
+    direct = _base(rows, direct_name, ops)
     ours = _base(rows, "tierstore", ops)
     out = []
     for row in rows:
@@ -451,7 +462,7 @@ def report_ingest(rows: list[dict], objects: int) -> list[str]:
             _ratio(ours, row["objects_per_s"]),
         ])
     return [table(["config", "objects/s", "MiB/s", "server CPU s / 1k PUTs",
-                   "store requests / 500 objects", "x moto direct", "tierstore / this"], out)]
+                   "store requests / 500 objects", f"x {direct_name}", "tierstore / this"], out)]
 
 
 def report_listing(rows: list[dict]) -> list[str]:
@@ -490,7 +501,7 @@ def report(args: argparse.Namespace, r: dict) -> str:
         "",
         f"Machine: {machine()}",
         "",
-        f"Capacity store: moto behind the delay proxy, +{args.latency_ms:g} ms a request "
+        f"Capacity store: {args.store} behind the delay proxy, +{args.latency_ms:g} ms a request "
         f"(measured: HEAD p50 {d['direct_ms']:.2f} ms direct, {d['proxied_ms']:.2f} ms through "
         f"the proxy, +{d['added_ms']:.1f} ms). {args.objects:,} objects of {args.size // KiB} KiB, "
         f"{args.readers} readers, {args.writers} writers; large object {args.large_mib} MiB, "
@@ -510,7 +521,7 @@ def report(args: argparse.Namespace, r: dict) -> str:
               "threads)", "",
               "tierstore's store requests include its flush of the small objects "
               f"(segments in the store after it: {r.get('segments', '?')}).", ""]
-    lines += report_ingest(r["ingest"], args.objects) + [""]
+    lines += report_ingest(r["ingest"], args.objects, r["direct"]) + [""]
     lines += [f"### 4. Listing ({args.objects:,} keys, ListObjectsV2 pages of 1,000)", ""]
     lines += report_listing(r["listing"]) + [""]
     if r["wrk"]:
@@ -546,8 +557,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fs", choices=("root", "ext4"), default="root",
                     help="every server's files (the gateway's data dir, the caches, nginx's root) in the temp "
                          "dir (root, default) or on an ext4 made for the run (a loop image: root only)")
+    ap.add_argument("--store", choices=("moto", "rclone"), default="moto",
+                    help="the capacity store: moto (default) or rclone serve s3 of a directory")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
+    if args.store == "rclone":  # nginx-cache reads the store unsigned, JuiceFS formats a volume in it
+        args.skip = sorted({*args.skip, "nginx-cache", "juicefs"})
     args.objects = args.objects or (1000 if args.quick else 4000)
     args.large_mib = args.large_mib or (64 if args.quick else 256)
     args.nginx_workers = args.nginx_workers or args.workers
