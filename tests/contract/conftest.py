@@ -1,4 +1,5 @@
-"""One CapacityStore suite, every backend: a local directory and S3 (moto).
+"""One CapacityStore suite, every backend: a local directory, and S3 on
+moto and on ``rclone serve s3`` (two servers, each with its own answers).
 
 ``capacity`` is a started store, parametrized over the backends; each test
 gets an empty one (a fresh tmp dir, or a fresh bucket and a random prefix).
@@ -108,14 +109,27 @@ def temp_files(root: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "rclone"])
 def unstarted_capacity(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CapacityStore]:
-    if request.param == "local":
+    yield from capacity_of(request.param, request, tmp_path)
+
+
+def capacity_of(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CapacityStore]:
+    """The store ``kind`` names (local, s3, rclone), not started; checked after the test."""
+    if kind == "local":
         root = tmp_path / "capacity"
         yield LocalDirStore(root)
         assert not temp_files(root), "temp files left behind"
-    else:
+    elif kind == "s3":
         yield request.getfixturevalue("make_s3")()
+    else:  # another S3 server than moto, with its own answers
+        endpoint = request.getfixturevalue("rclone_endpoint")
+        bucket = f"cap-{uuid.uuid4().hex[:20]}"
+        client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+                              region_name="us-east-1")
+        client.create_bucket(Bucket=bucket)
+        yield S3Store(bucket, "cap", endpoint=endpoint, access_key=KEY, secret_key=SECRET,
+                      part_size=MIN_PART_SIZE, backoff_base=0.001, backoff_cap=0.005)
 
 
 @pytest.fixture

@@ -4,17 +4,44 @@ on them (tiering/cluster/lease.py): one holder, takeover after expiry, release."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.contract.conftest import capacity_of
 from tests.faults import FaultProxy, Rates, put
 from tiering.capacity import CapacityStore
 from tiering.capacity.s3 import S3Store
-from tiering.cluster.lease import Lease, LeaseRecord
-from tiering.errors import CapacityConflict, CapacityNotFound
+from tiering.cluster.lease import Lease, LeaseRecord, check_conditional_writes
+from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["local", "s3"])
+def unstarted_capacity(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CapacityStore]:
+    """The stores with conditional writes (rclone serve s3 has none: a
+    gateway with a node id refuses it, tested below)."""
+    yield from capacity_of(request.param, request, tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["local", "s3", "rclone"])
+async def test_a_store_is_probed_for_conditional_writes(kind: str, request: pytest.FixtureRequest,
+                                                        tmp_path: Path) -> None:
+    stores = capacity_of(kind, request, tmp_path)
+    store = next(stores)
+    await store.start()
+    try:
+        if kind == "rclone":
+            with pytest.raises(CapacityError, match="ignores conditional writes"):
+                await check_conditional_writes(store, "node-a")
+        else:
+            await check_conditional_writes(store, "node-a")
+            await check_conditional_writes(store, "node-a")  # a restart finds its probe: still fine
+    finally:
+        await store.close()
+        stores.close()
 
 
 async def test_conditional_writes(capacity: CapacityStore) -> None:

@@ -1,5 +1,5 @@
 """The capacity tier end to end: real clients, a real gateway, and as the
-capacity store either a real moto S3 server or a local directory.
+capacity store a local directory, a real moto S3 server or rclone serve s3.
 
 Each round trip is read three ways: while staged, after a flush (served from
 the hot tier's clean cache) and cold (cache evicted, so every extent comes
@@ -23,22 +23,25 @@ MiB = 1024 * 1024
 CAPACITY_KEYS = ["--capacity-access-key", "testing", "--capacity-secret-key", "testing"]
 
 
-def capacity_args(kind: str, moto_endpoint: str, root: Path, name: str) -> list[str]:
+def capacity_args(kind: str, endpoint: str, root: Path, name: str) -> list[str]:
     if kind == "local":
         return ["--capacity", (root / "capacity").as_uri()]
     boto3.client(
-        "s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+        "s3", endpoint_url=endpoint, aws_access_key_id="testing",
         aws_secret_access_key="testing", region_name="us-east-1",
     ).create_bucket(Bucket=name)
-    return ["--capacity", f"s3://{name}/tier", "--capacity-endpoint", moto_endpoint, *CAPACITY_KEYS]
+    return ["--capacity", f"s3://{name}/tier", "--capacity-endpoint", endpoint, *CAPACITY_KEYS]
 
 
-@pytest.fixture(scope="module", params=["local", "s3"])
-def tiered(request: pytest.FixtureRequest, moto_endpoint: str, tmp_path_factory) -> Iterator[Gateway]:
-    """A gateway in front of each kind of capacity store. The flush delay is
-    long so tests decide when data moves (POST /flush)."""
+@pytest.fixture(scope="module", params=["local", "s3", "rclone"])
+def tiered(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Gateway]:
+    """A gateway in front of each kind of capacity store: a directory, and
+    S3 on moto and on rclone serve s3 (another server, its own answers).
+    The flush delay is long so tests decide when data moves (POST /flush)."""
     root = tmp_path_factory.mktemp(f"tiered-{request.param}")
-    args = capacity_args(request.param, moto_endpoint, root, f"cap-{request.param}-{os.getpid()}")
+    endpoint = "" if request.param == "local" else request.getfixturevalue(
+        "moto_endpoint" if request.param == "s3" else "rclone_endpoint")
+    args = capacity_args(request.param, endpoint, root, f"cap-{request.param}-{os.getpid()}")
     with running_gateway(root / "data", *args, "--flush-delay", "3600") as gw:
         yield gw
 

@@ -56,7 +56,7 @@ from packer.format import Footer
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.cluster.lease import PREFIX as LEASE_PREFIX
-from tiering.cluster.lease import Lease
+from tiering.cluster.lease import Lease, check_conditional_writes
 from tiering.compact import read_footer
 from tiering.errors import (
     CapacityConflict,
@@ -444,7 +444,9 @@ class Cluster:
     async def start(self) -> None:
         """Catch up with the store, take the buckets this node has unflushed
         writes of (if nobody else holds them), and keep following (and
-        renewing the leases it takes) in the background."""
+        renewing the leases it takes) in the background. A store without
+        conditional writes is refused first."""
+        await check_conditional_writes(self._capacity, self.node)
         await self.follow()
         for term in await pool.run(self._index.follow_points):
             self._wrote(term)

@@ -33,9 +33,30 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
 from tiering.capacity import CapacityStore
-from tiering.errors import CapacityConflict, CapacityNotFound
+from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
 
 PREFIX = "leases/"
+
+
+async def check_conditional_writes(store: CapacityStore, node: str) -> None:
+    """Raise CapacityError unless ``store`` honours conditional writes: a
+    create (If-None-Match: *) of an object that exists must conflict.
+    A store that ignores the condition (rclone serve s3 does) would let
+    every node that races for a lease believe it holds it."""
+    probe = f"{PREFIX}_probe/{node}"
+    try:
+        await store.put_conditional(probe, node.encode(), None)
+    except CapacityConflict:
+        pass  # left by an earlier start of this node
+    try:
+        await store.put_conditional(probe, node.encode(), None)
+    except CapacityConflict:
+        return
+    raise CapacityError(
+        f"the capacity store {store.describe()} ignores conditional writes (If-None-Match: *): gateways "
+        "started with --node-id need them for their write leases; use a store that has them, or one "
+        "gateway without --node-id", name=probe,
+    )
 
 
 @dataclass(frozen=True)
