@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import boto3
 import pytest
 
 from tests.conftest import make_client, running_gateway
-from tests.servers import Gateway
+from tests.servers import Gateway, free_ports
 
 MiB = 1024 * 1024
 CAPACITY_KEYS = ["--capacity-access-key", "testing", "--capacity-secret-key", "testing"]
@@ -225,3 +227,17 @@ def test_segments_of_footer_records_alone_are_merged(tiered: Gateway, client, tb
     for i in range(2):
         with pytest.raises(client.exceptions.NoSuchKey):
             client.get_object(Bucket=tbucket, Key=f"r{i}")
+
+
+def test_a_node_of_several_refuses_a_store_without_conditional_writes(rclone_endpoint: str, tmp_path: Path) -> None:
+    """rclone serve s3 accepts If-None-Match: * and writes anyway: two nodes
+    would both hold a lease, so a gateway with --node-id does not start."""
+    port, admin_port = free_ports(2)
+    args = capacity_args("rclone", rclone_endpoint, tmp_path, f"cap-node-{os.getpid()}")
+    started = subprocess.run(
+        [sys.executable, "-m", "gateway", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--admin-port", str(admin_port), "--data-dir", str(tmp_path / "data"), "--node-id", "n1", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert started.returncode == 1, started.stdout + started.stderr
+    assert "ignores conditional writes" in started.stderr and "--node-id" in started.stderr, started.stderr
