@@ -17,6 +17,7 @@ from gateway.errors import S3Error
 from packer.ranges import ByteRange
 from tiering.conditions import Conditions
 from tiering.inputs import NewObject
+from tiering.memo import ByIdentity
 from tiering.meta import STORED_HEADERS, ObjectMeta
 from tiering.reads import RangeSpec
 
@@ -227,30 +228,14 @@ def object_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
     wire: built once per object version and kept while its record is (the
     record cache hands out one ``ObjectMeta`` per version, so a hot object's
     GETs find theirs by identity)."""
-    return _HEADS.get(meta)
+    return _HEADS.get(meta, _encoded_head)
 
 
-class _Heads:
-    """Encoded heads by record identity, at most ``size`` of them; the
-    oldest go first. A record is held with its head, so an id is never
-    mistaken for another record's."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._by_id: dict[int, tuple[ObjectMeta, tuple[tuple[bytes, bytes], ...]]] = {}
-
-    def get(self, meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
-        kept = self._by_id.get(id(meta))
-        if kept is not None and kept[0] is meta:
-            return kept[1]
-        head = tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in object_headers(meta))
-        if len(self._by_id) >= self._size:
-            del self._by_id[next(iter(self._by_id))]
-        self._by_id[id(meta)] = (meta, head)
-        return head
+def _encoded_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
+    return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in object_headers(meta))
 
 
-_HEADS = _Heads(8192)
+_HEADS: ByIdentity[ObjectMeta, tuple[tuple[bytes, bytes], ...]] = ByIdentity(8192)
 
 
 def _override(param: str, value: str) -> str:

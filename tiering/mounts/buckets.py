@@ -31,6 +31,7 @@ mount answers writes with AccessDenied.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import os
@@ -53,6 +54,7 @@ from tiering.fills import Fills, logged
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
+from tiering.memo import ByIdentity
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.revalidate import Revalidator
@@ -95,6 +97,8 @@ class Mounts:
         # behind the answer that brought them: a read meanwhile takes the
         # bytes from here rather than asking the source again.
         self._fills = Fills()
+        # Each record's ObjectMeta built once (a response head is kept by its identity).
+        self._metas: ByIdentity[MountedObject, ObjectMeta] = ByIdentity(8192)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -228,7 +232,7 @@ class Mounts:
             return None
         if not self._current(name, known, self._hot.is_cached(piece_name(name, key, known.etag, 0))):
             return None
-        return _as_meta(name, known)
+        return self._metas.get(known, functools.partial(_as_meta, name))
 
     def read_now(self, meta: ObjectMeta) -> bytes | bytearray | None:
         """On the event loop: the whole of a small object from the page
@@ -349,7 +353,7 @@ class Mounts:
         known = self._index.get_mounted(name, key)
         first_cached = known is not None and self._hot.is_cached(piece_name(name, key, known.etag, 0))
         if known is not None and self._current(name, known, first_cached):
-            return _as_meta(name, known), None
+            return self._metas.get(known, functools.partial(_as_meta, name)), None
         probe = min(small, self._settings.part_size)
 
         async def ask() -> tuple[SourceObject, bytes | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway import headers
+from tiering.memo import ByIdentity
 from tiering.meta import ObjectMeta
 
 
@@ -33,10 +34,10 @@ def test_a_version_keeps_its_head_and_a_new_version_gets_its_own() -> None:
 
 
 def test_the_kept_heads_are_bounded_and_never_mistaken_for_another_record() -> None:
-    kept = headers._Heads(size=4)
+    kept: ByIdentity[ObjectMeta, object] = ByIdentity(size=4)
     metas = [meta(etag=f"{i:032x}") for i in range(10)]
     for m in metas:
-        assert kept.get(m) == encoded(m)
-    assert len(kept._by_id) == 4
+        assert kept.get(m, encoded) == encoded(m)
+    assert len(kept) == 4
     for m in metas:  # the oldest went first; asked again, each is right
-        assert kept.get(m) == encoded(m)
+        assert kept.get(m, encoded) == encoded(m)
