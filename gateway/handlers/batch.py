@@ -31,6 +31,7 @@ from gateway.errors import S3Error, to_s3_error
 from gateway.http import Response, S3Request
 from gateway.listener import MALLOC_MMAP_THRESHOLD
 from tiering.batch import MAX_KEYS, HotBatch, Member
+from tiering.files import unfilled
 from tiering.reads import ReadTally
 
 MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
@@ -189,15 +190,20 @@ class _Layout:
     def fill(run: _Run) -> tuple[bytearray, list[memoryview | None]]:
         """The run's buffer, its headers written, and the places of its
         members' bodies in it (None for an error member)."""
-        buffer = bytearray(run.size)  # zeros: the padding and end blocks are already there
+        # Not zeroed: the headers, padding and end blocks are written here,
+        # every body by the reads into its view, before the run is sent.
+        buffer = unfilled(run.size)
         view = memoryview(buffer)
         views: list[memoryview | None] = []
         at = 0
         for head, size, step in run.pieces:
             body = at + len(head)
             buffer[at:body] = head
-            views.append(None if size is None else view[body:body + size])
+            end = body + (size or 0)
+            views.append(None if size is None else view[body:end])
             at += step
+            buffer[end:at] = tar.END[: at - end]  # the padding to the next block
+        buffer[at:] = tar.END[: run.size - at]  # the end blocks, after the last run's members
         return buffer, views
 
 

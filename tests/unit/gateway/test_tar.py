@@ -8,6 +8,10 @@ import tarfile
 import pytest
 
 from gateway import tar
+from gateway.handlers import batch
+from tiering.batch import Member
+from tiering.errors import NoSuchKey
+from tiering.meta import ObjectMeta
 
 
 def archive(*members: tuple[str, bytes, int]) -> bytes:
@@ -49,3 +53,35 @@ def test_a_size_past_ustar_travels_in_pax() -> None:
 
 def test_padding() -> None:
     assert [len(tar.padding(n)) for n in (0, 1, 511, 512, 513)] == [0, 511, 1, 0, 511]
+
+
+def test_a_hot_batch_layout_writes_every_byte_of_its_unzeroed_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hot batch's runs are not zeroed when made (tiering.files.unfilled):
+    the headers, the padding and the end blocks are written by the layout,
+    the bodies by the reads. Made from a buffer of 0xff bytes here, the tar
+    must still be byte for byte the one the same members make."""
+    monkeypatch.setattr(batch, "unfilled", lambda size: bytearray(b"\xff" * size))
+    sizes = [0, 1, 511, 512, 513, 70_000, 300_000, 700_000, 5]
+    members = [Member(f"k{i}", meta(f"k{i}", size)) for i, size in enumerate(sizes)]
+    members.insert(3, Member("gone", error=NoSuchKey(Key="gone")))
+    layout = batch._Layout(members, now=1_700_000_000)
+    assert len(layout.runs) > 1
+    sent = b""
+    for run in layout.runs:
+        buffer, views = batch._Layout.fill(run)
+        for view in views:
+            if view is not None:
+                view[:] = b"b" * len(view)
+        sent += bytes(buffer)
+    expected = b""
+    for member in members:
+        if member.error is not None:
+            expected += tar.header(batch.ERRORS + member.key, 9, 1_700_000_000) + b"NoSuchKey" + tar.padding(9)
+        else:
+            size = member.meta.size  # type: ignore[union-attr]
+            expected += tar.header(member.key, size, 1_700_000) + b"b" * size + tar.padding(size)
+    assert sent == expected + tar.END
+
+
+def meta(key: str, size: int) -> ObjectMeta:
+    return ObjectMeta(bucket="b", key=key, size=size, etag="0" * 32, last_modified_ms=1_700_000_000, seq=1)
