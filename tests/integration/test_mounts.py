@@ -590,3 +590,26 @@ def test_an_outage_serves_what_is_cached_and_503s_the_rest(tmp_path: Path) -> No
     finally:
         if running:
             moto.stop()
+
+
+def test_a_mount_over_rclone_serve_s3(gw: Gateway, rclone_endpoint: str) -> None:
+    """Another S3 server as a mount's source, with its own answers: ranged
+    GETs answered 200 with just the range and the whole object's checksum,
+    NoSuchUpload to an upload listing with nothing to list (an empty list
+    here, as S3 answers)."""
+    src = direct(rclone_endpoint)
+    src.create_bucket(Bucket="rclone-src")
+    bodies = {f"set/{i:02d}": os.urandom(1000 + i) for i in range(5)} | {"set/large": os.urandom(PIECE + 12_345)}
+    for key, body in bodies.items():
+        src.put_object(Bucket="rclone-src", Key=key, Body=body)
+    mount(gw, "via-rclone", "s3://rclone-src/set", rclone_endpoint, read_write=True)
+    client = make_client(gw.endpoint)
+    for key, body in bodies.items():
+        name = key.removeprefix("set/")
+        assert client.get_object(Bucket="via-rclone", Key=name)["Body"].read() == body, name
+        assert client.get_object(Bucket="via-rclone", Key=name)["Body"].read() == body, f"{name} (hot)"
+    ranged = client.get_object(Bucket="via-rclone", Key="large", Range=f"bytes={PIECE - 10}-{PIECE + 9}")
+    assert ranged["Body"].read() == bodies["set/large"][PIECE - 10:PIECE + 10]
+    listed = client.list_objects_v2(Bucket="via-rclone")
+    assert sorted(o["Key"] for o in listed["Contents"]) == sorted(k.removeprefix("set/") for k in bodies)
+    assert client.list_multipart_uploads(Bucket="via-rclone").get("Uploads", []) == []
