@@ -147,7 +147,7 @@ class ExtentReader:
         # ``_gets``: a run keeps its buffer after its GET, while its extents
         # are verified and cached, and a corrupt one is refetched with a GET.
         self._runs = asyncio.Semaphore(concurrency)
-        self._flight: SingleFlight[tuple[bytes, asyncio.Task[bool] | None]] = SingleFlight()
+        self._flight: SingleFlight[tuple[bytes, asyncio.Future[bool] | None]] = SingleFlight()
         self._fills = Fills()  # cache name -> the verified bytes a fill is writing
         self.hits = 0
         self.misses = 0
@@ -215,7 +215,7 @@ class ExtentReader:
 
     async def _fetch(
         self, ext: Extent, pin: bool, peer: PeerSource | None = None
-    ) -> tuple[bytes, asyncio.Task[bool] | None]:
+    ) -> tuple[bytes, asyncio.Future[bool] | None]:
         """The extent's verified bytes, and the fill that caches them when
         it started with the check (from the store; a peer's bytes are not)."""
         self.misses += 1
@@ -255,13 +255,11 @@ class ExtentReader:
 
     async def _decode_and_fill(self, ext: Extent, stored: bytes | memoryview, pin: bool) -> bytes:
         """The extent's raw bytes out of ``stored`` (FormatError when they
-        fail verification), then cached (pinned when ``pin``) by the same
-        pool call behind the answer: one hand-off instead of two. The fill
-        is registered (``_fills``) before this returns."""
-        ref = _entry_ref(ext)
-        data, filled = await pool.run_then(lambda: seg.decode_entry(ref, stored),
-                                           lambda raw: self._hot.fill(ext.cache_name, raw, pin))
-        self._fills.start(ext.cache_name, data, logged(ext.cache_name, filled))
+        fail verification), then cached (pinned when ``pin``) behind the
+        answer by the fills' writer thread. The fill is registered
+        (``_fills``) before this returns."""
+        data = await pool.run(seg.decode_entry, _entry_ref(ext), stored)
+        self._fills.write(ext.cache_name, data, functools.partial(self._hot.fill, ext.cache_name, data, pin))
         return data
 
     async def _fill(
@@ -469,7 +467,7 @@ class ExtentReader:
         turn: asyncio.Lock,
         pin: bool,
         report: FetchReport,
-    ) -> tuple[bytes, asyncio.Task[bool] | None]:
+    ) -> tuple[bytes, asyncio.Future[bool] | None]:
         """The extent's verified raw bytes out of the run's (a refetch of it
         alone when they fail verification), and the fill that caches them,
         started by the same pool call as the check."""

@@ -50,7 +50,7 @@ from tiering.errors import (
     NoSuchKey,
     ServiceUnavailable,
 )
-from tiering.fills import Fills, logged
+from tiering.fills import Fills
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.index import Index, ListEntry, ListPage, successor
@@ -293,7 +293,7 @@ class Mounts:
         self, name: str, fresh: MountedObject, data: bytes, again: Callable[[MountedObject], Awaitable[bytes]],
     ) -> bytes:
         """Record ``fresh`` and cache ``data``, its first piece, behind the
-        answer, in one pool call, a whole object's bytes checked first
+        answer (the record in one pool call, the file by the fills. writer), a whole object's bytes checked first
         against an MD5 ETag (those that fail go to :func:`_whole`)."""
         piece = piece_name(name, fresh.key, fresh.etag, 0)
         check = fresh.etag if len(data) == fresh.size and _is_md5(fresh.etag) else None
@@ -304,9 +304,8 @@ class Mounts:
             self._index.put_mounted(name, fresh)
             return True
 
-        recorded, cached = await pool.run_then(record, lambda recorded: recorded and self._hot.fill(piece, data))
-        if recorded:
-            self._fills.start(piece, data, logged(piece, cached))
+        if await pool.run(record):
+            self._fill_behind(piece, data)
             return data
         try:
             data = await _whole(data, fresh.etag, lambda: again(fresh))
@@ -381,7 +380,7 @@ class Mounts:
     def _fill_behind(self, piece: str, data: bytes) -> None:
         """Cache ``piece`` in the hot tier without holding up the answer
         that fetched it (a file write and a rename in the pool)."""
-        self._fills.start(piece, data, logged(piece, pool.run(self._hot.fill, piece, data)))
+        self._fills.write(piece, data, functools.partial(self._hot.fill, piece, data))
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is

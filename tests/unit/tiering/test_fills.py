@@ -1,0 +1,103 @@
+"""Fills written behind the answers (tiering/fills.py): by the writer
+thread in batches, their bytes held until written, a failing disk logged as
+False, and the pool's threads once the writer falls behind."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from tiering import fills as fills_module
+from tiering.fills import WRITER_BACKLOG, Fills
+
+
+def test_a_fill_is_written_by_the_writer_thread_its_bytes_held_until_then() -> None:
+    async def go() -> None:
+        fills = Fills()
+        release = threading.Event()
+        ran_in: list[str] = []
+
+        def fill() -> bool:
+            ran_in.append(threading.current_thread().name)
+            release.wait(10)
+            return True
+
+        future = fills.write("piece", b"bytes", fill)
+        assert fills.held("piece") == b"bytes" and "piece" in fills
+        await asyncio.sleep(0.05)
+        assert not future.done()
+        release.set()
+        assert await future is True
+        await asyncio.sleep(0)
+        assert fills.held("piece") is None and fills.task("piece") is None
+        assert ran_in == ["tierstore-fills"]
+        await fills.drain()
+
+    asyncio.run(go())
+
+
+def test_a_failing_disk_costs_the_cache_not_the_read(caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> list[object]:
+        fills = Fills()
+
+        def full() -> bool:
+            raise OSError(28, "No space left on device")
+
+        def broken() -> bool:
+            raise ValueError("a bug")
+
+        results = await asyncio.gather(fills.write("a", b"x", full), fills.write("b", b"y", broken),
+                                       return_exceptions=True)
+        await fills.drain()
+        return results
+
+    with caplog.at_level(logging.WARNING, logger="tierstore.fills"):
+        full_result, broken_result = asyncio.run(go())
+    assert full_result is False
+    assert isinstance(broken_result, ValueError)
+    assert "could not cache a" in caplog.text
+
+
+def test_fills_past_the_writers_backlog_go_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fills_module, "WRITER_BACKLOG", 4)
+
+    async def go() -> list[str]:
+        fills = Fills()
+        release = threading.Event()
+        ran_in: list[str] = []
+
+        def fill() -> bool:
+            ran_in.append(threading.current_thread().name)
+            release.wait(10)
+            return True
+
+        futures = [fills.write(f"p{i}", b"x", fill) for i in range(6)]
+        await asyncio.sleep(0.1)  # the two past the backlog run at once, beside the writer's first
+        running = sorted(ran_in)
+        release.set()
+        assert await asyncio.gather(*futures) == [True] * 6
+        await fills.drain()
+        return running
+
+    running = asyncio.run(go())
+    assert running.count("tierstore-fills") == 1  # the writer: one at a time
+    assert sum(name.startswith("tierstore-io") for name in running) == 2
+    assert WRITER_BACKLOG >= 16  # the default lets a busy node's misses batch
+
+
+def test_drain_waits_for_every_fill_and_ends_the_writer() -> None:
+    async def go() -> None:
+        fills = Fills()
+        done = []
+        futures = [fills.write(f"p{i}", b"x", lambda i=i: done.append(i) or True) for i in range(30)]
+        writer = fills._writer._thread
+        assert writer is not None and writer.is_alive()
+        await fills.drain()
+        assert all(f.done() for f in futures) and sorted(done) == list(range(30))
+        writer.join(5)
+        assert not writer.is_alive()
+
+    asyncio.run(go())
