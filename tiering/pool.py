@@ -13,7 +13,6 @@ from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
-U = TypeVar("U")
 
 # Disk and hashing work: a few threads per core keeps NVMe queues busy while
 # hashing (which releases the GIL in hashlib/zlib/awscrt) uses the cores.
@@ -61,37 +60,3 @@ def _settle(future: asyncio.Future[T], result: T | None, exc: BaseException | No
         future.set_exception(exc)
     else:
         future.set_result(result)  # type: ignore[arg-type]
-
-
-async def run_then(fn: Callable[[], T], then: Callable[[T], U]) -> tuple[T, asyncio.Future[U]]:
-    """Run ``fn`` in the I/O pool and await its result; the same worker
-    then runs ``then(result)``, whose result (or exception) the returned
-    future holds. One handoff for two steps where the caller needs only the
-    first to go on (a record written, then a file behind the answer):
-    each pool call costs a thread's wake-up and the loop's, about as much
-    CPU as a small step itself."""
-    loop = asyncio.get_running_loop()
-    first: asyncio.Future[T] = loop.create_future()
-    second: asyncio.Future[U] = loop.create_future()
-    second.add_done_callback(lambda done: done.cancelled() or done.exception())  # retrieved, if nobody awaits it
-
-    def work() -> None:
-        if first.cancelled():
-            _settle_soon(loop, second, None, asyncio.CancelledError())
-            return
-        try:
-            result = fn()
-        except BaseException as exc:  # noqa: BLE001  handed to the awaiting task
-            _settle_soon(loop, first, None, exc)
-            _settle_soon(loop, second, None, asyncio.CancelledError())
-            return
-        _settle_soon(loop, first, result, None)
-        try:
-            after = then(result)
-        except BaseException as exc:  # noqa: BLE001  handed to whoever awaits the second step
-            _settle_soon(loop, second, None, exc)
-        else:
-            _settle_soon(loop, second, after, None)
-
-    _EXECUTOR.submit(work)
-    return await first, second
