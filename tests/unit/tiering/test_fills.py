@@ -14,17 +14,22 @@ from tiering import fills as fills_module
 from tiering.fills import WRITER_BACKLOG, Fills
 
 
+def held_fill(release: threading.Event, ran_in: list[str]):  # type: ignore[no-untyped-def]
+    """A fill that says which thread ran it and waits for ``release``."""
+
+    def fill() -> bool:
+        ran_in.append(threading.current_thread().name)
+        release.wait(10)
+        return True
+
+    return fill
+
+
 def test_a_fill_is_written_by_the_writer_thread_its_bytes_held_until_then() -> None:
     async def go() -> None:
         fills = Fills()
-        release = threading.Event()
-        ran_in: list[str] = []
-
-        def fill() -> bool:
-            ran_in.append(threading.current_thread().name)
-            release.wait(10)
-            return True
-
+        release, ran_in = threading.Event(), []
+        fill = held_fill(release, ran_in)
         future = fills.write("piece", b"bytes", fill)
         assert fills.held("piece") == b"bytes" and "piece" in fills
         await asyncio.sleep(0.05)
@@ -66,14 +71,8 @@ def test_fills_past_the_writers_backlog_go_to_the_pool(monkeypatch: pytest.Monke
 
     async def go() -> list[str]:
         fills = Fills()
-        release = threading.Event()
-        ran_in: list[str] = []
-
-        def fill() -> bool:
-            ran_in.append(threading.current_thread().name)
-            release.wait(10)
-            return True
-
+        release, ran_in = threading.Event(), []
+        fill = held_fill(release, ran_in)
         futures = [fills.write(f"p{i}", b"x", fill) for i in range(6)]
         await asyncio.sleep(0.1)  # the two past the backlog run at once, beside the writer's first
         running = sorted(ran_in)
