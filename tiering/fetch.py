@@ -27,7 +27,7 @@ from packer.errors import FormatError
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.errors import CapacityError
-from tiering.fills import Fills, logged
+from tiering.fills import Fills
 from tiering.flight import SingleFlight
 from tiering.hot import HotTier
 from tiering.meta import Extent
@@ -183,12 +183,11 @@ class ExtentReader:
             self._start_fill(ext, data, pin)
         return data
 
-    def _start_fill(
-        self, ext: Extent, data: bytes, pin: bool, turn: asyncio.Lock | None = None
-    ) -> asyncio.Task[bool]:
-        """Cache the extent in the background. Registered before the caller
-        yields, so a follower of the same fetch finds it (``warm`` waits for it)."""
-        return self._fills.start(ext.cache_name, data, self._fill(ext, data, pin, turn))
+    def _start_fill(self, ext: Extent, data: bytes, pin: bool) -> asyncio.Future[bool]:
+        """Cache the extent (pinned when ``pin``) in the background, by the
+        fills' writer. Registered before the caller yields, so a follower of
+        the same fetch finds it (``warm`` waits for it)."""
+        return self._fills.write(ext.cache_name, data, functools.partial(self._hot.fill, ext.cache_name, data, pin))
 
     async def warm(self, ext: Extent, pin: bool = False) -> bool:
         """Make sure the extent is cached (pinned when ``pin``); False when
@@ -259,17 +258,8 @@ class ExtentReader:
         answer by the fills' writer thread. The fill is registered
         (``_fills``) before this returns."""
         data = await pool.run(seg.decode_entry, _entry_ref(ext), stored)
-        self._fills.write(ext.cache_name, data, functools.partial(self._hot.fill, ext.cache_name, data, pin))
+        self._start_fill(ext, data, pin)
         return data
-
-    async def _fill(
-        self, ext: Extent, data: bytes, pin: bool, turn: asyncio.Lock | None = None
-    ) -> bool:
-        """True when the extent is cached (or being cached by another thread)."""
-        if turn is None:
-            return await logged(ext.cache_name, pool.run(self._hot.fill, ext.cache_name, data, pin))
-        async with turn:
-            return await logged(ext.cache_name, pool.run(self._hot.fill, ext.cache_name, data, pin))
 
     # -- many extents, few GETs ------------------------------------------------
 
@@ -453,7 +443,7 @@ class ExtentReader:
             await self._skip(ext, pin, report)
             return
         report.extents += 1
-        if not await asyncio.shield(filling if filling is not None else self._start_fill(ext, data, pin, turn)):
+        if not await asyncio.shield(filling if filling is not None else self._start_fill(ext, data, pin)):
             report.failed += 1
             return
         if on_filled is not None:

@@ -17,12 +17,10 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from tiering import pool
-
-T = TypeVar("T")
 
 log = logging.getLogger("tierstore.fills")
 
@@ -32,7 +30,7 @@ log = logging.getLogger("tierstore.fills")
 WRITER_BACKLOG = 64
 
 
-async def logged(name: str, fill: Awaitable[bool | None]) -> bool:
+async def _logged(name: str, fill: Awaitable[bool | None]) -> bool:
     """Await a hot-tier write of ``name``: True when it cached the bytes.
     A full or failing disk (OSError) costs the cache, not the read that
     fetched them: logged, False."""
@@ -53,27 +51,19 @@ class Fills:
     def write(self, name: str, data: bytes, fill: Callable[[], bool]) -> asyncio.Future[bool]:
         """Have ``fill`` (which caches ``data`` as ``name``) run by the
         fills' writer thread; its future holds True when it cached the bytes
-        (False for a full or failing disk, logged). The bytes are held, as
-        for :meth:`start`, until it ends."""
+        (False for a full or failing disk, logged). The bytes are held until
+        it ends, registered before the caller yields, so a reader right after
+        finds them."""
         if self._writer.pending < WRITER_BACKLOG:
             future: asyncio.Future[bool] = self._writer.submit(name, fill)
         else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
-            future = asyncio.ensure_future(logged(name, pool.run(fill)))
+            future = asyncio.ensure_future(_logged(name, pool.run(fill)))
         self._running[name] = (data, future)
         future.add_done_callback(functools.partial(self._done, name))
         return future
 
     def __contains__(self, name: str) -> bool:
         return name in self._running
-
-    def start(self, name: str, data: bytes, write: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``write`` (which caches ``data`` as ``name``) as a task, the
-        bytes held until it ends. Registered before the caller yields, so a
-        reader right after finds them."""
-        task = asyncio.create_task(write, name=f"fill {name}")
-        self._running[name] = (data, task)
-        task.add_done_callback(functools.partial(self._done, name))
-        return task
 
     def _done(self, name: str, task: asyncio.Future[Any]) -> None:
         if (running := self._running.get(name)) is not None and running[1] is task:

@@ -293,8 +293,9 @@ class Mounts:
         self, name: str, fresh: MountedObject, data: bytes, again: Callable[[MountedObject], Awaitable[bytes]],
     ) -> bytes:
         """Record ``fresh`` and cache ``data``, its first piece, behind the
-        answer (the record in one pool call, the file by the fills. writer), a whole object's bytes checked first
-        against an MD5 ETag (those that fail go to :func:`_whole`)."""
+        answer: the MD5 check of a whole object's bytes (those that fail go
+        to :func:`_whole`) and the record in one pool call, the file by the
+        fills' writer."""
         piece = piece_name(name, fresh.key, fresh.etag, 0)
         check = fresh.etag if len(data) == fresh.size and _is_md5(fresh.etag) else None
 
@@ -379,7 +380,7 @@ class Mounts:
 
     def _fill_behind(self, piece: str, data: bytes) -> None:
         """Cache ``piece`` in the hot tier without holding up the answer
-        that fetched it (a file write and a rename in the pool)."""
+        that fetched it (a file write and a rename, by the fills' writer)."""
         self._fills.write(piece, data, functools.partial(self._hot.fill, piece, data))
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
