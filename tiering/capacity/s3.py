@@ -53,9 +53,6 @@ log = logging.getLogger(__name__)
 # A missing object. HEAD has no body, so its 404 carries the code "404".
 # NoSuchBucket is not here: a missing bucket is a configuration failure.
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-# What some S3 servers (rclone serve s3) answer a ListMultipartUploads with
-# when there is no upload to list, rather than an empty list.
-NO_UPLOADS = "NoSuchUpload"
 
 # Transient by code (botocore's standard-mode lists); besides these, every
 # HTTP 5xx and 429 is retried.
@@ -561,14 +558,7 @@ class S3Store:
         aborted = 0
         kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
         while True:
-            try:
-                page = await self._call(
-                    "list_multipart_uploads", self.prefix, self._c().list_multipart_uploads, **kw
-                )
-            except CapacityError as exc:
-                if exc.detail.get("code") != NO_UPLOADS:
-                    raise
-                return aborted  # how rclone serve s3 says there are none
+            page = await self._uploads_page(self.prefix, **kw)
             self.stats.lists += 1
             for upload in page.get("Uploads", ()):
                 try:
@@ -584,6 +574,16 @@ class S3Store:
                 return aborted
             kw["KeyMarker"] = page.get("NextKeyMarker", "")
             kw["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    async def _uploads_page(self, name: str, **kw: Any) -> dict[str, Any]:
+        """One ListMultipartUploads page. Some S3 servers (rclone serve s3)
+        answer NoSuchUpload where there is no upload to list: an empty page."""
+        try:
+            return await self._call("list_multipart_uploads", name, self._c().list_multipart_uploads, **kw)  # type: ignore[no-any-return]
+        except CapacityError as exc:
+            if exc.detail.get("code") != "NoSuchUpload":
+                raise
+            return {"Uploads": [], "IsTruncated": False}
 
     async def list(self, prefix: str = "", after: str = "") -> AsyncIterator[tuple[str, int]]:
         check_prefix(prefix)

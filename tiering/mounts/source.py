@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tiering.capacity.s3 import NO_UPLOADS, BadBody, S3Store, parse_content_range, read_body
+from tiering.capacity.s3 import BadBody, S3Store, parse_content_range, read_body
 from tiering.capacity.s3_upload import S3Upload
-from tiering.errors import CapacityError
 from tiering.meta import STORED_HEADERS
 
 # HEAD answer fields -> the stored header they carry.
@@ -209,12 +208,7 @@ class SourceBucket(S3Store):
             kw["KeyMarker"] = self.prefix + key_marker
             if id_marker:
                 kw["UploadIdMarker"] = id_marker
-        try:
-            answer = await self._call("list_multipart_uploads", prefix, self._c().list_multipart_uploads, **kw)
-        except CapacityError as exc:
-            if exc.detail.get("code") != NO_UPLOADS:
-                raise
-            answer = {"Uploads": [], "IsTruncated": False}
+        answer = await self._uploads_page(prefix, **kw)
         cut = len(self.prefix)
         answer["Uploads"] = [{**u, "Key": u["Key"][cut:]} for u in answer.get("Uploads", ()) if len(u["Key"]) > cut]
         return answer
