@@ -20,9 +20,11 @@ AMZ_DATE_FORMAT = "%Y%m%dT%H%M%SZ"
 _AMZ_DATE = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AuthContext:
     """What a verified request proves, and the key to check its aws-chunked body.
+    Not changed once made (not frozen: one is made per request, and a
+    frozen dataclass pays an ``object.__setattr__`` per field).
 
     ``payload_hash`` is the declared x-amz-content-sha256: a hex digest (lower
     case), ``UNSIGNED-PAYLOAD`` (always so for presigned URLs unless the client

@@ -33,7 +33,6 @@ from gateway._signing import (
     iso,
     parse_amz_date,
     split_query,
-    utf8,
 )
 from gateway.errors import S3Error
 from gateway.headers import decimal, parse_http_datetime
@@ -66,13 +65,31 @@ _BAD_DATE = "AWS authentication requires a valid Date or x-amz-date header"
 
 
 @dataclass(frozen=True, slots=True)
-class _Claim:
-    """What the client says it signed, from the header or the query."""
+class _Signer:
+    """Who signs and what: the same for every request a client signs in a
+    day with the same headers, so a header's is parsed once (cached by its
+    text) and what verification derives from it is kept with it."""
     access_key: str
     date: str
     region: str
+    headers: tuple[str, ...]  # the signed header names, as listed
+    names: frozenset[str]
+    listed: str  # the names joined by ";", as the canonical request lists them
+    scope: str
+
+
+def _signer(access_key: str, date: str, region: str, headers: tuple[str, ...]) -> _Signer:
+    return _Signer(access_key, date, region, headers, frozenset(headers), ";".join(headers),
+                   credential_scope(date, region))
+
+
+@dataclass(slots=True)
+class _Claim:
+    """What the client says it signed, from the header or the query (not
+    frozen: made once per request, and a frozen dataclass pays a
+    ``object.__setattr__`` per field)."""
+    signer: _Signer
     amz_date: str
-    signed_headers: tuple[str, ...]
     signature: str
     payload_hash: str
     presigned: bool
@@ -89,9 +106,9 @@ def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[st
     SigV2 signs as part of the resource.
     """
 
-    params = split_query(raw_query)
+    params = split_query(raw_query) if raw_query else []
     query = {n.decode("utf-8", "replace"): v.decode("utf-8", "replace")
-             for n, v in reversed(params)}  # the first of repeated names wins
+             for n, v in reversed(params)} if params else {}  # the first of repeated names wins
     v2_query = "Signature" in query and "AWSAccessKeyId" in query
     if "authorization" in headers:
         if "X-Amz-Algorithm" in query or v2_query:
@@ -110,33 +127,35 @@ def authenticate(method: str, raw_path: str, raw_query: str, headers: Mapping[st
     else:
         raise S3Error("AccessDenied", "Anonymous access is not allowed; sign the request "
                       "with AWS4-HMAC-SHA256")
-    _check_signed_headers(claim.signed_headers, headers)
-    secret = secret_for(claim.access_key)
+    _check_signed_headers(claim.signer, headers)
+    secret = secret_for(claim.signer.access_key)
     if secret is None:
-        raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=claim.access_key)
+        raise S3Error("InvalidAccessKeyId", AWSAccessKeyId=claim.signer.access_key)
     return _verify(method, raw_path, params, headers, claim, secret)
 
 
 def _verify(method: str, raw_path: str, params: list[tuple[bytes, bytes]],
             headers: Mapping[str, str], claim: _Claim, secret: str) -> AuthContext:
-    key = signing_key(secret, claim.date, claim.region)
-    scope = credential_scope(claim.date, claim.region)
+    signer = claim.signer
+    key = signing_key(secret, signer.date, signer.region)
     if claim.presigned:  # the signature cannot sign itself (query-auth reference)
         params = [(n, v) for n, v in params if n != b"X-Amz-Signature"]
-    rest = "\n".join((_canonical_query(params), _canonical_headers(claim.signed_headers, headers),
-                      ";".join(claim.signed_headers), claim.payload_hash))
+    rest = (f"{_canonical_query(params) if params else ''}\n{_canonical_headers(signer.headers, headers)}\n"
+            f"{signer.listed}\n{claim.payload_hash}")
+    # The signature is hex: one that is not ASCII matches nothing (and
+    # compare_digest takes str only when both are ASCII).
+    provided = claim.signature if claim.signature.isascii() else ""
     tried: list[tuple[str, str]] = []
     for uri in candidate_uris(raw_path):
         canonical_request = f"{method}\n{uri}\n{rest}"
-        to_sign = string_to_sign(claim.amz_date, scope, canonical_request)
-        if hmac.compare_digest(utf8(signature(key, to_sign)), utf8(claim.signature)):
-            payload = claim.payload_hash
-            return AuthContext(claim.access_key,
-                               payload.lower() if _HEX64.fullmatch(payload) else payload,
-                               key, claim.amz_date, scope, claim.signature)
+        to_sign = string_to_sign(claim.amz_date, signer.scope, canonical_request)
+        if hmac.compare_digest(signature(key, to_sign), provided):
+            payload = claim.payload_hash  # checked by _payload_hash: a mode, or 64 hex digits
+            return AuthContext(signer.access_key, payload if payload in _PAYLOAD_MODES else payload.lower(),
+                               key, claim.amz_date, signer.scope, claim.signature)
         tried.append((canonical_request, to_sign))
     # S3 echoes what it signed so a client can diff it against its own.
-    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=claim.access_key,
+    raise S3Error("SignatureDoesNotMatch", AWSAccessKeyId=signer.access_key,
                   StringToSign=tried[0][1], SignatureProvided=claim.signature,
                   CanonicalRequest=tried[0][0])
 
@@ -150,20 +169,20 @@ def _claim_from_header(headers: Mapping[str, str], now: datetime) -> _Claim:
     signed_part, _, last = rest.rpartition(",")
     name, _, signature_value = last.strip().partition("=")
     if name == "Signature" and signature_value and "Signature=" not in signed_part:
-        access_key, date, region, signed_headers = _signed_part(signed_part)
+        signer = _signed_part(signed_part)
     else:
         parts = _auth_parts(rest)
-        access_key, date, region, signed_headers = _components(parts)
+        signer = _components(parts)
         signature_value = parts["Signature"]
     amz_date, when = _header_time(headers)
     if abs(now - when) > MAX_SKEW:
         raise S3Error("RequestTimeTooSkewed", "The difference between the request time and "
                       "the current time is too large.", RequestTime=amz_date,
                       ServerTime=iso(now), MaxAllowedSkewMilliseconds=900000)
-    if date != amz_date[:8]:
+    if signer.date != amz_date[:8]:
         raise _header_malformed("Invalid credential date. Date is not the same as X-Amz-Date.")
-    return _Claim(access_key, date, region, amz_date, signed_headers, signature_value,
-                  _payload_hash(headers.get("x-amz-content-sha256")), presigned=False)
+    return _Claim(signer, amz_date, signature_value, _payload_hash(headers.get("x-amz-content-sha256")),
+                  presigned=False)
 
 
 def _auth_parts(text: str) -> dict[str, str]:
@@ -177,18 +196,18 @@ def _auth_parts(text: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _signed_part(text: str) -> tuple[str, str, str, tuple[str, ...]]:
+def _signed_part(text: str) -> _Signer:
     """:func:`_components` of the items before the signature (cached)."""
     return _components(_auth_parts(text) | {"Signature": "-"})
 
 
-def _components(parts: dict[str, str]) -> tuple[str, str, str, tuple[str, ...]]:
+def _components(parts: dict[str, str]) -> _Signer:
     """Access key, date, region and signed header names of an Authorization header."""
     if not all(parts.get(k) for k in ("Credential", "SignedHeaders", "Signature")):
         raise _header_malformed("the authorization header requires three components: "
                                 "Credential, SignedHeaders, and Signature.")
     access_key, date, region = _parse_credential(parts["Credential"], _header_malformed)
-    return access_key, date, region, _signed_headers(parts["SignedHeaders"], _header_malformed)
+    return _signer(access_key, date, region, _signed_headers(parts["SignedHeaders"], _header_malformed))
 
 
 def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
@@ -218,9 +237,8 @@ def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
     if declared is None:
         declared = next((v for k, v in query.items() if k.lower() == "x-amz-content-sha256"),
                         UNSIGNED_PAYLOAD)
-    signed_headers = _signed_headers(query["X-Amz-SignedHeaders"], _query_error)
-    return _Claim(access_key, date, region, amz_date, signed_headers, query["X-Amz-Signature"],
-                  _payload_hash(declared), presigned=True)
+    signer = _signer(access_key, date, region, _signed_headers(query["X-Amz-SignedHeaders"], _query_error))
+    return _Claim(signer, amz_date, query["X-Amz-Signature"], _payload_hash(declared), presigned=True)
 
 
 def _parse_credential(value: str, error: Callable[[str], S3Error]) -> tuple[str, str, str]:
@@ -244,24 +262,23 @@ def _signed_headers(value: str, error: Callable[[str], S3Error]) -> tuple[str, .
     return names
 
 
-def _check_signed_headers(signed: tuple[str, ...], headers: Mapping[str, str]) -> None:
+def _check_signed_headers(signer: _Signer, headers: Mapping[str, str]) -> None:
     """Every signed header must be present; host and x-amz-* ones must be signed.
 
     S3 refuses unsigned x-amz-* headers (HeadersNotSigned) so that nobody can
     add, say, x-amz-copy-source to a presigned URL; x-amz-content-sha256 is
     exempt, as on S3, because it is bound by the canonical request anyway.
     """
-    missing = [name for name in signed if name not in headers]
-    if missing:
+    signed = signer.names
+    if not all(name in headers for name in signer.headers):
         raise S3Error("SignatureDoesNotMatch", "Signed header(s) missing from the request: "
-                      + ", ".join(missing))
-    present = set(signed)
-    unsigned = ["host"] if "host" not in present else []
-    unsigned += sorted(name for name in headers if name.startswith("x-amz-")
-                       and name != "x-amz-content-sha256" and name not in present)
-    if unsigned:
+                      + ", ".join(name for name in signer.headers if name not in headers))
+    unsigned = [name for name in headers if name not in signed and name.startswith("x-amz-")
+                and name != "x-amz-content-sha256"]
+    if unsigned or "host" not in signed:
         raise S3Error("AccessDenied", "There were headers present in the request which were "
-                      "not signed", HeadersNotSigned=", ".join(unsigned))
+                      "not signed", HeadersNotSigned=", ".join(
+                          (["host"] if "host" not in signed else []) + sorted(unsigned)))
 
 
 def _payload_hash(value: str | None) -> str:
@@ -314,7 +331,7 @@ def _canonical_query(params: list[tuple[bytes, bytes]]) -> str:
 def _canonical_headers(signed: tuple[str, ...], headers: Mapping[str, str]) -> str:
     """``name:value\\n`` per signed header, values trimmed and inner whitespace
     runs collapsed to one space (SigV4 "Trimall")."""
-    return "".join(f"{name}:{' '.join(headers[name].split())}\n" for name in signed)
+    return "".join([f"{name}:{' '.join(headers[name].split())}\n" for name in signed])
 
 
 def _header_malformed(detail: str) -> S3Error:

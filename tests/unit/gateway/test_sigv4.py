@@ -346,6 +346,16 @@ def test_tampered_header_value() -> None:
             "SignatureDoesNotMatch")
 
 
+def test_signature_that_is_not_ascii_does_not_match() -> None:
+    """A header decoded as latin-1 may hold any character; the signature is
+    compared as text, never raising on one that is not ASCII."""
+    method, path, query, headers = signed()
+    provided = _authorization(headers)["Signature"]
+    tampered = headers["authorization"].replace(provided, provided[:-1] + "\u00e9")
+    error = refused((method, path, query, {**headers, "authorization": tampered}), "SignatureDoesNotMatch")
+    assert error.fields["SignatureProvided"].endswith("\u00e9")
+
+
 def test_tampered_path_and_method() -> None:
     method, path, query, headers = signed()
     refused((method, "/bucket/other", query, headers), "SignatureDoesNotMatch")
