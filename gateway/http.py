@@ -52,12 +52,14 @@ class S3Request:
     def from_scope(cls, scope: Scope, receive: Any, request_id: str) -> S3Request:
         raw_path = scope.get("raw_path") or scope["path"].encode()
         raw_path_s = raw_path.decode("latin-1")
-        if _BAD_ESCAPE.search(raw_path_s):  # "%zz", a trailing "%": S3 answers 400
-            raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
-        try:
-            path = unquote(raw_path_s, encoding="utf-8", errors="strict")
-        except UnicodeDecodeError as exc:
-            raise S3Error("InvalidURI", "Couldn't parse the specified URI.") from exc
+        path = raw_path_s
+        if "%" in raw_path_s:
+            if _BAD_ESCAPE.search(raw_path_s):  # "%zz", a trailing "%": S3 answers 400
+                raise S3Error("InvalidURI", "Couldn't parse the specified URI.")
+            try:
+                path = unquote(raw_path_s, encoding="utf-8", errors="strict")
+            except UnicodeDecodeError as exc:
+                raise S3Error("InvalidURI", "Couldn't parse the specified URI.") from exc
         raw_query = scope.get("query_string", b"").decode("latin-1")
         headers: dict[str, str] = {}
         for name, value in scope["headers"]:
@@ -69,7 +71,7 @@ class S3Request:
             raw_path=raw_path_s,
             path=path,
             raw_query=raw_query,
-            query=_parse_query(raw_query),
+            query=_parse_query(raw_query) if raw_query else {},
             headers=headers,
             receive=receive,
             request_id=request_id,

@@ -131,6 +131,9 @@ class HotTier(CacheEviction):
         self.root = root
         self.cache_root = root / "cache"
         self._root_str, self._cache_root_str = str(root), str(self.cache_root)
+        # Each cache subdirectory's path with its slash: a cache file's path
+        # is then one concatenation (os.path.join and a format took 1.2 us).
+        self._cache_dirs = [f"{self._cache_root_str}/{i:02x}/" for i in range(_FANOUT)]
         self.budget = budget
         self.high = int(budget * high)
         self.low = int(budget * low)
@@ -162,7 +165,7 @@ class HotTier(CacheEviction):
 
     def _staged_file(self, file_id: str) -> str:
         # The last two hex digits are random, so files spread evenly.
-        return os.path.join(self._root_str, file_id[-2:], file_id)
+        return f"{self._root_str}/{file_id[-2:]}/{file_id}"
 
     @property
     def fixed(self) -> int:
@@ -288,7 +291,7 @@ class HotTier(CacheEviction):
         return Path(self._cache_file(name))
 
     def _cache_file(self, name: str) -> str:
-        return os.path.join(self._cache_root_str, f"{zlib.crc32(name.encode()) & 0xFF:02x}", name)
+        return self._cache_dirs[zlib.crc32(name.encode()) & 0xFF] + name
 
     def file_of(self, file_id: str | None, cache_name: str | None) -> str:
         """The path of staged file ``file_id``, else of cached extent
@@ -339,10 +342,16 @@ class HotTier(CacheEviction):
         for the disk and drops torn files."""
         pieces = list(pieces)
         # A staged file may hold more than the piece asked; a cached extent is exactly its size.
+        if len(pieces) == 1:  # most objects: no generators
+            file_id, name, size = pieces[0]
+            data = read_file_now(self.file_of(file_id, name), size, name is not None)
+            if data is None or name is not None and not self.touch_cached(name):
+                return None  # or dropped by an eviction meanwhile: not counted as a hit here
+            return data
         data = read_files_now((self.file_of(file_id, cache_name), size, cache_name is not None)
                               for file_id, cache_name, size in pieces)
         if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
-            return None  # or dropped by an eviction meanwhile: not counted as a hit here
+            return None
         return data
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:

@@ -105,10 +105,10 @@ class ManagedBuckets:
 
     def _read_now(self, meta: ObjectMeta) -> bytes | bytearray | None:
         """The whole object from the page cache (``HotTier.read_now``), or None."""
-        data = self._hot.read_now(
+        data = self._hot.read_now([
             (c.file_id, c.extent.cache_name if c.file_id is None else None, c.size)  # type: ignore[union-attr]
             for c in meta.chunks
-        )
+        ])
         if data is not None:
             self._tiers.reader.hits += 1
         return data
