@@ -32,6 +32,7 @@ import ctypes
 import functools
 import importlib.util
 import os
+import resource
 import signal
 import socket
 import threading
@@ -70,6 +71,7 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` on a fresh event loop (uvloop when installed), with
     glibc's malloc tuned first (:func:`tune_malloc`)."""
     tune_malloc()
+    raise_descriptor_limit()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(main)
 
@@ -118,6 +120,27 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_ARENA_MAX, MALLOC_ARENAS) and mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
                 and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
                 and mallopt(_M_TOP_PAD, MALLOC_TRIM_THRESHOLD))
+
+
+# Descriptors a gateway process asks for (at most its hard limit allows).
+DESCRIPTORS = 65536
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft limit on open descriptors towards its hard
+    limit (at most DESCRIPTORS), as nginx's ``worker_rlimit_nofile`` and Go's
+    runtime do: the usual soft default of 1,024 is too few for a server's
+    connections, its database files and the descriptors hot reads keep
+    open (tiering/open_files.py). The soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = DESCRIPTORS if hard == resource.RLIM_INFINITY else min(hard, DESCRIPTORS)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):  # not allowed here: keep what we have
+            return soft
+        return wanted
+    return soft
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:

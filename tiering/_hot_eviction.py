@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tiering.eviction import EvictionAdvisor, Sieve
+    from tiering.open_files import OpenFiles
 
 
 class CacheEviction:
@@ -29,9 +30,11 @@ class CacheEviction:
     reserved: int
     cached: int
     evicted: int
+    open_files: OpenFiles
 
     if TYPE_CHECKING:
         def cache_path(self, name: str) -> Path: ...
+        def _cache_file(self, name: str) -> str: ...
 
     # -- eviction ----------------------------------------------------------
 
@@ -104,7 +107,10 @@ class CacheEviction:
         self.evicted += size
 
     def _unlink_cached(self, name: str) -> None:
+        path = self._cache_file(name)
         try:
-            os.unlink(self.cache_path(name))
+            os.unlink(path)
         except FileNotFoundError:
             pass
+        finally:
+            self.open_files.forget(path)

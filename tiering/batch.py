@@ -162,6 +162,7 @@ class BatchReads:
         for files just used, on the loop. Cached extents are opened without
         a hit (see :meth:`_read_group`), and counted as read."""
         hot = self._hot
+        dup = hot.open_files.dup  # on the loop, a kept descriptor's duplicate: no path walk
         opened: list[Pieces | None] = []
         try:
             for meta in found:
@@ -176,9 +177,11 @@ class BatchReads:
                     name = None if c.file_id is not None else c.extent.cache_name  # type: ignore[union-attr]
                     if name is not None and not hot.is_cached(name):
                         raise _NotHot()
-                    fd = os.open(hot.file_of(c.file_id, name), os.O_RDONLY)
+                    path = hot.file_of(c.file_id, name)
+                    fd = dup(path)
                     pieces.append((fd, c.size))
                     if name is not None and os.fstat(fd).st_size != c.size:
+                        hot.open_files.discard(path)
                         raise _NotHot()  # torn: read as a GET reads it, which drops it
         except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
             _close_all(opened)

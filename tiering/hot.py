@@ -30,7 +30,7 @@ import secrets
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from tiering._hot_eviction import CacheEviction
@@ -39,6 +39,7 @@ from tiering.errors import SlowDown
 from tiering.eviction import EvictionAdvisor, Sieve
 from tiering.files import sync_dir, write_all
 from tiering.meta import Chunk
+from tiering.open_files import OpenFiles, capacity, read_file_now
 
 _FANOUT = 256  # subdirectories, so no directory holds millions of entries
 _CLEAN = "clean-shutdown"  # marker file: written at close, removed at start
@@ -134,6 +135,8 @@ class HotTier(CacheEviction):
         # Each cache subdirectory's path with its slash: a cache file's path
         # is then one concatenation (os.path.join and a format took 1.2 us).
         self._cache_dirs = [f"{self._cache_root_str}/{i:02x}/" for i in range(_FANOUT)]
+        # Descriptors kept for hot reads on the event loop (bound by the node at start).
+        self.open_files = OpenFiles(capacity())
         self.budget = budget
         self.high = int(budget * high)
         self.low = int(budget * low)
@@ -243,23 +246,27 @@ class HotTier(CacheEviction):
         for chunk in chunks:
             if chunk.file_id is None:
                 continue
-            path = self.path_of(chunk.file_id)
+            path = self._staged_file(chunk.file_id)
             try:
                 size = os.stat(path).st_size
                 os.unlink(path)
             except FileNotFoundError:
                 continue
+            finally:
+                self.open_files.forget(path)
             with self._lock:
                 self.staged -= size
 
     def adopt(self, file_id: str, cache_name: str, pin: bool = False) -> None:
         """A staged file was flushed: it becomes the clean cached copy."""
-        source = self.path_of(file_id)
+        source = self._staged_file(file_id)
         try:
             size = os.stat(source).st_size
             os.replace(source, self.cache_path(cache_name))
         except FileNotFoundError:
             return  # deleted meanwhile; nothing to adopt
+        finally:
+            self.open_files.forget(source)
         with self._lock:
             self.staged -= size
             self._insert(cache_name, size, pin)
@@ -331,28 +338,32 @@ class HotTier(CacheEviction):
         finally:
             os.close(fd)
 
-    def read_now(self, pieces: Iterable[tuple[str | None, str | None, int]]) -> bytes | bytearray | None:
+    def read_now(self, pieces: Sequence[tuple[str | None, str | None, int]]) -> bytes | bytearray | None:
         """The bytes of ``pieces`` in order, each (file id, None, size) for a
         staged file or (None, cache name, size) for a cached extent, if the
         page cache holds them all: read with ``RWF_NOWAIT``, which fails
-        rather than wait for the disk, so this may run on the event loop (an
-        open, a read from memory, a close: under ten microseconds for
-        64 KiB). None when any byte would need the disk, or a file is gone
-        or of another size: the caller then takes the pool path, which waits
-        for the disk and drops torn files."""
-        pieces = list(pieces)
-        # A staged file may hold more than the piece asked; a cached extent is exactly its size.
-        if len(pieces) == 1:  # most objects: no generators
+        rather than wait for the disk, so this may run on the event loop (a
+        read from memory, on a descriptor kept open: :mod:`tiering.open_files`).
+        None when any byte would need the disk, or a file is gone or of
+        another size: the caller then takes the pool path, which waits for
+        the disk and drops torn files."""
+        read = self.open_files.read
+        if len(pieces) == 1:  # most objects
             file_id, name, size = pieces[0]
-            data = read_file_now(self.file_of(file_id, name), size, name is not None)
+            # A staged file may hold more than the piece asked; a cached extent is exactly its size.
+            data = read(self.file_of(file_id, name), size, name is not None)
             if data is None or name is not None and not self.touch_cached(name):
                 return None  # or dropped by an eviction meanwhile: not counted as a hit here
             return data
-        data = read_files_now((self.file_of(file_id, cache_name), size, cache_name is not None)
-                              for file_id, cache_name, size in pieces)
-        if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
+        parts = []
+        for file_id, name, size in pieces:
+            part = read(self.file_of(file_id, name), size, name is not None)
+            if part is None:
+                return None
+            parts.append(part)
+        if not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
             return None
-        return data
+        return b"".join(parts)
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
         """Cache an extent's raw bytes (pinned: never evicted); False when
@@ -445,10 +456,7 @@ class HotTier(CacheEviction):
                     kept += self._pinned[name]
                     continue
                 dropped += self._forget(name) or 0
-            try:
-                os.unlink(self.cache_path(name))
-            except FileNotFoundError:
-                pass
+            self._unlink_cached(name)
         return dropped, kept
 
     def rename_cached(self, old: str, new: str) -> None:
@@ -457,6 +465,8 @@ class HotTier(CacheEviction):
             os.replace(self.cache_path(old), self.cache_path(new))
         except FileNotFoundError:
             return
+        finally:
+            self.open_files.forget(self._cache_file(old))
         with self._lock:
             pinned = old in self._pinned
             size = self._forget(old)
@@ -572,28 +582,6 @@ def _boot_id() -> str:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return "unknown"
-
-
-def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
-    """The first ``size`` bytes of the file at ``path`` if the page cache
-    holds them (``RWF_NOWAIT``: fails rather than wait for the disk, so this
-    may run on the event loop), else None; None too when the file is gone,
-    or, ``exact``, is not ``size`` bytes long (read for one byte more: one
-    of another size, torn or replaced, reads short or long, with no fstat)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        data = bytearray(size + 1 if exact else size)
-        if (size or exact) and os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
-            return None  # or partly in memory: the pool path reads the rest
-    except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
-        return None
-    finally:
-        os.close(fd)
-    del data[size:]
-    return data
 
 
 def read_files_now(files: Iterable[tuple[str, int, bool]]) -> bytes | bytearray | None:

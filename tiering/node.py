@@ -9,6 +9,7 @@ pieces to the S3 app, the admin API and the read workers' lookups.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -82,6 +83,7 @@ class Node:
         Committed writes not yet flushed are still in the flush queue: the
         flusher takes them up again."""
         await pool.run(self.hot.resume, self.index.referenced_files)
+        self.hot.open_files.bind(asyncio.get_running_loop())
         if not self.index.live_weighted():
             # Before empty entries counted one, a segment whose only live
             # entries were empty looked unused: count them again, once,
@@ -104,4 +106,5 @@ class Node:
         await self.mounts.close()
         await self.tiers.stop()
         await pool.run(self.index.close)
+        self.hot.open_files.close()
         await pool.run(self.hot.mark_clean)

@@ -238,10 +238,10 @@ class Mounts:
         """On the event loop: the whole of a small object from the page
         cache (``HotTier.read_now``), or None when any piece is not there."""
         part = self._settings.part_size
-        return self._hot.read_now(
+        return self._hot.read_now([
             (None, piece, min(part, meta.size - index * part))
             for index, piece in enumerate(self.piece_names(meta.bucket, meta))
-        )
+        ])
 
     def locate(self, name: str, key: str) -> Location | None:
         """Blocking: for a read worker, the record of ``key`` and the hot-tier

@@ -1,0 +1,157 @@
+"""Descriptors kept open for hot reads on the event loop (tiering/open_files.py):
+kept by the loop's thread only, bounded, closed when the hot tier unlinks
+their file (from any thread), and never trusted over a file that reads
+short. No network."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+from tiering.digests import Digests
+from tiering.hot import HotTier
+from tiering.open_files import OpenFiles
+
+
+def _open_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _write(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_the_owner_keeps_a_descriptor_and_closes_it_when_told(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = OpenFiles(8)
+        files.bind(asyncio.get_running_loop())
+        path = _write(tmp_path / "a", b"0123456789")
+        assert files.read(path, 10, exact=True) == b"0123456789"
+        assert len(files) == 1
+        os.unlink(path)  # a kept descriptor still reads the file it opened
+        assert files.read(path, 10, exact=True) == b"0123456789"
+        files.forget(path)  # on the owner's thread: closed at once
+        assert len(files) == 0
+        assert files.read(path, 10, exact=True) is None  # gone for good
+
+    asyncio.run(main())
+
+
+def test_other_threads_open_their_own_and_keep_nothing(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = OpenFiles(8)
+        files.bind(asyncio.get_running_loop())
+        path = _write(tmp_path / "a", b"abc")
+        assert await asyncio.to_thread(files.read, path, 3, True) == b"abc"
+        fd = await asyncio.to_thread(files.dup, path)
+        os.close(fd)
+        assert len(files) == 0
+
+    asyncio.run(main())
+
+
+def test_unbound_reads_keep_nothing(tmp_path: Path) -> None:
+    files = OpenFiles(8)
+    path = _write(tmp_path / "a", b"abc")
+    before = _open_count()
+    assert files.read(path, 3, exact=True) == b"abc"
+    assert len(files) == 0 and _open_count() == before
+
+
+def test_at_most_size_are_kept_the_oldest_closed_first(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = OpenFiles(2)
+        files.bind(asyncio.get_running_loop())
+        paths = [_write(tmp_path / name, name.encode()) for name in "abc"]
+        before = _open_count()
+        for path in paths:
+            assert files.read(path, 1, exact=True) is not None
+        assert len(files) == 2 and _open_count() == before + 2
+        os.unlink(paths[0])  # the oldest was closed: nothing holds it any more
+        assert files.read(paths[0], 1, exact=True) is None
+        assert files.read(paths[2], 1, exact=True) == b"c"
+        files.close()
+        assert len(files) == 0 and _open_count() == before
+
+    asyncio.run(main())
+
+
+def test_a_file_that_reads_short_is_opened_again(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = OpenFiles(8)
+        files.bind(asyncio.get_running_loop())
+        path = _write(tmp_path / "a", b"0123456789")
+        assert files.read(path, 10, exact=True) is not None
+        os.truncate(path, 5)  # torn in place
+        assert files.read(path, 10, exact=True) is None
+        assert len(files) == 0
+        os.unlink(path)
+        _write(tmp_path / "a", b"0123456789")  # fetched again: a new file
+        assert files.read(path, 10, exact=True) == b"0123456789"
+
+    asyncio.run(main())
+
+
+def test_a_duplicate_outlives_the_kept_descriptor(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = OpenFiles(8)
+        files.bind(asyncio.get_running_loop())
+        path = _write(tmp_path / "a", b"abc")
+        fd = files.dup(path)
+        try:
+            files.forget(path)
+            assert len(files) == 0
+            assert os.pread(fd, 3, 0) == b"abc"
+        finally:
+            os.close(fd)
+
+    asyncio.run(main())
+
+
+def test_an_eviction_in_another_thread_closes_the_kept_descriptor(tmp_path: Path) -> None:
+    """The evicted file's disk space comes back in the loop's next turn, not
+    when its descriptor would have aged out; and the evicted extent is not
+    served from the descriptor meanwhile."""
+
+    async def main() -> None:
+        hot = HotTier(tmp_path / "hot", budget=1 << 20)
+        hot.open_files.bind(asyncio.get_running_loop())
+        assert hot.fill("seg-1-0", b"x" * 1000)
+        assert hot.read_now([(None, "seg-1-0", 1000)]) == b"x" * 1000
+        assert len(hot.open_files) == 1
+        evicted = threading.Event()
+
+        def evict() -> None:
+            assert hot.evict(0) == 1000
+            evicted.set()
+
+        await asyncio.to_thread(evict)
+        assert evicted.is_set()
+        assert hot.read_now([(None, "seg-1-0", 1000)]) is None  # no longer cached
+        await asyncio.sleep(0)
+        assert len(hot.open_files) == 0
+
+    asyncio.run(main())
+
+
+def test_a_staged_file_removed_or_flushed_is_let_go(tmp_path: Path) -> None:
+    async def main() -> None:
+        hot = HotTier(tmp_path / "hot", budget=1 << 20)
+        hot.open_files.bind(asyncio.get_running_loop())
+        for name in ("s1", "s2"):
+            assert hot.reserve(100)
+            writer = hot.writer(part_size=1 << 20, digests=Digests(), reserved=100)
+            writer.write(b"y" * 100)
+            (chunk,) = writer.finish()
+            assert hot.read_now([(chunk.file_id, None, 100)]) == b"y" * 100
+            if name == "s1":
+                await asyncio.to_thread(hot.remove, [chunk])
+            else:
+                await asyncio.to_thread(hot.adopt, chunk.file_id, "seg-2-0")
+            await asyncio.sleep(0)
+            assert len(hot.open_files) == 0
+
+    asyncio.run(main())

@@ -1,0 +1,178 @@
+"""Descriptors of hot-tier files kept open between reads, as nginx's
+``open_file_cache`` keeps them: a hot read of a small object is then one
+``preadv``, not an ``open`` (a path walk), a ``preadv`` and a ``close``.
+Measured on the app alone: 44 -> 38.5 us of CPU per hot 64 KiB GET.
+
+Why a kept descriptor always reads the right bytes: a hot-tier file never
+changes under its path. Staged files are written once under a new name;
+cache files are written under a temporary name and renamed into place, and
+a cache name stands for one extent of an immutable segment (or one piece of
+one mounted object version, its ETag in the name). A name whose file is
+dropped (torn by a crash) and fetched again gets a new file with the same
+bytes; a descriptor still on the old one reads short, and is dropped then.
+Whether an extent is still cached (not evicted) is asked of the hot tier's
+queue after each read, as before.
+
+One thread owns the descriptors: the event loop's (:meth:`bind`). A read
+there uses and keeps them; a read from any other thread opens and closes
+its own file, as before. Only the owner closes a kept descriptor, so one is
+never closed under a read and reused by another open. When the hot tier
+unlinks a file from another thread (an eviction, a flush, a delete), it
+says so (:meth:`forget`); the owner closes the descriptor in the loop's
+next turn, so the file's disk space is given back then, not when the
+descriptor would have aged out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import threading
+from collections import deque
+
+# At most this many kept, and at most a quarter of the process's descriptor
+# limit: connections and the database need the rest.
+MAX_KEPT = 4096
+
+
+def capacity() -> int:
+    """Descriptors to keep: MAX_KEPT, or a quarter of RLIMIT_NOFILE's soft limit."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return MAX_KEPT if soft == resource.RLIM_INFINITY else max(0, min(MAX_KEPT, soft // 4))
+
+
+class OpenFiles:
+    """Up to ``size`` read-only descriptors by path; the oldest opened is
+    closed first."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._fds: dict[str, int] = {}
+        self._owner: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gone: deque[str] = deque()  # forgotten by other threads, closed by the owner
+        self._drain_due = False
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Make ``loop``'s thread (the caller's) the owner."""
+        self._owner = threading.get_ident()
+        self._loop = loop
+
+    def read(self, path: str, size: int, exact: bool) -> bytearray | None:
+        """The first ``size`` bytes of the file at ``path`` if the page cache
+        holds them (``RWF_NOWAIT``), else None; None too when the file is
+        gone or, ``exact``, is not ``size`` bytes long (read for one byte
+        more). :func:`tiering.hot.read_file_now`, with the descriptor kept."""
+        if threading.get_ident() != self._owner or not self._size:
+            return read_file_now(path, size, exact)
+        if self._gone:
+            self._drain()
+        fd = self._fds.get(path)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                return None
+            self._keep(path, fd)
+        data = bytearray(size + 1 if exact else size)
+        if size or exact:
+            try:
+                got = os.preadv(fd, (data,), 0, os.RWF_NOWAIT)
+            except BlockingIOError:  # not all in memory: the pool path reads it
+                return None
+            except OSError:  # EOPNOTSUPP (no RWF_NOWAIT here), or worse: open again next time
+                self._close(path)
+                return None
+            if got != size:
+                # Torn (short or long), or only partly in memory: opened
+                # again next time, in case it was replaced meanwhile.
+                self._close(path)
+                return None
+        del data[size:]
+        return data
+
+    def dup(self, path: str) -> int:
+        """A descriptor of the caller's own on the file at ``path`` (to
+        close when done): a duplicate of the kept one on the owner's
+        thread, a new open elsewhere. Raises OSError as ``os.open`` does."""
+        if threading.get_ident() != self._owner or not self._size:
+            return os.open(path, os.O_RDONLY)
+        if self._gone:
+            self._drain()
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY)
+            self._keep(path, fd)
+        return os.dup(fd)
+
+    def forget(self, path: str) -> None:
+        """The file at ``path`` was unlinked or renamed: close its descriptor
+        (now on the owner's thread, else in the owner loop's next turn)."""
+        if threading.get_ident() == self._owner:
+            self._close(path)
+            return
+        if self._loop is None:
+            return  # never bound: nothing is kept
+        self._gone.append(path)
+        if not self._drain_due:
+            self._drain_due = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: nothing reads any more
+                pass
+
+    def discard(self, path: str) -> None:
+        """On the owner's thread: close the kept descriptor of ``path`` (a
+        caller found its file torn)."""
+        if threading.get_ident() == self._owner:
+            self._close(path)
+
+    def close(self) -> None:
+        """Close every kept descriptor (the owner's loop has stopped reading)."""
+        fds, self._fds = self._fds, {}
+        self._gone.clear()
+        for fd in fds.values():
+            os.close(fd)
+
+    def _keep(self, path: str, fd: int) -> None:
+        if len(self._fds) >= self._size:
+            oldest = next(iter(self._fds))
+            os.close(self._fds.pop(oldest))
+        self._fds[path] = fd
+
+    def _close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _drain(self) -> None:
+        self._drain_due = False
+        gone = self._gone
+        while gone:
+            self._close(gone.popleft())
+
+
+def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
+    """The first ``size`` bytes of the file at ``path`` if the page cache
+    holds them (``RWF_NOWAIT``: fails rather than wait for the disk, so this
+    may run on the event loop), else None; None too when the file is gone,
+    or, ``exact``, is not ``size`` bytes long (read for one byte more: one
+    of another size, torn or replaced, reads short or long, with no fstat)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = bytearray(size + 1 if exact else size)
+        if (size or exact) and os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
+            return None  # or partly in memory: the pool path reads the rest
+    except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
+        return None
+    finally:
+        os.close(fd)
+    del data[size:]
+    return data
