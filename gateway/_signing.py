@@ -87,8 +87,12 @@ def split_query(raw_query: str) -> list[tuple[bytes, bytes]]:
     for item in raw_query.split("&"):
         if item:
             name, _, value = item.replace("+", " ").partition("=")
-            pairs.append((unquote_to_bytes(utf8(name)), unquote_to_bytes(utf8(value))))
+            pairs.append((_unquote(name), _unquote(value)))
     return pairs
+
+
+def _unquote(text: str) -> bytes:
+    return unquote_to_bytes(utf8(text)) if "%" in text else utf8(text)
 
 
 def candidate_uris(raw_path: str) -> Iterator[str]:
