@@ -67,10 +67,13 @@ class Bare:
 
 
 @contextlib.contextmanager
-def bare_app(size: int) -> Iterator[Bare]:
+def bare_app(size: int, files: Path | None = None, batch: int = 0) -> Iterator[Bare]:
+    """The bare app answering ``size`` constant bytes, or with ``files``,
+    the floor of a hot batch of ``batch`` of them (benchmarks/_bare_app.py)."""
     port = free_port()
     script = Path(__file__).with_name("_bare_app.py")
-    proc = subprocess.Popen([sys.executable, str(script), str(port), str(size)])
+    floor = ["--files", str(files), "--batch", str(batch)] if files is not None else []
+    proc = subprocess.Popen([sys.executable, str(script), str(port), str(size), *floor])
     try:
         wait_http(f"http://127.0.0.1:{port}/", timeout=60, proc=proc)
         yield Bare(port, proc)

@@ -23,8 +23,11 @@ installed with apt-get.
      cold part: before and after, in the same run. With ``--bare``, a bare
      uvicorn app answering every GET with as many constant bytes as a
      batch's tar (``ab.bare_app``) joins the hot rounds: what the stack
-     alone costs per object's bytes. The CPU of the benchmark process (the
-     lean clients) per object is reported too.
+     alone costs per object's bytes; and so does the floor of a hot batch
+     (``_bare_app.py --files``): the same bytes as files of the same size,
+     read and sent as the gateway does it (the same listener and loop), with
+     nothing else done. The CPU of the benchmark process (the lean clients)
+     per object is reported too.
   2. cold: flushed and evicted before each epoch. The batched epoch with
      batches of consecutive keys (a virtual shard: neighbours in the
      segments) in a shuffled batch order, the batched epoch in the shuffled
@@ -334,6 +337,13 @@ class Run:
         args = self.args
         tar_size = args.batch * (512 + args.size + -args.size % 512) + 1024  # a batch's tar, as the gateway sends it
         bare = self.stack.enter_context(bare_app(tar_size)) if args.bare else None
+        floor = None
+        if args.bare:  # the same bytes from files of the same size, read as a hot batch reads them
+            files = self.tmp / "floor"
+            files.mkdir()
+            for i, key in enumerate(self.keys):
+                (files / key.replace("/", "_")).write_bytes(body_of(i, args.size))
+            floor = self.stack.enter_context(bare_app(tar_size, files, args.batch))
         order = shuffled(self.keys, SEED)
         def me() -> list[int]:  # the lean clients' threads
             return [os.getpid()]
@@ -358,6 +368,10 @@ class Run:
                 runs.append(("bare uvicorn app, the same bytes", lambda: bare_epoch(
                     bare.port, -(-len(order) // args.batch), tar_size, args.threads, len(order),
                     {"server": lambda: [bare.proc.pid], "client": me})))
+            if floor is not None:
+                runs.append((FLOOR, lambda: bare_epoch(
+                    floor.port, -(-len(order) // args.batch), tar_size, args.threads, len(order),
+                    {"server": lambda: [floor.proc.pid], "client": me})))
             if nginx is not None:
                 runs.append(("nginx-local, single GETs", lambda: epoch(
                     PlainClient(nginx.port), BUCKET, order, args.readers, args.size, self.check,
@@ -501,6 +515,9 @@ def run(args: argparse.Namespace) -> dict:
 # -- report ---------------------------------------------------------------------------
 
 
+FLOOR = "floor: the files read and sent, nothing else"
+
+
 def _best(rows: list[dict], config: str) -> dict | None:
     mine = [r for r in rows if r["config"] == config]
     return max(mine, key=lambda r: r["objects_per_s"]) if mine else None
@@ -533,6 +550,11 @@ def report(args: argparse.Namespace, r: dict) -> str:
     if batched and before:
         out.append("- server CPU per object, batched / batched before (medians): x"
                    f"{_median(r['hot'], 'tierstore, batched', 'server_cpu_per_1k') / _median(r['hot'], before['config'], 'server_cpu_per_1k'):.2f}")
+    floor = _best(r["hot"], FLOOR)
+    if floor and single and batched:
+        out.append(f"- floor / single GETs (median of rounds): x{_median(r['hot'], FLOOR) / _median(r['hot'], single['config']):.1f}: "
+                   "the most a batch on this stack reaches with these clients; server CPU per object, batched / floor "
+                   f"(medians): x{_median(r['hot'], 'tierstore, batched', 'server_cpu_per_1k') / _median(r['hot'], FLOOR, 'server_cpu_per_1k'):.2f}")
     if "nginx-local" in r["skipped"]:
         out.append(f"- nginx-local skipped: {r['skipped']['nginx-local']}")
     rows = [[row["config"], f"{row['objects_per_s']:,.0f}", f"{row['store_gets']:,}",
