@@ -38,7 +38,6 @@ import asyncio
 import itertools
 import logging
 import os
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +161,8 @@ class BatchReads:
         for files just used, on the loop. Cached extents are opened without
         a hit (see :meth:`_read_group`), and counted as read."""
         hot = self._hot
-        dup = hot.open_files.dup  # on the loop, a kept descriptor's duplicate: no path walk
+        kept = hot.open_files
+        dup = kept.dup  # on the loop, a kept descriptor's duplicate: no path walk
         opened: list[Pieces | None] = []
         try:
             for meta in found:
@@ -180,9 +180,11 @@ class BatchReads:
                     path = hot.file_of(c.file_id, name)
                     fd = dup(path)
                     pieces.append((fd, c.size))
-                    if name is not None and os.fstat(fd).st_size != c.size:
-                        hot.open_files.discard(path)
-                        raise _NotHot()  # torn: read as a GET reads it, which drops it
+                    if name is not None and kept.size_of(path) != c.size:  # not known yet: fstat it
+                        if os.fstat(fd).st_size != c.size:
+                            kept.discard(path)
+                            raise _NotHot()  # torn: read as a GET reads it, which drops it
+                        kept.note_size(path, c.size)
         except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
             _close_all(opened)
             return None
@@ -362,32 +364,33 @@ class HotBatch:
         hot batch of 64 KiB objects (docs/batch.md)."""
         if self._closed:
             raise RuntimeError("read of a closed batch")
-        pending: deque[tuple[Pieces, memoryview]] = deque()  # their descriptors are this call's to close
-        files = self._files
-        for i, view in enumerate(views, start):
-            if self._observe is not None:
-                self._observe(self.members[i].key)
-            pieces = files[i]
-            if pieces is not None:
-                files[i] = None
-                assert view is not None
-                pending.append((pieces, view))
-                self._tally.hot += len(view)
-        later: list[tuple[Pieces, memoryview]] = []
+        files, members, observe = self._files, self.members, self._observe
+        later: list[tuple[Pieces, memoryview]] = []  # their descriptors are this call's to close
+        last = start + len(views) - 1
+        step = 0
         try:
-            step = 0
-            while pending:
-                job = pending.popleft()
-                if len(job[1]) > NOW_READ or not _read_now(*job):
-                    later.append(job)
+            for i, view in enumerate(views, start):
+                if observe is not None:
+                    observe(members[i].key)
+                pieces = files[i]
+                if pieces is None:
                     continue
-                _close_all([job[0]])
-                step += len(job[1])
-                if step >= NOW_READ and pending:
+                assert view is not None
+                size = len(view)
+                self._tally.hot += size
+                if size > NOW_READ or not _read_now(pieces, view):
+                    later.append((pieces, view))
+                    files[i] = None
+                    continue
+                files[i] = None
+                for fd, _ in pieces:
+                    os.close(fd)
+                step += size
+                if step >= NOW_READ and i < last:
                     step = 0
                     await asyncio.sleep(0)  # others' turn on the loop
         except BaseException:
-            _close_all([pieces for pieces, _ in (*pending, *later)])
+            _close_all([pieces for pieces, _ in later])
             raise
         if later:
             # Not cancelled with this call: the pool closes the descriptors

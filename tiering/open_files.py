@@ -49,6 +49,7 @@ class OpenFiles:
     def __init__(self, size: int) -> None:
         self._size = size
         self._fds: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}  # a kept file's size, once a read or an fstat showed it
         self._owner: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gone: deque[str] = deque()  # forgotten by other threads, closed by the owner
@@ -92,6 +93,8 @@ class OpenFiles:
                 # again next time, in case it was replaced meanwhile.
                 self._close(path)
                 return None
+            if exact:
+                self._sizes[path] = size
         del data[size:]
         return data
 
@@ -108,6 +111,18 @@ class OpenFiles:
             fd = os.open(path, os.O_RDONLY)
             self._keep(path, fd)
         return os.dup(fd)
+
+    def size_of(self, path: str) -> int | None:
+        """The size of the kept file at ``path`` if a read (or
+        :meth:`note_size`) showed it: a kept file does not change, so a
+        caller that checks sizes need not ``fstat`` it again."""
+        return self._sizes.get(path)
+
+    def note_size(self, path: str, size: int) -> None:
+        """On the owner's thread: the kept file at ``path`` is ``size`` bytes
+        (an ``fstat`` of a duplicate said so)."""
+        if path in self._fds and threading.get_ident() == self._owner:
+            self._sizes[path] = size
 
     def forget(self, path: str) -> None:
         """The file at ``path`` was unlinked or renamed: close its descriptor
@@ -134,6 +149,7 @@ class OpenFiles:
     def close(self) -> None:
         """Close every kept descriptor (the owner's loop has stopped reading)."""
         fds, self._fds = self._fds, {}
+        self._sizes.clear()
         self._gone.clear()
         for fd in fds.values():
             os.close(fd)
@@ -142,12 +158,14 @@ class OpenFiles:
         if len(self._fds) >= self._size:
             oldest = next(iter(self._fds))
             os.close(self._fds.pop(oldest))
+            self._sizes.pop(oldest, None)
         self._fds[path] = fd
 
     def _close(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:
             os.close(fd)
+            self._sizes.pop(path, None)
 
     def _drain(self) -> None:
         self._drain_due = False

@@ -155,3 +155,25 @@ def test_a_staged_file_removed_or_flushed_is_let_go(tmp_path: Path) -> None:
             assert len(hot.open_files) == 0
 
     asyncio.run(main())
+
+
+def test_a_kept_files_size_is_known_once_read_or_noted(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = OpenFiles(8)
+        files.bind(asyncio.get_running_loop())
+        a, b = _write(tmp_path / "a", b"0123456789"), _write(tmp_path / "b", b"abc")
+        assert files.size_of(a) is None
+        assert files.read(a, 10, exact=True) is not None
+        assert files.size_of(a) == 10
+        files.note_size(b, 3)  # not kept: nothing to note
+        assert files.size_of(b) is None
+        os.close(files.dup(b))
+        files.note_size(b, 3)
+        assert files.size_of(b) == 3
+        await asyncio.to_thread(files.note_size, a, 99)  # only the owner notes
+        assert files.size_of(a) == 10
+        files.forget(a)
+        files.discard(b)
+        assert files.size_of(a) is None and files.size_of(b) is None
+
+    asyncio.run(main())
