@@ -50,7 +50,7 @@ from _compare_peers import MOTO_KEY, RcloneStore
 
 from gateway.app import S3App
 from gateway.config import Config
-from gateway.listener import tune_malloc
+from gateway.listener import tune_gc, tune_malloc
 from gateway.node import Node
 from tiering import sigv4
 from tiering.inputs import Integrity, NewObject
@@ -221,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
     tune_malloc()  # as `tierstore serve` does
+    tune_gc()
     stderr = sys.stderr
     with open(os.devnull, "w") as sink:
         sys.stderr = sink  # the access log's default destination

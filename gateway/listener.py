@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import ctypes
 import functools
+import gc
 import importlib.util
 import os
 import resource
@@ -72,6 +73,7 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     glibc's malloc tuned first (:func:`tune_malloc`)."""
     tune_malloc()
     raise_descriptor_limit()
+    tune_gc()
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(main)
 
@@ -120,6 +122,23 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_ARENA_MAX, MALLOC_ARENAS) and mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)
                 and mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
                 and mallopt(_M_TOP_PAD, MALLOC_TRIM_THRESHOLD))
+
+
+# Allocations of tracked objects between two collections of the youngest
+# generation (CPython's default: 700).
+GC_YOUNG = 20_000
+
+
+def tune_gc() -> None:
+    """Collect the youngest generation every GC_YOUNG allocations rather
+    than every 700. A request allocates hundreds of short-lived containers
+    (its scope, headers, dataclasses, tuples) that reference counting frees
+    anyway; collected every 700, the survivors of requests in flight were
+    traversed again and again: 3.5 % of a gateway's cycles under hot
+    batches (``perf``). Cycles still get collected, later; the older
+    generations keep their thresholds."""
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG, older, oldest)
 
 
 # Descriptors a gateway process asks for (at most its hard limit allows).

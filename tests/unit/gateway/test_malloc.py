@@ -3,6 +3,7 @@ environment already tunes malloc."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -28,3 +29,14 @@ def test_applied_on_glibc() -> None:
 @pytest.mark.parametrize("name", ["MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_"])
 def test_the_environment_wins(name: str) -> None:
     assert tuned(**{name: "4"}) == "False"
+
+
+
+def test_gc_collects_the_young_generation_less_often() -> None:
+    """gateway.listener.tune_gc: the youngest generation's threshold raised,
+    the older ones' kept."""
+    script = ("import gc, json; before = gc.get_threshold(); from gateway.listener import tune_gc, GC_YOUNG; "
+              "tune_gc(); print(json.dumps([before, gc.get_threshold(), GC_YOUNG]))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    before, after, young = json.loads(done.stdout)
+    assert after == [young, before[1], before[2]] and young > before[0]
