@@ -32,6 +32,8 @@ from gateway.http import Response, S3Request
 from gateway.listener import MALLOC_MMAP_THRESHOLD
 from tiering.batch import MAX_KEYS, HotBatch, Member
 from tiering.files import unfilled
+from tiering.memo import ByIdentity
+from tiering.meta import ObjectMeta
 from tiering.reads import ReadTally
 
 MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
@@ -171,7 +173,7 @@ class _Layout:
             else:
                 meta = member.meta
                 assert meta is not None
-                head = tar.header(member.key, meta.size, meta.last_modified_ms // 1000)
+                head = _HEADERS.get(meta, _header) if member.key == meta.key else _header(meta, member.key)
                 size, step = meta.size, len(head) + meta.size + -meta.size % tar.BLOCK
             if run.pieces and run.size + step > RUN:
                 self.runs.append(run)
@@ -205,6 +207,15 @@ class _Layout:
             buffer[end:at] = tar.END[: at - end]  # the padding to the next block
         buffer[at:] = tar.END[: run.size - at]  # the end blocks, after the last run's members
         return buffer, views
+
+
+def _header(meta: ObjectMeta, name: str | None = None) -> bytes:
+    return tar.header(meta.key if name is None else name, meta.size, meta.last_modified_ms // 1000)
+
+
+# A hot member's tar header, made once per object version and found again
+# by its record's identity, as a GET's response head is (gateway.headers).
+_HEADERS: ByIdentity[ObjectMeta, bytes] = ByIdentity(8192)
 
 
 async def _sized(members: HotBatch, layout: _Layout, tally: BatchTally) -> AsyncIterator[bytes | bytearray]:

@@ -71,6 +71,16 @@ def test_members_in_request_order_with_names_bytes_and_mtimes(s3, http: Sender, 
     assert len(response.content) % 512 == 0 and response.content.endswith(bytes(1024))
 
 
+def test_an_overwritten_member_is_sent_as_it_is_now(s3, http: Sender, bucket: str,  # type: ignore[no-untyped-def]
+                                                   filled: dict[str, bytes]) -> None:
+    """Headers are kept per object version: a batch after an overwrite has
+    the new size and bytes, not the header made for the old version."""
+    assert members(post(http, bucket, {"keys": ["img/003.jpg"]}).content) == [("img/003.jpg", filled["img/003.jpg"])]
+    s3.put_object(Bucket=bucket, Key="img/003.jpg", Body=b"new and shorter")
+    response = post(http, bucket, {"keys": ["img/003.jpg", "img/004.jpg"]})
+    assert members(response.content) == [("img/003.jpg", b"new and shorter"), ("img/004.jpg", filled["img/004.jpg"])]
+
+
 def test_a_batch_not_sized_up_front_is_chunked(http: Sender, bucket: str, filled: dict[str, bytes]) -> None:
     # More keys than a hot batch opens at once (tiering.batch.HOT_OPEN),
     # all hot: streamed member by member, as a batch with a cold object is.
