@@ -35,6 +35,7 @@ A member's turn moves the epoch readers, as a GET of it would.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -128,7 +129,10 @@ class BatchReads:
             return found, None
         members = [Member(key, error=meta) if isinstance(meta, TierstoreError) else Member(key, meta)
                    for key, meta in zip(keys, found, strict=True)]
-        return found, HotBatch(members, files, tally, lambda key: self._epochs.observe(bucket, key))
+        # Members move the epoch readers of ``bucket`` if one is registered
+        # now (an epoch registered while the batch is sent sees its later reads).
+        observe = functools.partial(self._epochs.observe, bucket) if self._epochs.watching(bucket) else None
+        return found, HotBatch(members, files, tally, observe)
 
     def _lookup_open_now(
         self, bucket: str, keys: Sequence[str],
@@ -139,12 +143,9 @@ class BatchReads:
         single hot GET's ``HotTier.read_now`` makes on the loop too. In the
         pool, each open gave the GIL up and took it back against the loop's
         thread (docs/batch.md)."""
-        found: list[ObjectMeta | TierstoreError] = []
-        for key in keys:
-            meta = self._index.cached_object(bucket, key)
-            if meta is None:  # not cached, or no such key: the pool looks it up
-                return None
-            found.append(meta)
+        found: list[ObjectMeta | TierstoreError] | None = self._index.cached_objects(bucket, keys)  # type: ignore[assignment]
+        if found is None:  # one not cached, or no such key: the pool looks them up
+            return None
         files = self._open_pieces(found)
         return None if files is None else (found, files)
 
@@ -378,7 +379,16 @@ class HotBatch:
                 assert view is not None
                 size = len(view)
                 self._tally.hot += size
-                if size > NOW_READ or not _read_now(pieces, view):
+                if size > NOW_READ:
+                    done = False
+                elif len(pieces) == 1:  # most members: no call, no slice
+                    try:
+                        done = os.preadv(pieces[0][0], (view,), 0, os.RWF_NOWAIT) == size
+                    except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
+                        done = False
+                else:
+                    done = _read_now(pieces, view)
+                if not done:
                     later.append((pieces, view))
                     files[i] = None
                     continue

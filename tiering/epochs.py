@@ -216,6 +216,10 @@ class Epochs:
 
     # -- reads -------------------------------------------------------------------
 
+    def watching(self, bucket: str) -> bool:
+        """Whether an active epoch reads ``bucket`` (its GETs move readers)."""
+        return any(e.state == "active" and e.bucket == bucket for e in self._epochs.values())
+
     def observe(self, bucket: str, key: str) -> None:
         """A GET of ``bucket/key`` began: move its reader's position, count a
         hit if the object was all in the hot tier."""

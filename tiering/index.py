@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -220,6 +220,18 @@ class Index(TierRecords, UploadRecords, LocalRecords, VersionRecords):
         """The object's record if the record cache holds it (no database
         read: safe on the event loop), else None."""
         return self.records.get(okey(bucket, key))  # type: ignore[no-any-return]
+
+    def cached_objects(self, bucket: str, keys: Sequence[str]) -> list[ObjectMeta] | None:
+        """:meth:`cached_object` of every key, or None as soon as one is not
+        cached (a batch's lookups on the event loop, in one tight loop)."""
+        prefix, get = okey(bucket), self.records.get
+        found = []
+        for key in keys:
+            meta = get(prefix + key.encode())
+            if meta is None:
+                return None
+            found.append(meta)
+        return found
 
     def _cached_read(self, raw_key: bytes, decode: Callable[[bytes], object]) -> object | None:
         """A record through the record cache, kept there once decoded."""
