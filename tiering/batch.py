@@ -50,6 +50,7 @@ from tiering.errors import NoSuchKey, TierstoreError
 from tiering.fetch import ExtentReader
 from tiering.hot import HotTier
 from tiering.index import Index
+from tiering.memo import ByIdentity
 from tiering.meta import Extent, ObjectMeta
 from tiering.names import check_key
 from tiering.prefetch import BULK_GAP, BULK_SPAN
@@ -94,6 +95,17 @@ class BatchReads:
         self._hot = hot
         self._reader = reader
         self._epochs = epochs
+        # Per object version: each piece's hot-tier path, size and cache
+        # name (None for a staged file), found again by the record's identity.
+        self._places: ByIdentity[ObjectMeta, tuple[tuple[str, int, str | None], ...]] = ByIdentity(8192)
+
+    def _places_of(self, meta: ObjectMeta) -> tuple[tuple[str, int, str | None], ...]:
+        hot = self._hot
+        out = []
+        for c in meta.chunks:
+            name = None if c.file_id is not None else c.extent.cache_name  # type: ignore[union-attr]
+            out.append((hot.file_of(c.file_id, name), c.size, name))
+        return tuple(out)
 
     def ahead_bytes(self) -> int:
         """How far ahead of the member sent cold bytes are fetched: a quarter
@@ -146,16 +158,16 @@ class BatchReads:
         found: list[ObjectMeta | TierstoreError] | None = self._index.cached_objects(bucket, keys)  # type: ignore[assignment]
         if found is None:  # one not cached, or no such key: the pool looks them up
             return None
-        files = self._open_pieces(found)
+        files = self._open_pieces(found, on_loop=True)
         return None if files is None else (found, files)
 
     def _lookup_open_sync(
         self, bucket: str, keys: Sequence[str],
     ) -> tuple[list[ObjectMeta | TierstoreError], list[Pieces | None] | None]:
         found = self._lookup_sync(bucket, keys)
-        return found, self._open_pieces(found)
+        return found, self._open_pieces(found, on_loop=False)
 
-    def _open_pieces(self, found: list[ObjectMeta | TierstoreError]) -> list[Pieces | None] | None:
+    def _open_pieces(self, found: list[ObjectMeta | TierstoreError], on_loop: bool) -> list[Pieces | None] | None:
         """Descriptors on every piece of every object of ``found`` (None
         for an error), or None (nothing left open) if one is larger than
         SMALL_READ or not all hot: opens and an fstat each, in the pool or,
@@ -164,6 +176,10 @@ class BatchReads:
         hot = self._hot
         kept = hot.open_files
         dup = kept.dup  # on the loop, a kept descriptor's duplicate: no path walk
+        places_of = self._places_of
+        # The places kept per version are the loop's alone (the memo is not
+        # for threads); the pool works them out again.
+        places = self._places.get if on_loop else _derive
         opened: list[Pieces | None] = []
         try:
             for meta in found:
@@ -174,18 +190,16 @@ class BatchReads:
                     raise _NotHot()
                 pieces: Pieces = []
                 opened.append(pieces)
-                for c in meta.chunks:
-                    name = None if c.file_id is not None else c.extent.cache_name  # type: ignore[union-attr]
+                for path, size, name in places(meta, places_of):
                     if name is not None and not hot.is_cached(name):
                         raise _NotHot()
-                    path = hot.file_of(c.file_id, name)
                     fd = dup(path)
-                    pieces.append((fd, c.size))
-                    if name is not None and kept.size_of(path) != c.size:  # not known yet: fstat it
-                        if os.fstat(fd).st_size != c.size:
+                    pieces.append((fd, size))
+                    if name is not None and kept.size_of(path) != size:  # not known yet: fstat it
+                        if os.fstat(fd).st_size != size:
                             kept.discard(path)
                             raise _NotHot()  # torn: read as a GET reads it, which drops it
-                        kept.note_size(path, c.size)
+                        kept.note_size(path, size)
         except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
             _close_all(opened)
             return None
@@ -458,6 +472,10 @@ async def _owned(job: Awaitable[T], release: Callable[[T], None]) -> T:
         task.add_done_callback(
             lambda t: release(t.result()) if not t.cancelled() and t.exception() is None else None)
         raise
+
+
+def _derive(meta: ObjectMeta, derive: Callable[[ObjectMeta], T]) -> T:
+    return derive(meta)
 
 
 class _NotHot(Exception):
