@@ -176,10 +176,6 @@ class BatchReads:
         hot = self._hot
         kept = hot.open_files
         dup = kept.dup  # on the loop, a kept descriptor's duplicate: no path walk
-        places_of = self._places_of
-        # The places kept per version are the loop's alone (the memo is not
-        # for threads); the pool works them out again.
-        places = self._places.get if on_loop else _derive
         opened: list[Pieces | None] = []
         try:
             for meta in found:
@@ -190,14 +186,17 @@ class BatchReads:
                     raise _NotHot()
                 pieces: Pieces = []
                 opened.append(pieces)
-                for path, size, name in places(meta, places_of):
+                # The places kept per version are the loop's alone (the memo
+                # is not for threads); the pool works them out again.
+                places = self._places.get(meta, self._places_of) if on_loop else self._places_of(meta)
+                for path, size, name in places:
                     if name is not None and not hot.is_cached(name):
                         raise _NotHot()
                     fd = dup(path)
                     pieces.append((fd, size))
                     if name is not None and kept.size_of(path) != size:  # not known yet: fstat it
                         if os.fstat(fd).st_size != size:
-                            kept.discard(path)
+                            kept.forget(path)
                             raise _NotHot()  # torn: read as a GET reads it, which drops it
                         kept.note_size(path, size)
         except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
@@ -393,20 +392,11 @@ class HotBatch:
                 assert view is not None
                 size = len(view)
                 self._tally.hot += size
-                if size > NOW_READ:
-                    done = False
-                elif len(pieces) == 1:  # most members: no call, no slice
-                    try:
-                        done = os.preadv(pieces[0][0], (view,), 0, os.RWF_NOWAIT) == size
-                    except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
-                        done = False
-                else:
-                    done = _read_now(pieces, view)
+                done = size <= NOW_READ and _read_now(pieces, view)
+                files[i] = None  # closed below, or by ``later``'s reader
                 if not done:
                     later.append((pieces, view))
-                    files[i] = None
                     continue
-                files[i] = None
                 for fd, _ in pieces:
                     os.close(fd)
                 step += size
@@ -432,8 +422,11 @@ class HotBatch:
 def _read_now(pieces: Pieces, view: memoryview) -> bool:
     """Read ``pieces`` into ``view`` if the page cache holds them all, else
     False (EAGAIN, a short read, no RWF_NOWAIT here): the pool reads them."""
-    at = 0
     try:
+        if len(pieces) == 1:  # most members: the whole view, no slice
+            fd, size = pieces[0]
+            return not size or os.preadv(fd, (view,), 0, os.RWF_NOWAIT) == size
+        at = 0
         for fd, size in pieces:
             if size and os.preadv(fd, (view[at:at + size],), 0, os.RWF_NOWAIT) != size:
                 return False
@@ -472,10 +465,6 @@ async def _owned(job: Awaitable[T], release: Callable[[T], None]) -> T:
         task.add_done_callback(
             lambda t: release(t.result()) if not t.cancelled() and t.exception() is None else None)
         raise
-
-
-def _derive(meta: ObjectMeta, derive: Callable[[ObjectMeta], T]) -> T:
-    return derive(meta)
 
 
 class _NotHot(Exception):

@@ -355,15 +355,11 @@ class HotTier(CacheEviction):
             if data is None or name is not None and not self.touch_cached(name):
                 return None  # or dropped by an eviction meanwhile: not counted as a hit here
             return data
-        parts = []
-        for file_id, name, size in pieces:
-            part = read(self.file_of(file_id, name), size, name is not None)
-            if part is None:
-                return None
-            parts.append(part)
-        if not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
+        data = read_files_now([(self.file_of(file_id, name), size, name is not None)
+                               for file_id, name, size in pieces], read)
+        if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
             return None
-        return b"".join(parts)
+        return data
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
         """Cache an extent's raw bytes (pinned: never evicted); False when
@@ -584,13 +580,16 @@ def _boot_id() -> str:
         return "unknown"
 
 
-def read_files_now(files: Iterable[tuple[str, int, bool]]) -> bytes | bytearray | None:
-    """The bytes of ``files``, each (path, size, exact) as
-    :func:`read_file_now` reads it, in order, if the page cache holds them
-    all; else None."""
+def read_files_now(
+    files: Iterable[tuple[str, int, bool]],
+    read_file: Callable[[str, int, bool], bytearray | None] = read_file_now,
+) -> bytes | bytearray | None:
+    """The bytes of ``files``, each (path, size, exact) as ``read_file``
+    (:func:`read_file_now`, or ``OpenFiles.read``) reads it, in order, if
+    the page cache holds them all; else None."""
     read = []
     for path, size, exact in files:
-        data = read_file_now(path, size, exact)
+        data = read_file(path, size, exact)
         if data is None:
             return None
         read.append(data)

@@ -79,23 +79,16 @@ class OpenFiles:
             except OSError:
                 return None
             self._keep(path, fd)
-        data = bytearray(size + 1 if exact else size)
-        if size or exact:
-            try:
-                got = os.preadv(fd, (data,), 0, os.RWF_NOWAIT)
-            except BlockingIOError:  # not all in memory: the pool path reads it
-                return None
-            except OSError:  # EOPNOTSUPP (no RWF_NOWAIT here), or worse: open again next time
-                self._close(path)
-                return None
-            if got != size:
-                # Torn (short or long), or only partly in memory: opened
-                # again next time, in case it was replaced meanwhile.
-                self._close(path)
-                return None
-            if exact:
-                self._sizes[path] = size
-        del data[size:]
+        try:
+            data = _pread_now(fd, size, exact)
+        except OSError:
+            data = None
+        if data is None:
+            # Not all in memory (the pool path reads it), torn, or no
+            # RWF_NOWAIT here: opened again next time, in case it was replaced.
+            self._close(path)
+        elif exact:
+            self._sizes[path] = size
         return data
 
     def dup(self, path: str) -> int:
@@ -115,8 +108,9 @@ class OpenFiles:
     def size_of(self, path: str) -> int | None:
         """The size of the kept file at ``path`` if a read (or
         :meth:`note_size`) showed it: a kept file does not change, so a
-        caller that checks sizes need not ``fstat`` it again."""
-        return self._sizes.get(path)
+        caller that checks sizes need not ``fstat`` it again. None on
+        another thread than the owner's (its descriptors are its own)."""
+        return self._sizes.get(path) if threading.get_ident() == self._owner else None
 
     def note_size(self, path: str, size: int) -> None:
         """On the owner's thread: the kept file at ``path`` is ``size`` bytes
@@ -125,8 +119,9 @@ class OpenFiles:
             self._sizes[path] = size
 
     def forget(self, path: str) -> None:
-        """The file at ``path`` was unlinked or renamed: close its descriptor
-        (now on the owner's thread, else in the owner loop's next turn)."""
+        """The file at ``path`` was unlinked or renamed, or found torn: close
+        its descriptor (now on the owner's thread, else in the owner loop's
+        next turn)."""
         if threading.get_ident() == self._owner:
             self._close(path)
             return
@@ -139,12 +134,6 @@ class OpenFiles:
                 self._loop.call_soon_threadsafe(self._drain)
             except RuntimeError:  # the loop is closed: nothing reads any more
                 pass
-
-    def discard(self, path: str) -> None:
-        """On the owner's thread: close the kept descriptor of ``path`` (a
-        caller found its file torn)."""
-        if threading.get_ident() == self._owner:
-            self._close(path)
 
     def close(self) -> None:
         """Close every kept descriptor (the owner's loop has stopped reading)."""
@@ -185,12 +174,23 @@ def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
     except OSError:
         return None
     try:
-        data = bytearray(size + 1 if exact else size)
-        if (size or exact) and os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
-            return None  # or partly in memory: the pool path reads the rest
-    except OSError:  # EAGAIN: not in memory; EOPNOTSUPP: no RWF_NOWAIT here
+        return _pread_now(fd, size, exact)
+    except OSError:  # EOPNOTSUPP: no RWF_NOWAIT here
         return None
     finally:
         os.close(fd)
+
+
+def _pread_now(fd: int, size: int, exact: bool) -> bytearray | None:
+    """The first ``size`` bytes of ``fd``'s file, read with ``RWF_NOWAIT``
+    (``exact``: one byte more, which must not come); None when they are not
+    all in memory or the size is off."""
+    data = bytearray(size + 1 if exact else size)
+    if size or exact:
+        try:
+            if os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
+                return None  # short, long, or partly in memory
+        except BlockingIOError:  # not in memory
+            return None
     del data[size:]
     return data

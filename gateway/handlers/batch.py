@@ -173,7 +173,7 @@ class _Layout:
             else:
                 meta = member.meta
                 assert meta is not None
-                head = _HEADERS.get(meta, _header) if member.key == meta.key else _header(meta, member.key)
+                head = _HEADERS.get(meta, _header)
                 size, step = meta.size, len(head) + meta.size + -meta.size % tar.BLOCK
             if run.pieces and run.size + step > RUN:
                 self.runs.append(run)
@@ -209,8 +209,9 @@ class _Layout:
         return buffer, views
 
 
-def _header(meta: ObjectMeta, name: str | None = None) -> bytes:
-    return tar.header(meta.key if name is None else name, meta.size, meta.last_modified_ms // 1000)
+def _header(meta: ObjectMeta) -> bytes:
+    """A member's tar header: the record's key (the key asked), size and mtime."""
+    return tar.header(meta.key, meta.size, meta.last_modified_ms // 1000)
 
 
 # A hot member's tar header, made once per object version and found again

@@ -19,6 +19,13 @@ def _open_count() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _bound(size: int) -> OpenFiles:
+    """Descriptors kept by the running loop's thread (called on the loop)."""
+    files = OpenFiles(size)
+    files.bind(asyncio.get_running_loop())
+    return files
+
+
 def _write(path: Path, data: bytes) -> str:
     path.write_bytes(data)
     return str(path)
@@ -26,8 +33,7 @@ def _write(path: Path, data: bytes) -> str:
 
 def test_the_owner_keeps_a_descriptor_and_closes_it_when_told(tmp_path: Path) -> None:
     async def main() -> None:
-        files = OpenFiles(8)
-        files.bind(asyncio.get_running_loop())
+        files = _bound(8)
         path = _write(tmp_path / "a", b"0123456789")
         assert files.read(path, 10, exact=True) == b"0123456789"
         assert len(files) == 1
@@ -42,8 +48,7 @@ def test_the_owner_keeps_a_descriptor_and_closes_it_when_told(tmp_path: Path) ->
 
 def test_other_threads_open_their_own_and_keep_nothing(tmp_path: Path) -> None:
     async def main() -> None:
-        files = OpenFiles(8)
-        files.bind(asyncio.get_running_loop())
+        files = _bound(8)
         path = _write(tmp_path / "a", b"abc")
         assert await asyncio.to_thread(files.read, path, 3, True) == b"abc"
         fd = await asyncio.to_thread(files.dup, path)
@@ -63,8 +68,7 @@ def test_unbound_reads_keep_nothing(tmp_path: Path) -> None:
 
 def test_at_most_size_are_kept_the_oldest_closed_first(tmp_path: Path) -> None:
     async def main() -> None:
-        files = OpenFiles(2)
-        files.bind(asyncio.get_running_loop())
+        files = _bound(2)
         paths = [_write(tmp_path / name, name.encode()) for name in "abc"]
         before = _open_count()
         for path in paths:
@@ -81,8 +85,7 @@ def test_at_most_size_are_kept_the_oldest_closed_first(tmp_path: Path) -> None:
 
 def test_a_file_that_reads_short_is_opened_again(tmp_path: Path) -> None:
     async def main() -> None:
-        files = OpenFiles(8)
-        files.bind(asyncio.get_running_loop())
+        files = _bound(8)
         path = _write(tmp_path / "a", b"0123456789")
         assert files.read(path, 10, exact=True) is not None
         os.truncate(path, 5)  # torn in place
@@ -97,8 +100,7 @@ def test_a_file_that_reads_short_is_opened_again(tmp_path: Path) -> None:
 
 def test_a_duplicate_outlives_the_kept_descriptor(tmp_path: Path) -> None:
     async def main() -> None:
-        files = OpenFiles(8)
-        files.bind(asyncio.get_running_loop())
+        files = _bound(8)
         path = _write(tmp_path / "a", b"abc")
         fd = files.dup(path)
         try:
@@ -159,8 +161,7 @@ def test_a_staged_file_removed_or_flushed_is_let_go(tmp_path: Path) -> None:
 
 def test_a_kept_files_size_is_known_once_read_or_noted(tmp_path: Path) -> None:
     async def main() -> None:
-        files = OpenFiles(8)
-        files.bind(asyncio.get_running_loop())
+        files = _bound(8)
         a, b = _write(tmp_path / "a", b"0123456789"), _write(tmp_path / "b", b"abc")
         assert files.size_of(a) is None
         assert files.read(a, 10, exact=True) is not None
@@ -173,7 +174,7 @@ def test_a_kept_files_size_is_known_once_read_or_noted(tmp_path: Path) -> None:
         await asyncio.to_thread(files.note_size, a, 99)  # only the owner notes
         assert files.size_of(a) == 10
         files.forget(a)
-        files.discard(b)
+        files.forget(b)
         assert files.size_of(a) is None and files.size_of(b) is None
 
     asyncio.run(main())
