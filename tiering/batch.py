@@ -132,8 +132,10 @@ class BatchReads:
         if len(keys) > HOT_OPEN:
             return await self.lookup(bucket, keys), None
         now = self._lookup_open_now(bucket, keys)
+        release: Callable[[int], None] = os.close  # a descriptor the pool opened is the batch's own
         if now is not None:
             found, files = now
+            release = self._hot.open_files.release  # on the loop: kept descriptors, held
         else:
             found, files = await _owned(pool.run(self._lookup_open_sync, bucket, keys),
                                         lambda result: _close_all(result[1]))
@@ -144,7 +146,7 @@ class BatchReads:
         # Members move the epoch readers of ``bucket`` if one is registered
         # now (an epoch registered while the batch is sent sees its later reads).
         observe = functools.partial(self._epochs.observe, bucket) if self._epochs.watching(bucket) else None
-        return found, HotBatch(members, files, tally, observe)
+        return found, HotBatch(members, files, tally, observe, release)
 
     def _lookup_open_now(
         self, bucket: str, keys: Sequence[str],
@@ -170,12 +172,14 @@ class BatchReads:
     def _open_pieces(self, found: list[ObjectMeta | TierstoreError], on_loop: bool) -> list[Pieces | None] | None:
         """Descriptors on every piece of every object of ``found`` (None
         for an error), or None (nothing left open) if one is larger than
-        SMALL_READ or not all hot: opens and an fstat each, in the pool or,
-        for files just used, on the loop. Cached extents are opened without
-        a hit (see :meth:`_read_group`), and counted as read."""
+        SMALL_READ or not all hot. On the loop, the kept descriptors, held
+        (``OpenFiles.hold``: no path walk, no system call once kept; an
+        ``fstat`` the first time); in the pool, an open and an fstat each.
+        Cached extents are opened without a hit (see :meth:`_read_group`),
+        and counted as read."""
         hot = self._hot
         kept = hot.open_files
-        dup = kept.dup  # on the loop, a kept descriptor's duplicate: no path walk
+        take, release = (kept.hold, kept.release) if on_loop else (_open, os.close)
         opened: list[Pieces | None] = []
         try:
             for meta in found:
@@ -192,7 +196,7 @@ class BatchReads:
                 for path, size, name in places:
                     if name is not None and not hot.is_cached(name):
                         raise _NotHot()
-                    fd = dup(path)
+                    fd = take(path)
                     pieces.append((fd, size))
                     if name is not None and kept.size_of(path) != size:  # not known yet: fstat it
                         if os.fstat(fd).st_size != size:
@@ -200,10 +204,10 @@ class BatchReads:
                             raise _NotHot()  # torn: read as a GET reads it, which drops it
                         kept.note_size(path, size)
         except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
-            _close_all(opened)
+            _close_all(opened, release)
             return None
         except BaseException:
-            _close_all(opened)
+            _close_all(opened, release)
             raise
         self._reader.hits += sum(1 for pieces in opened if pieces is not None)
         return opened
@@ -355,11 +359,15 @@ class HotBatch:
     worker from the files it opened (``gateway/worker.py``)."""
 
     def __init__(self, members: list[Member], files: list[Pieces | None], tally: ReadTally,
-                 observe: Callable[[str], None] | None = None) -> None:
+                 observe: Callable[[str], None] | None = None,
+                 release: Callable[[int], None] = os.close) -> None:
         self.members = members  # in order: ``meta`` or ``error`` set, never ``body``
         self._files = files  # per member, its open pieces (None for an error)
         self._tally = tally
         self._observe = observe  # a member's turn: the epoch readers move
+        # What is done with a descriptor once read: closed, or a kept
+        # one's hold released (``OpenFiles.release``, on the loop only).
+        self._release = release
         self._closed = False
 
     async def read(self, start: int, views: Sequence[memoryview | None]) -> None:
@@ -378,8 +386,8 @@ class HotBatch:
         hot batch of 64 KiB objects (docs/batch.md)."""
         if self._closed:
             raise RuntimeError("read of a closed batch")
-        files, members, observe = self._files, self.members, self._observe
-        later: list[tuple[Pieces, memoryview]] = []  # their descriptors are this call's to close
+        files, members, observe, release = self._files, self.members, self._observe, self._release
+        later: list[tuple[Pieces, memoryview]] = []  # their descriptors are this call's to release
         last = start + len(views) - 1
         step = 0
         try:
@@ -393,30 +401,32 @@ class HotBatch:
                 size = len(view)
                 self._tally.hot += size
                 done = size <= NOW_READ and _read_now(pieces, view)
-                files[i] = None  # closed below, or by ``later``'s reader
+                files[i] = None  # released below, or once ``later`` is read
                 if not done:
                     later.append((pieces, view))
                     continue
                 for fd, _ in pieces:
-                    os.close(fd)
+                    release(fd)
                 step += size
                 if step >= NOW_READ and i < last:
                     step = 0
                     await asyncio.sleep(0)  # others' turn on the loop
         except BaseException:
-            _close_all([pieces for pieces, _ in later])
+            _close_all([pieces for pieces, _ in later], release)
             raise
         if later:
-            # Not cancelled with this call: the pool closes the descriptors
-            # once it is done with them.
-            await asyncio.shield(pool.run(_read_into, later))
+            # Not cancelled with this call: the descriptors are released on
+            # the loop once the pool is done with them.
+            job = asyncio.ensure_future(pool.run(_read_into, later))
+            job.add_done_callback(lambda done: _released(done, later, release))
+            await asyncio.shield(job)
 
     def close(self) -> None:
         """Close the files of the members not read (those read are closed
         by their read)."""
         if not self._closed:
             self._closed = True
-            _close_all(self._files)
+            _close_all(self._files, self._release)
 
 
 def _read_now(pieces: Pieces, view: memoryview) -> bool:
@@ -437,22 +447,30 @@ def _read_now(pieces: Pieces, view: memoryview) -> bool:
 
 
 def _read_into(jobs: list[tuple[Pieces, memoryview]]) -> None:
-    """Blocking: each job's pieces, in order, into its view; then closes
-    them all, read or not."""
-    try:
-        for pieces, view in jobs:
-            at = 0
-            for fd, size in pieces:
-                HotTier.pread_into(fd, view[at:at + size])
-                at += size
-    finally:
-        _close_all([pieces for pieces, _ in jobs])
+    """Blocking: each job's pieces, in order, into its view."""
+    for pieces, view in jobs:
+        at = 0
+        for fd, size in pieces:
+            HotTier.pread_into(fd, view[at:at + size])
+            at += size
 
 
-def _close_all(files: list[Pieces | None] | None) -> None:
+def _released(done: asyncio.Future[None], jobs: list[tuple[Pieces, memoryview]],
+              release: Callable[[int], None]) -> None:
+    """On the loop, once the pool has read ``jobs``: their descriptors released."""
+    if not done.cancelled():
+        done.exception()  # retrieved: the caller, if it still waits, raises it
+    _close_all([pieces for pieces, _ in jobs], release)
+
+
+def _close_all(files: list[Pieces | None] | None, release: Callable[[int], None] = os.close) -> None:
     for pieces in files or ():
         for fd, _ in pieces or ():
-            os.close(fd)
+            release(fd)
+
+
+def _open(path: str) -> int:
+    return os.open(path, os.O_RDONLY)
 
 
 async def _owned(job: Awaitable[T], release: Callable[[T], None]) -> T:

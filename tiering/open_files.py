@@ -21,6 +21,13 @@ unlinks a file from another thread (an eviction, a flush, a delete), it
 says so (:meth:`forget`); the owner closes the descriptor in the loop's
 next turn, so the file's disk space is given back then, not when the
 descriptor would have aged out.
+
+A read that outlasts the loop's turn (a hot batch's members, read run by
+run while the tar is sent) holds the descriptors it needs (:meth:`hold`,
+:meth:`release`): a held descriptor forgotten, or pushed out by newer
+ones, is closed at its last release, not before. A hold is two dict
+operations where the duplicate it replaced cost a ``dup``, an ``ioctl``
+and a ``close`` (13 % of a hot batch's time in the app alone).
 """
 
 from __future__ import annotations
@@ -54,6 +61,8 @@ class OpenFiles:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gone: deque[str] = deque()  # forgotten by other threads, closed by the owner
         self._drain_due = False
+        self._held: dict[int, int] = {}  # descriptor -> holds not yet released
+        self._doomed: set[int] = set()  # held descriptors to close at their last release
 
     def __len__(self) -> int:
         return len(self._fds)
@@ -91,19 +100,33 @@ class OpenFiles:
             self._sizes[path] = size
         return data
 
-    def dup(self, path: str) -> int:
-        """A descriptor of the caller's own on the file at ``path`` (to
-        close when done): a duplicate of the kept one on the owner's
-        thread, a new open elsewhere. Raises OSError as ``os.open`` does."""
-        if threading.get_ident() != self._owner or not self._size:
-            return os.open(path, os.O_RDONLY)
+    def hold(self, path: str) -> int:
+        """On the owner's thread: the kept descriptor of the file at
+        ``path`` (opened and kept if it is not yet), open until
+        :meth:`release` even if the file is forgotten meanwhile. Raises
+        OSError as ``os.open`` does."""
         if self._gone:
             self._drain()
         fd = self._fds.get(path)
         if fd is None:
             fd = os.open(path, os.O_RDONLY)
-            self._keep(path, fd)
-        return os.dup(fd)
+            if self._size:
+                self._keep(path, fd)
+            else:  # nothing is kept: closed at its release
+                self._doomed.add(fd)
+        self._held[fd] = self._held.get(fd, 0) + 1
+        return fd
+
+    def release(self, fd: int) -> None:
+        """On the owner's thread: one :meth:`hold` of ``fd`` is over."""
+        left = self._held[fd] - 1
+        if left:
+            self._held[fd] = left
+            return
+        del self._held[fd]
+        if fd in self._doomed:
+            self._doomed.discard(fd)
+            os.close(fd)
 
     def size_of(self, path: str) -> int | None:
         """The size of the kept file at ``path`` if a read (or
@@ -114,7 +137,7 @@ class OpenFiles:
 
     def note_size(self, path: str, size: int) -> None:
         """On the owner's thread: the kept file at ``path`` is ``size`` bytes
-        (an ``fstat`` of a duplicate said so)."""
+        (an ``fstat`` of its held descriptor said so)."""
         if path in self._fds and threading.get_ident() == self._owner:
             self._sizes[path] = size
 
@@ -136,25 +159,25 @@ class OpenFiles:
                 pass
 
     def close(self) -> None:
-        """Close every kept descriptor (the owner's loop has stopped reading)."""
-        fds, self._fds = self._fds, {}
-        self._sizes.clear()
+        """Close every kept descriptor (the owner's loop has stopped
+        reading); a held one at its release."""
         self._gone.clear()
-        for fd in fds.values():
-            os.close(fd)
+        for path in list(self._fds):
+            self._close(path)
 
     def _keep(self, path: str, fd: int) -> None:
         if len(self._fds) >= self._size:
-            oldest = next(iter(self._fds))
-            os.close(self._fds.pop(oldest))
-            self._sizes.pop(oldest, None)
+            self._close(next(iter(self._fds)))  # the oldest
         self._fds[path] = fd
 
     def _close(self, path: str) -> None:
         fd = self._fds.pop(path, None)
         if fd is not None:
-            os.close(fd)
             self._sizes.pop(path, None)
+            if fd in self._held:
+                self._doomed.add(fd)
+            else:
+                os.close(fd)
 
     def _drain(self) -> None:
         self._drain_due = False

@@ -4,11 +4,13 @@ pool otherwise; the same members and bytes either way."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from tiering import batch as batch_module
 from tiering import pool
 from tiering.batch import HotBatch
 from tiering.errors import NoSuchKey
@@ -93,3 +95,59 @@ def test_hot_batch_with_a_record_not_cached_takes_the_pool(filled: Node, pool_ca
     members, _ = _read(node, KEYS[:2])
     assert members == [(k, _data(k)) for k in KEYS[:2]]
     assert pool_calls == ["_lookup_open_sync"]
+
+
+def _open_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_hot_batch_holds_kept_descriptors_through_an_eviction(filled: Node) -> None:
+    """Read on the loop, a hot batch holds the kept descriptors: a file
+    evicted between its lookup and its read still reads its bytes, and is
+    closed once read; nothing stays held."""
+    node = filled
+    hot = node.objects._batches._hot  # type: ignore[attr-defined]
+    _read(node, KEYS)  # records cached: the next batch is read on the loop
+    _read(node, KEYS)  # descriptors kept
+    kept = len(hot.open_files)
+    assert kept == len(KEYS)
+    before = _open_count()
+
+    async def read_after_forget() -> list[bytes]:
+        batch = await node.objects.batch("bkt", KEYS, False, ReadTally())
+        assert isinstance(batch, HotBatch)
+        for path in list(hot.open_files._fds):  # as an eviction's unlink tells it
+            hot.open_files.forget(path)
+        assert len(hot.open_files) == 0
+        views = [memoryview(bytearray(m.meta.size)) for m in batch.members]  # type: ignore[union-attr]
+        try:
+            await batch.read(0, views)
+        finally:
+            batch.close()
+        return [bytes(v) for v in views]
+
+    assert node.run(read_after_forget()) == [_data(k) for k in KEYS]  # type: ignore[attr-defined]
+    assert _open_count() == before - kept  # the forgotten ones closed at their release
+    assert _read(node, KEYS)[0] == [(k, _data(k)) for k in KEYS]  # kept again
+    assert _open_count() == before
+
+
+def test_hot_batch_read_by_the_pool_or_closed_unread_releases_its_holds(
+        filled: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    node = filled
+    _read(node, KEYS)
+    _read(node, KEYS)
+    before = _open_count()
+    monkeypatch.setattr(batch_module, "_read_now", lambda pieces, view: False)  # not in the page cache
+    assert _read(node, KEYS)[0] == [(k, _data(k)) for k in KEYS]
+    assert _open_count() == before
+
+    async def unread() -> None:
+        batch = await node.objects.batch("bkt", KEYS, False, ReadTally())
+        assert isinstance(batch, HotBatch)
+        batch.close()
+
+    node.run(unread())  # type: ignore[attr-defined]
+    hot = node.objects._batches._hot  # type: ignore[attr-defined]
+    assert hot.open_files._held == {}
+    assert _open_count() == before

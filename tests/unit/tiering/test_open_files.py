@@ -51,8 +51,6 @@ def test_other_threads_open_their_own_and_keep_nothing(tmp_path: Path) -> None:
         files = _bound(8)
         path = _write(tmp_path / "a", b"abc")
         assert await asyncio.to_thread(files.read, path, 3, True) == b"abc"
-        fd = await asyncio.to_thread(files.dup, path)
-        os.close(fd)
         assert len(files) == 0
 
     asyncio.run(main())
@@ -98,17 +96,53 @@ def test_a_file_that_reads_short_is_opened_again(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_duplicate_outlives_the_kept_descriptor(tmp_path: Path) -> None:
+def test_a_held_descriptor_outlives_forget_until_its_last_release(tmp_path: Path) -> None:
     async def main() -> None:
         files = _bound(8)
         path = _write(tmp_path / "a", b"abc")
-        fd = files.dup(path)
-        try:
-            files.forget(path)
-            assert len(files) == 0
-            assert os.pread(fd, 3, 0) == b"abc"
-        finally:
-            os.close(fd)
+        before = _open_count()
+        fd = files.hold(path)
+        assert files.hold(path) == fd  # the kept one, held twice
+        files.forget(path)  # unlinked meanwhile: no longer kept, still held
+        assert len(files) == 0
+        assert os.pread(fd, 3, 0) == b"abc"
+        files.release(fd)
+        assert os.pread(fd, 3, 0) == b"abc"  # one hold left
+        files.release(fd)
+        assert _open_count() == before  # closed at the last release
+
+    asyncio.run(main())
+
+
+def test_a_held_descriptor_pushed_out_or_closed_waits_for_its_release(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = _bound(1)
+        a, b = _write(tmp_path / "a", b"a"), _write(tmp_path / "b", b"b")
+        before = _open_count()
+        fd = files.hold(a)
+        assert files.read(b, 1, exact=True) == b"b"  # keeps b in a's place
+        assert len(files) == 1
+        assert os.pread(fd, 1, 0) == b"a"
+        files.release(fd)
+        assert _open_count() == before + 1  # b's, kept
+        fd = files.hold(b)
+        files.close()  # the loop has stopped: kept ones closed, a held one at its release
+        assert len(files) == 0 and os.pread(fd, 1, 0) == b"b"
+        files.release(fd)
+        assert _open_count() == before
+
+    asyncio.run(main())
+
+
+def test_holds_keep_nothing_when_nothing_is_to_be_kept(tmp_path: Path) -> None:
+    async def main() -> None:
+        files = _bound(0)
+        path = _write(tmp_path / "a", b"abc")
+        before = _open_count()
+        fd = files.hold(path)
+        assert len(files) == 0 and os.pread(fd, 3, 0) == b"abc"
+        files.release(fd)
+        assert _open_count() == before
 
     asyncio.run(main())
 
@@ -168,7 +202,7 @@ def test_a_kept_files_size_is_known_once_read_or_noted(tmp_path: Path) -> None:
         assert files.size_of(a) == 10
         files.note_size(b, 3)  # not kept: nothing to note
         assert files.size_of(b) is None
-        os.close(files.dup(b))
+        files.release(files.hold(b))
         files.note_size(b, 3)
         assert files.size_of(b) == 3
         await asyncio.to_thread(files.note_size, a, 99)  # only the owner notes
