@@ -51,6 +51,11 @@ class SignedClient:
     def put(self, bucket: str, key: str, data: bytes) -> int:
         return self._raw.request("PUT", bucket, key, data)[0]
 
+    def post(self, bucket: str, query: str, data: bytes) -> tuple[int, bytes]:
+        """``POST /{bucket}?{query}`` (names and values that need no escaping)."""
+        status, _, body = self._raw.request("POST", bucket, "", data, query=query)
+        return status, body
+
 
 class PlainClient:
     """Unsigned GETs of /bucket/key (nginx serving files), one connection

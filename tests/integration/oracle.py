@@ -95,8 +95,12 @@ class RawReader:
         key: str,
         body: bytes = b"",
         headers: dict[str, str] | None = None,
+        query: str = "",
     ) -> tuple[int, dict[str, str], bytes]:
-        path = "/" + bucket + "/" + quote(key, safe="/-_.~")
+        """One signed request; ``key`` "" is the bucket itself. ``query``:
+        names and values that need no escaping (``batch``, ``a=1&b``)."""
+        path = "/" + bucket + ("/" + quote(key, safe="/-_.~") if key else "")
+        params = sorted(p if "=" in p else p + "=" for p in query.split("&")) if query else []
         payload = _EMPTY_SHA256 if not body else hashlib.sha256(body).hexdigest()
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         scope = f"{amz_date[:8]}/{self.region}/s3/aws4_request"
@@ -105,7 +109,7 @@ class RawReader:
             [
                 method,
                 path,
-                "",
+                "&".join(params),
                 f"host:{self.host}\nx-amz-content-sha256:{payload}\nx-amz-date:{amz_date}\n",
                 signed,
                 payload,
@@ -130,7 +134,7 @@ class RawReader:
         for attempt in (1, 2):
             conn = self._conn()
             try:
-                conn.request(method, path, body=body or None, headers=all_headers)
+                conn.request(method, path + ("?" + query if query else ""), body=body or None, headers=all_headers)
                 resp = conn.getresponse()
                 data = resp.read()
                 return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
