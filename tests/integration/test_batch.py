@@ -11,6 +11,7 @@ import socket
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import boto3
@@ -197,6 +198,25 @@ def test_client_helpers(gateway: Gateway, bucket: str, filled: dict[str, bytes])
     assert len(dataset) == len(filled)
     assert dataset.__getitems__([3, 0, 3]) == [filled[sorted(filled)[i]] for i in (3, 0, 3)]
     assert dataset[1] == filled[sorted(filled)[1]]
+
+
+def test_client_connections_interleaved_stopped_early_and_shared_by_threads(
+        gateway: Gateway, bucket: str, filled: dict[str, bytes]) -> None:
+    """A batch's response is read as the caller iterates: two batches read
+    in step from one thread each have a connection; one left half read does
+    not spoil the next batch; threads share a client."""
+    keys = sorted(filled)
+    with client_of(gateway) as batches:
+        a, b = batches.get_batch(bucket, keys), batches.get_batch(bucket, keys[::-1])
+        assert [(x, y) for x, y in zip(a, b, strict=True)] == list(zip(
+            [(k, filled[k]) for k in keys], [(k, filled[k]) for k in keys[::-1]], strict=True))
+        stopped = batches.get_batch(bucket, keys)
+        assert next(stopped) == (keys[0], filled[keys[0]])
+        stopped.close()  # the rest unread: its connection is closed, not kept
+        assert list(batches.get_batch(bucket, keys[:3])) == [(k, filled[k]) for k in keys[:3]]
+        with ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda i: list(batches.get_batch(bucket, keys[i:i + 5])), range(8)))
+        assert got == [[(k, filled[k]) for k in keys[i:i + 5]] for i in range(8)]
 
 
 # -- the same rules as GET ----------------------------------------------------------
