@@ -12,8 +12,9 @@ installed with apt-get.
      still cached. In a shuffled order: the gateway's single-GET epoch with
      ``--readers`` (16) lean readers (one keep-alive connection each, SigV4
      by a cached key), its batched epoch (``POST ?batch`` of ``--batch``
-     (64) keys from ``--threads`` (4) threads, a lean client each: botocore's
-     signer, http.client and a 30-line tar reader), nginx-local's single-GET
+     (64) keys from ``--threads`` (4) threads, a lean client each: signed as
+     the single-GET readers sign, http.client, and a 30-line tar reader
+     whose members are views of the response), nginx-local's single-GET
      epoch with 16 readers. Objects/s and the server's CPU per object from
      /proc, in rounds (``--rounds``, 2) that alternate the three. With
      ``--old PATH`` (another checkout, e.g. a ``git worktree`` of the
@@ -35,7 +36,7 @@ installed with apt-get.
      the shuffled order; store GETs counted by the proxy.
   3. a data set of ``--samples`` (1,000) samples of 110 KiB, hot, read as a
      training job would: one GET per sample (16 lean readers),
-     ``BatchDataset.__getitems__`` (the package's client: httpx and tarfile)
+     ``BatchDataset.__getitems__`` (the package's client)
      with batches of ``--batch`` from 4 threads, WebDataset over
      ``virtual_shards`` URLs (``--shard-samples`` (64) a shard), and
      WebDataset over real tar shards of the same samples served by the
