@@ -558,8 +558,7 @@ class S3Store:
         aborted = 0
         kw: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
         while True:
-            page = await self._uploads_page(self.prefix, **kw)
-            self.stats.lists += 1
+            page = await self._uploads_page(self.prefix, **kw)  # counted, as the aborts are, by _call
             for upload in page.get("Uploads", ()):
                 try:
                     await self._call(
@@ -568,7 +567,6 @@ class S3Store:
                     )
                 except CapacityNotFound:
                     pass  # completed or aborted meanwhile
-                self.stats.deletes += 1
                 aborted += 1
             if not page.get("IsTruncated"):
                 return aborted
