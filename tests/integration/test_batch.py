@@ -174,6 +174,10 @@ def test_presigned_manifest_reads(gateway: Gateway, s3, bucket: str, filled: dic
         got = list(batches.read_url(batches.presign_batch(bucket, "m2")))
         assert got[0] == ("img/001.jpg", filled["img/001.jpg"])
         assert isinstance(got[1][1], BatchError) and got[1][1].code == "NoSuchKey"
+        # A URL presigned for another endpoint's name is read on a connection of its own.
+        other = BatchClient(gateway.endpoint.replace("127.0.0.1", "localhost"), ACCESS_KEY, SECRET_KEY, "us-east-1")
+        with other:
+            assert list(batches.read_url(other.presign_batch(bucket, "m2")))[0] == got[0]
         # The signature covers ?batch: the same URL without it is refused...
         check_error(httpx.get(url.replace("batch=&", "").replace("?batch=", "?")), 403, "SignatureDoesNotMatch")
         # ... and an expired one too.
