@@ -129,7 +129,10 @@ def _exactly(read: Callable[[int], bytes], size: int) -> bytes:
 class _Connections:
     """Keep-alive connections to one endpoint; the idle ones are kept per
     thread (a connection carries one response at a time, and a batch's
-    response is read while the caller iterates)."""
+    response is read while the caller iterates) and per process: a
+    DataLoader's workers are forked with the data set, and a connection
+    the parent opened is the parent's (two processes reading one socket
+    would each get pieces of the other's answers)."""
 
     IDLE = 4  # idle connections kept per thread, at most
 
@@ -141,11 +144,18 @@ class _Connections:
         self._kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         self._host, self._port = url.hostname, url.port
         self._timeout = timeout
+        self._forked()
+
+    def _forked(self) -> None:
+        """Start afresh in this process: what was inherited is left alone."""
+        self._pid = os.getpid()
         self._local = threading.local()
         self._all: set[http.client.HTTPConnection] = set()  # to close them all, whichever thread holds them
         self._lock = threading.Lock()
 
     def _idle(self) -> list[http.client.HTTPConnection]:
+        if self._pid != os.getpid():
+            self._forked()
         idle = getattr(self._local, "idle", None)
         if idle is None:
             idle = self._local.idle = []
@@ -189,6 +199,9 @@ class _Connections:
             self._all.discard(conn)
 
     def close(self) -> None:
+        if self._pid != os.getpid():  # the parent's connections are the parent's to close
+            self._forked()
+            return
         with self._lock:
             conns, self._all = self._all, set()
         for conn in conns:

@@ -177,7 +177,8 @@ def test_presigned_manifest_reads(gateway: Gateway, s3, bucket: str, filled: dic
         # A URL presigned for another endpoint's name is read on a connection of its own.
         other = BatchClient(gateway.endpoint.replace("127.0.0.1", "localhost"), ACCESS_KEY, SECRET_KEY, "us-east-1")
         with other:
-            assert list(batches.read_url(other.presign_batch(bucket, "m2")))[0] == got[0]
+            first, _ = batches.read_url(other.presign_batch(bucket, "m2"))
+            assert first == got[0]
         # The signature covers ?batch: the same URL without it is refused...
         check_error(httpx.get(url.replace("batch=&", "").replace("?batch=", "?")), 403, "SignatureDoesNotMatch")
         # ... and an expired one too.
@@ -221,6 +222,35 @@ def test_client_connections_interleaved_stopped_early_and_shared_by_threads(
         with ThreadPoolExecutor(4) as pool:
             got = list(pool.map(lambda i: list(batches.get_batch(bucket, keys[i:i + 5])), range(8)))
         assert got == [[(k, filled[k]) for k in keys[i:i + 5]] for i in range(8)]
+
+
+def test_a_forked_data_set_opens_connections_of_its_own(
+        gateway: Gateway, bucket: str, filled: dict[str, bytes]) -> None:
+    """As a DataLoader's workers are forked with the data set: the child
+    does not read on the parent's connection, and both read right."""
+    keys = sorted(filled)
+    dataset = BatchDataset(bucket, keys, endpoint_url=gateway.endpoint, access_key=ACCESS_KEY,
+                           secret_key=SECRET_KEY)
+    want = [filled[k] for k in keys]
+    assert dataset.__getitems__(range(len(keys))) == want  # the parent's connection, kept idle
+    parent = {conn.sock.getsockname() for conn in dataset._client._conns._all}  # type: ignore[union-attr]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report and leave at once, whatever happens
+        ok = False
+        try:
+            ok = dataset.__getitems__(range(len(keys))) == want and not parent & {
+                conn.sock.getsockname() for conn in dataset._client._conns._all}  # type: ignore[union-attr]
+        finally:
+            os.write(write_end, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write_end)
+    try:
+        assert dataset.__getitems__(range(len(keys))) == want
+        assert os.read(read_end, 1) == b"1"
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
 
 
 # -- the same rules as GET ----------------------------------------------------------
