@@ -140,7 +140,7 @@ class _Connections:
         url = urlsplit(endpoint)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) endpoint: {endpoint!r}")
-        self.origin = f"{url.scheme}://{url.netloc}"
+        self.origin = _origin(endpoint)
         self._kind = http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
         self._host, self._port = url.hostname, url.port
         self._timeout = timeout
@@ -178,6 +178,17 @@ class _Connections:
                 if fresh:
                     raise
 
+    def call(self, method: str, target: str, headers: dict[str, str], body: bytes) -> tuple[int, bytes]:
+        """A request whose answer is read whole: its status and body."""
+        conn, response = self.request(method, target, headers, body)
+        try:
+            data = response.read()
+        except BaseException:
+            self.drop(conn)
+            raise
+        self.done(conn, response)
+        return response.status, data
+
     def _new(self) -> http.client.HTTPConnection:
         conn = self._kind(self._host, self._port, timeout=self._timeout)
         with self._lock:
@@ -209,11 +220,17 @@ class _Connections:
         self._local = threading.local()
 
 
-def _failed(response: http.client.HTTPResponse) -> RequestFailed:
-    text = response.read().decode("utf-8", "replace")
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _failed(status: int, data: bytes) -> RequestFailed:
+    """The S3 error answer ``data`` as an exception."""
+    text = data.decode("utf-8", "replace")
     code = text.split("<Code>", 1)[-1].split("</Code>", 1)[0] if "<Code>" in text else "Unknown"
     message = text.split("<Message>", 1)[-1].split("</Message>", 1)[0] if "<Message>" in text else text
-    return RequestFailed(response.status, code, message)
+    return RequestFailed(status, code, message)
 
 
 class BatchClient:
@@ -275,12 +292,10 @@ class BatchClient:
 
     def read_url(self, url: str) -> Iterator[tuple[str, bytes | BatchError]]:
         """The members of a presigned ``?batch`` URL (see :meth:`virtual_shards`)."""
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        if origin == self._conns.origin:
+        if _origin(url) == self._conns.origin:
             yield from self._members(self._conns, "GET", url)
             return
-        conns = _Connections(origin, self._timeout)  # another endpoint's URL: a connection of its own
+        conns = _Connections(url, self._timeout)  # another endpoint's URL: a connection of its own
         try:
             yield from self._members(conns, "GET", url)
         finally:
@@ -295,9 +310,9 @@ class BatchClient:
         finished = False  # the response read to its end
         try:
             if response.status != 200:
-                failed = _failed(response)
+                data = response.read()
                 finished = True
-                raise failed
+                raise _failed(response.status, data)
             yield from read_tar(response.read)
             response.read()  # what follows the end blocks: nothing, or a chunked stream's last chunk
             finished = True
@@ -313,16 +328,9 @@ class BatchClient:
             raise ValueError("a manifest cannot list a key with a line break; use get_batch")
         body = "".join(f"{k}\n" for k in keys).encode("utf-8")
         url = self._url(bucket, key)
-        conn, response = self._conns.request("PUT", urlsplit(url).path, self._signed("PUT", url, body), body)
-        try:
-            failed = _failed(response) if response.status != 200 else None
-            response.read()
-        except BaseException:
-            self._conns.drop(conn)
-            raise
-        self._conns.done(conn, response)
-        if failed is not None:
-            raise failed
+        status, data = self._conns.call("PUT", urlsplit(url).path, self._signed("PUT", url, body), body)
+        if status != 200:
+            raise _failed(status, data)
 
     def presign_batch(self, bucket: str, manifest: str, expires: int = 3600) -> str:
         """A presigned ``GET /{bucket}/{manifest}?batch`` URL, valid ``expires`` seconds."""

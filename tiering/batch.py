@@ -53,6 +53,7 @@ from tiering.index import Index
 from tiering.memo import ByIdentity
 from tiering.meta import Extent, ObjectMeta
 from tiering.names import check_key
+from tiering.open_files import open_sized
 from tiering.prefetch import BULK_GAP, BULK_SPAN
 from tiering.reads import NOW_READ, SMALL_READ, Body, ReadPlan, ReadTally
 
@@ -172,14 +173,14 @@ class BatchReads:
     def _open_pieces(self, found: list[ObjectMeta | TierstoreError], on_loop: bool) -> list[Pieces | None] | None:
         """Descriptors on every piece of every object of ``found`` (None
         for an error), or None (nothing left open) if one is larger than
-        SMALL_READ or not all hot. On the loop, the kept descriptors, held
-        (``OpenFiles.hold``: no path walk, no system call once kept; an
-        ``fstat`` the first time); in the pool, an open and an fstat each.
-        Cached extents are opened without a hit (see :meth:`_read_group`),
-        and counted as read."""
+        SMALL_READ or not all hot, or a cached extent's file is torn. On the
+        loop, the kept descriptors, held (``OpenFiles.hold``: no path walk,
+        no system call once kept and sized); in the pool, an open and an
+        fstat each. Cached extents are opened without a hit (see
+        :meth:`_read_group`), and counted as read."""
         hot = self._hot
         kept = hot.open_files
-        take, release = (kept.hold, kept.release) if on_loop else (_open, os.close)
+        take, release = (kept.hold, kept.release) if on_loop else (open_sized, os.close)
         opened: list[Pieces | None] = []
         try:
             for meta in found:
@@ -196,14 +197,9 @@ class BatchReads:
                 for path, size, name in places:
                     if name is not None and not hot.is_cached(name):
                         raise _NotHot()
-                    fd = take(path)
-                    pieces.append((fd, size))
-                    if name is not None and kept.size_of(path) != size:  # not known yet: fstat it
-                        if os.fstat(fd).st_size != size:
-                            kept.forget(path)
-                            raise _NotHot()  # torn: read as a GET reads it, which drops it
-                        kept.note_size(path, size)
-        except (_NotHot, OSError):  # gone, or out of descriptors: a streamed batch opens one at a time
+                    # A cached extent's file is checked for its size (torn by a crash?).
+                    pieces.append((take(path, None if name is None else size), size))
+        except (_NotHot, OSError):  # gone, torn, or out of descriptors: a streamed batch opens one at a time
             _close_all(opened, release)
             return None
         except BaseException:
@@ -422,8 +418,8 @@ class HotBatch:
             await asyncio.shield(job)
 
     def close(self) -> None:
-        """Close the files of the members not read (those read are closed
-        by their read)."""
+        """Release the files of the members not read (those read were
+        released by their read)."""
         if not self._closed:
             self._closed = True
             _close_all(self._files, self._release)
@@ -467,10 +463,6 @@ def _close_all(files: list[Pieces | None] | None, release: Callable[[int], None]
     for pieces in files or ():
         for fd, _ in pieces or ():
             release(fd)
-
-
-def _open(path: str) -> int:
-    return os.open(path, os.O_RDONLY)
 
 
 async def _owned(job: Awaitable[T], release: Callable[[T], None]) -> T:

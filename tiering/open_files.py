@@ -56,7 +56,7 @@ class OpenFiles:
     def __init__(self, size: int) -> None:
         self._size = size
         self._fds: dict[str, int] = {}
-        self._sizes: dict[str, int] = {}  # a kept file's size, once a read or an fstat showed it
+        self._sizes: dict[str, int] = {}  # a kept file's size, once a read or a hold's fstat showed it
         self._owner: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gone: deque[str] = deque()  # forgotten by other threads, closed by the owner
@@ -100,11 +100,14 @@ class OpenFiles:
             self._sizes[path] = size
         return data
 
-    def hold(self, path: str) -> int:
+    def hold(self, path: str, size: int | None = None) -> int:
         """On the owner's thread: the kept descriptor of the file at
         ``path`` (opened and kept if it is not yet), open until
-        :meth:`release` even if the file is forgotten meanwhile. Raises
-        OSError as ``os.open`` does."""
+        :meth:`release` even if the file is forgotten meanwhile. With
+        ``size``, the file must be that long (:func:`open_sized`), checked
+        once per kept descriptor: a kept file does not change. Raises
+        OSError as ``os.open`` does, TornFile for another size (the file
+        is let go)."""
         if self._gone:
             self._drain()
         fd = self._fds.get(path)
@@ -114,6 +117,16 @@ class OpenFiles:
                 self._keep(path, fd)
             else:  # nothing is kept: closed at its release
                 self._doomed.add(fd)
+        if size is not None and self._sizes.get(path) != size:
+            if os.fstat(fd).st_size != size:
+                if fd in self._doomed:  # not kept, not held: ours alone
+                    self._doomed.discard(fd)
+                    os.close(fd)
+                else:
+                    self._close(path)
+                raise TornFile(path)
+            if path in self._fds:
+                self._sizes[path] = size
         self._held[fd] = self._held.get(fd, 0) + 1
         return fd
 
@@ -127,19 +140,6 @@ class OpenFiles:
         if fd in self._doomed:
             self._doomed.discard(fd)
             os.close(fd)
-
-    def size_of(self, path: str) -> int | None:
-        """The size of the kept file at ``path`` if a read (or
-        :meth:`note_size`) showed it: a kept file does not change, so a
-        caller that checks sizes need not ``fstat`` it again. None on
-        another thread than the owner's (its descriptors are its own)."""
-        return self._sizes.get(path) if threading.get_ident() == self._owner else None
-
-    def note_size(self, path: str, size: int) -> None:
-        """On the owner's thread: the kept file at ``path`` is ``size`` bytes
-        (an ``fstat`` of its held descriptor said so)."""
-        if path in self._fds and threading.get_ident() == self._owner:
-            self._sizes[path] = size
 
     def forget(self, path: str) -> None:
         """The file at ``path`` was unlinked or renamed, or found torn: close
@@ -184,6 +184,21 @@ class OpenFiles:
         gone = self._gone
         while gone:
             self._close(gone.popleft())
+
+
+class TornFile(OSError):
+    """A hot-tier file of another size than its record says (torn by a
+    crash): read as a GET reads it, which drops it."""
+
+
+def open_sized(path: str, size: int | None = None) -> int:
+    """A descriptor of the caller's own on the file at ``path``, which must
+    be ``size`` bytes long if given (else TornFile, nothing left open)."""
+    fd = os.open(path, os.O_RDONLY)
+    if size is not None and os.fstat(fd).st_size != size:
+        os.close(fd)
+        raise TornFile(path)
+    return fd
 
 
 def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:

@@ -151,3 +151,34 @@ def test_hot_batch_read_by_the_pool_or_closed_unread_releases_its_holds(
     hot = node.objects._batches._hot  # type: ignore[attr-defined]
     assert hot.open_files._held == {}
     assert _open_count() == before
+
+
+def test_a_torn_cached_file_is_no_hot_batch_and_reads_right(filled: Node) -> None:
+    """A cached extent's file of another size (torn by a crash) is refused
+    by the hot batch's size check, in the pool and on the loop: the batch
+    is streamed, and its member read as a GET reads it."""
+    node = filled
+    node.run(node.tiers.flush())  # type: ignore[attr-defined]
+    hot = node.objects._batches._hot  # type: ignore[attr-defined]
+    index = node.objects._index  # type: ignore[attr-defined]
+
+    def tear(key: str) -> None:
+        (chunk,) = index.get_object("bkt", key).chunks
+        os.truncate(hot.cache_path(chunk.extent.cache_name), 10)
+
+    async def streamed(keys: list[str]) -> list[tuple[str, bytes]]:
+        members = await node.objects.batch("bkt", keys, False, ReadTally())
+        assert not isinstance(members, HotBatch)
+        return [(m.key, m.body) async for m in members]  # type: ignore[misc]
+
+    tear(KEYS[1])  # records not cached yet: the pool opens and checks
+    assert node.run(streamed(KEYS)) == [(k, _data(k)) for k in KEYS]  # type: ignore[attr-defined]
+    assert not hot.is_cached(index.get_object("bkt", KEYS[1]).chunks[0].extent.cache_name)  # dropped
+    whole = [k for k in KEYS if k != KEYS[1]]
+    _read(node, whole)
+    assert _read(node, whole)[0] == [(k, _data(k)) for k in whole]  # kept now, on the loop
+    for path in list(hot.open_files._fds):  # let go, as an eviction's unlink does
+        hot.open_files.forget(path)
+    tear(KEYS[2])  # the loop opens it anew and checks it
+    assert node.run(streamed(whole)) == [(k, _data(k)) for k in whole]  # type: ignore[attr-defined]
+    assert not hot.is_cached(index.get_object("bkt", KEYS[2]).chunks[0].extent.cache_name)

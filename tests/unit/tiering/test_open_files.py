@@ -10,9 +10,11 @@ import os
 import threading
 from pathlib import Path
 
+import pytest
+
 from tiering.digests import Digests
 from tiering.hot import HotTier
-from tiering.open_files import OpenFiles
+from tiering.open_files import OpenFiles, TornFile, open_sized
 
 
 def _open_count() -> int:
@@ -193,22 +195,44 @@ def test_a_staged_file_removed_or_flushed_is_let_go(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_kept_files_size_is_known_once_read_or_noted(tmp_path: Path) -> None:
+def test_a_kept_files_size_is_checked_once_read_or_held(tmp_path: Path) -> None:
+    """A kept file does not change: its size, once a read or a hold's fstat
+    showed it, is not looked at again until the file is let go; a file of
+    another size is refused (TornFile) and nothing of it stays open."""
+
     async def main() -> None:
         files = _bound(8)
         a, b = _write(tmp_path / "a", b"0123456789"), _write(tmp_path / "b", b"abc")
-        assert files.size_of(a) is None
-        assert files.read(a, 10, exact=True) is not None
-        assert files.size_of(a) == 10
-        files.note_size(b, 3)  # not kept: nothing to note
-        assert files.size_of(b) is None
-        files.release(files.hold(b))
-        files.note_size(b, 3)
-        assert files.size_of(b) == 3
-        await asyncio.to_thread(files.note_size, a, 99)  # only the owner notes
-        assert files.size_of(a) == 10
-        files.forget(a)
-        files.forget(b)
-        assert files.size_of(a) is None and files.size_of(b) is None
+        torn = _write(tmp_path / "torn", b"abc")
+        before = _open_count()
+        assert files.read(a, 10, exact=True) is not None  # shown by a read
+        os.truncate(a, 4)  # not looked at again
+        files.release(files.hold(a, 10))
+        files.release(files.hold(b, 3))  # shown by the hold's fstat
+        os.truncate(b, 1)
+        files.release(files.hold(b, 3))
+        with pytest.raises(TornFile):
+            files.hold(torn, 99)
+        assert len(files) == 2 and _open_count() == before + 2
+        files.forget(a)  # let go: opened and checked anew
+        with pytest.raises(TornFile):
+            files.hold(a, 10)
+        assert len(files) == 1 and _open_count() == before + 1
+        unkept = _bound(0)
+        with pytest.raises(TornFile):
+            unkept.hold(torn, 99)
+        assert _open_count() == before + 1
 
     asyncio.run(main())
+
+
+def test_open_sized_opens_a_descriptor_of_ones_own_or_nothing(tmp_path: Path) -> None:
+    path = _write(tmp_path / "a", b"abc")
+    before = _open_count()
+    fd = open_sized(path, 3)
+    assert os.pread(fd, 3, 0) == b"abc"
+    os.close(fd)
+    os.close(open_sized(path))
+    with pytest.raises(TornFile):
+        open_sized(path, 4)
+    assert _open_count() == before
