@@ -97,7 +97,7 @@ def main() -> None:
         return
     import _common  # noqa: F401
 
-    from gateway import listener
+    from gateway import listener, process
     from gateway.config import Config
 
     directory = Path(sys.argv[sys.argv.index("--files") + 1])
@@ -109,7 +109,7 @@ def main() -> None:
         async with listener.running(server, listener.listen("127.0.0.1", port, "floor"), "floor"):
             await asyncio.Event().wait()
 
-    listener.run_loop(serve())
+    process.run_loop(serve())
 
 
 if __name__ == "__main__":

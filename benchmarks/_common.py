@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -30,7 +29,6 @@ import boto3
 import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.utils import parse_timestamp
-from delay_proxy import DelayProxy
 
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, free_ports, stop_process, wait_http
 
@@ -138,30 +136,6 @@ def moto_server() -> Iterator[tuple[str, int]]:
         yield endpoint, proc.pid
     finally:
         stop_process(proc, timeout=15)
-
-
-@dataclass(frozen=True)
-class DelayedMoto:
-    """moto's S3 server and the delay proxy in front of it."""
-
-    endpoint: str  # moto itself: set-up traffic, without the delay
-    pid: int
-    proxy: DelayProxy  # proxy.endpoint: the capacity store, and reads that pay the delay
-
-
-@contextlib.contextmanager
-def delayed_moto(latency_ms: float, buckets: Sequence[str] = ()) -> Iterator[DelayedMoto]:
-    """moto (``capacity.moto_store``: ranged GETs read only the range, the
-    capacity bucket made) behind a ``delay_proxy.DelayProxy`` that adds
-    ``latency_ms`` to every request, half each way; ``buckets`` made in it too."""
-    from capacity import moto_client, moto_store  # capacity imports this module
-
-    with moto_store() as (port, pid), DelayProxy(port) as proxy:
-        endpoint = f"http://127.0.0.1:{port}"
-        for bucket in buckets:
-            moto_client(endpoint).create_bucket(Bucket=bucket)
-        proxy.delay_s = latency_ms / 2000
-        yield DelayedMoto(endpoint, pid, proxy)
 
 
 def fast_timestamp(value: object) -> datetime:

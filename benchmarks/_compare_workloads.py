@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from _common import percentile, process_cpu  # first: puts the repo root on sys.path
 from _compare_client import list_keys
-from epoch import read_epoch
+from _epoch_workload import read_epoch
 
 MiB = 1024**2
 

@@ -50,12 +50,12 @@ from _compare_peers import MOTO_KEY, RcloneStore
 
 from gateway.app import S3App
 from gateway.config import Config
-from gateway.listener import tune_gc, tune_malloc
+from gateway.process import tune_gc, tune_malloc
 from gateway.node import Node
-from tiering import sigv4
-from tiering.inputs import Integrity, NewObject
+from tiering.capacity import sigv4
+from tiering.model.inputs import Integrity, NewObject
 from tiering.meta import Mount, now_ms
-from tiering.sigv4 import EMPTY_SHA256
+from tiering.capacity.sigv4 import EMPTY_SHA256
 
 BUCKET = "app-cpu"
 

@@ -1,7 +1,7 @@
 """Batch GET (docs/batch.md) side by side with single GETs, in one run.
 
 Started on 127.0.0.1, each stopped by its PID at the end (also on Ctrl-C
-or SIGTERM), temp dirs removed: moto's S3 server (``capacity.serve_moto``)
+or SIGTERM), temp dirs removed: moto's S3 server (``_moto.serve_moto``)
 behind ``delay_proxy.DelayProxy`` adding ``--latency-ms`` (20) to every
 request, half each way, and counting them; the gateway, a managed bucket
 whose capacity store is that delayed moto; nginx-local (nginx serving the
@@ -68,21 +68,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
-import _common  # first: puts the repo root on sys.path
 import boto3
 from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, run_and_report, table, temp_dir
 from _compare_client import PlainClient, SignedClient
 from _compare_peers import NginxLocal
 from _compare_workloads import cpu_meter, epoch
+from _epoch_workload import Admin, body_of, checker, key_of
+from _moto import moto_store, s3_capacity_args
 from ab import bare_app
 from botocore.config import Config as BotoConfig
-from capacity import moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
-from epoch import Admin, body_of, checker, key_of
 
 from gateway.batch_client import BatchClient, BatchDataset
 from tests.servers import children
-from tiering.order import shuffled
+from tiering.prefetch.order import shuffled
 
 KiB, MiB = 1024, 1024**2
 BUCKET = "data"

@@ -31,10 +31,11 @@ from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 from botocore.exceptions import ClientError
-from _common import client, delayed_moto, machine, table, temp_dir, write_results
-from capacity import gateway, log, s3_capacity_args
+from _common import client, machine, table, temp_dir, write_results
+from _moto import delayed_moto, s3_capacity_args
+from capacity import gateway, log
 
-from gateway.config import parse_size
+from gateway.sizes import parse_size
 from tests.servers import Gateway
 
 MODES = ("one writer", "a writer per bucket")

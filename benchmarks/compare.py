@@ -4,7 +4,7 @@ pick, in one run, over the same capacity store ``--latency-ms`` away.
 Started on 127.0.0.1, each stopped by its PID at the end (also on Ctrl-C or
 SIGTERM), temp dirs removed:
 
-  store        moto's S3 server (``capacity.serve_moto``: ranged GETs read
+  store        moto's S3 server (``_moto.serve_moto``: ranged GETs read
                only the range), or with ``--store rclone`` ``rclone serve s3``
                of a directory (a faster S3 server: Go, keep-alive; nginx-cache
                and JuiceFS are then left out), behind
@@ -28,7 +28,7 @@ SIGTERM), temp dirs removed:
 Workloads (``--quick`` sizes in parentheses):
 
   1. an epoch of ``--objects`` 64 KiB objects (4,000; 1,000) in a shuffled
-     order (``tiering.order.shuffled``), ``--readers`` (16) threads with a
+     order (``tiering.prefetch.order.shuffled``), ``--readers`` (16) threads with a
      lean client each (one keep-alive connection, SigV4 by a cached key,
      whichever server it reads: nginx ignores the signature, and every
      server is read by the same client): objects/s, MiB/s, p50/p99,
@@ -66,13 +66,13 @@ from _compare_client import SignedClient
 from _compare_peers import JuiceFS, NginxCache, NginxLocal, Peer, Rclone, RcloneStore
 from _compare_workloads import epoch, ingest, listing, random_ranges, ranged_gets, whole_get
 from _compare_wrk import ensure_wrk, presigned_get, server_efficiency
-from capacity import CAPACITY_BUCKET, moto_client, moto_store, s3_capacity_args
+from _epoch_workload import Admin, body_of, checker, key_of
+from _moto import CAPACITY_BUCKET, moto_client, moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
-from epoch import Admin, body_of, checker, key_of
 
 from gateway.hints import Hints
 from tests.servers import ADMIN_TOKEN, children
-from tiering.order import shuffled
+from tiering.prefetch.order import shuffled
 
 KiB, MiB = 1024, 1024**2
 BUCKET = "data"  # in tierstore, in moto (moto direct, nginx-cache, rclone), in JuiceFS

@@ -2,13 +2,13 @@
 the capacity store ``--latency-ms`` away.
 
 One moto S3 server (with ranged GETs that read only the range, see
-``capacity.serve_moto``) sits behind ``delay_proxy.py``, which adds
+``_moto.serve_moto``) sits behind ``delay_proxy.py``, which adds
 ``--latency-ms`` (20) to every request, half each way. The data set,
 ``--objects`` random objects of ``--size`` bytes (20,000 of 64 KiB), is
 written twice: straight into moto (``s3://source/``, one object per key) and
 through the gateway into a managed bucket whose capacity store is moto behind
 the proxy, then flushed and evicted. Each epoch reads every object once, in
-a new order (``tiering.order.shuffled`` of the keys with the epoch's seed),
+a new order (``tiering.prefetch.order.shuffled`` of the keys with the epoch's seed),
 from ``--readers`` (8) threads with a boto3 client each: reader r reads
 positions r, r + 8, r + 16, ... of the order.
 
@@ -28,6 +28,9 @@ Hit ratios: the gateway's ``/stats`` (objects served from the hot tier) as a
 delta over the epoch; for hinted epochs also the epoch's own ``GET
 /epochs/{id}`` (a hit: the whole object hot when its GET began).
 
+The data set and reading an epoch: ``_epoch_workload.py``; the report:
+``_epoch_report.py``.
+
 Run:  .venv/bin/python benchmarks/epoch.py [--quick] [--objects 20000] [--latency-ms 20]
 """
 
@@ -37,212 +40,45 @@ import argparse
 import contextlib
 import heapq
 import math
-import random
 import shutil
-import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-import httpx
-from _common import (
-    client, gateway, machine, percentile, process_cpu, table, temp_dir, write_results,
+from _common import client, gateway, temp_dir, write_results
+from _epoch_report import pct, report
+from _epoch_workload import (
+    BUCKET,
+    PREFIX,
+    SOURCE,
+    Admin,
+    KiB,
+    Meter,
+    MiB,
+    checker,
+    epoch_status,
+    key_of,
+    progress,
+    read_epoch,
+    write_data,
 )
-from capacity import moto_client, moto_store, s3_capacity_args
+from _moto import moto_client, moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
 
 from gateway.hints import Hints
 from tests.servers import ADMIN_TOKEN
-from tiering.order import shuffled
+from tiering.prefetch.order import shuffled
 
-KiB, MiB = 1024, 1024**2
-BUCKET = "train"  # the managed bucket, in the gateway
-SOURCE = "source"  # the same objects straight in moto, for `direct`
-PREFIX = "train/"
-HIGH_WATERMARK = 0.9  # tiering.hot.HotTier's default: reads fill the cache up to it
-WRITERS = 16
-POLL_S = 1.0  # how often an epoch's progress is sampled
-SAMPLE_EVERY = 97  # every 97th object's bytes are compared, not only its length
-STATUS = ("state", "consumed", "hits", "misses", "hit_ratio", "prefetched_objects",
-          "prefetched_bytes", "lookahead_objects", "lookahead_bytes", "missing_objects")
+HIGH_WATERMARK = 0.9  # tiering.hot.tier.HotTier's default: reads fill the cache up to it
 
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def body_of(i: int, size: int) -> bytes:
-    return random.Random(i).randbytes(size)
-
-
-def key_of(i: int) -> str:
-    return f"{PREFIX}{i:07d}.jpg"
-
-
-# -- the admin API ----------------------------------------------------------------
-
-
-class Admin:
-    """The gateway's admin API, with the benchmark's token."""
-
-    def __init__(self, url: str) -> None:
-        self._http = httpx.Client(base_url=url, timeout=1800,
-                                  headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
-
-    def __call__(self, method: str, path: str, **kwargs: object) -> dict:
-        response = self._http.request(method, path, **kwargs)  # type: ignore[arg-type]
-        response.raise_for_status()
-        return response.json() if response.content else {}
-
-    def job(self, kind: str, body: dict | None = None) -> dict:
-        """Run a job to its end; its result (raise unless it succeeded)."""
-        job = self("POST", f"/jobs/{kind}", params={"wait": "true"}, json=body)
-        if job["state"] != "succeeded":
-            raise RuntimeError(f"{kind} job ended {job['state']}: {job}")
-        return job["result"] or {}
-
-    def counters(self) -> dict[str, int]:
-        """The counters an epoch is measured by (deltas taken later)."""
-        stats, tiers = self("GET", "/stats"), self("GET", "/tiers")
-        return {
-            "hot_objects": stats["served"]["hot"]["objects"],
-            "capacity_objects": stats["served"]["capacity"]["objects"],
-            "cache_hits": tiers["cache_hits"], "cache_misses": tiers["cache_misses"],
-            "store_gets": tiers["capacity_requests"]["gets"],
-            "store_bytes_read": tiers["capacity_bytes_read"], "evicted_bytes": tiers["evicted"],
-        }
-
-    def close(self) -> None:
-        self._http.close()
-
-
 # -- one epoch ----------------------------------------------------------------------
-
-
-def read_epoch(
-    clients: list, bucket: str, order: list[str], check: Callable[[str, bytes], None],
-    hook: tuple[float, Callable[[], object]] | None = None, poll: Callable[[], dict] | None = None,
-    shared: bool = False,
-) -> dict:
-    """Read ``order`` once: reader r (``clients[r]``) GETs positions r, r + N,
-    ... or, ``shared``, every reader takes the next position of one shared
-    queue (as a DataLoader's workers do). Returns wall time, latencies, and
-    what ``hook`` (called from another thread once a fraction of the reads
-    is done) and ``poll`` (every ``POLL_S``) returned. Any failure stops
-    every reader and is raised."""
-    readers = len(clients)
-    stop, fired = threading.Event(), threading.Event()
-    lock = threading.Lock()
-    done = [0]
-    fire_at = max(1, int(len(order) * hook[0])) if hook else -1
-    latencies: list[list[float]] = [[] for _ in clients]
-    samples: list[dict] = []
-
-    queue = iter(range(len(order)))
-
-    def positions(r: int) -> Iterator[int]:
-        if not shared:
-            yield from range(r, len(order), readers)
-            return
-        while True:
-            with lock:
-                position = next(queue, None)
-            if position is None:
-                return
-            yield position
-
-    def reader(r: int) -> None:
-        s3, mine = clients[r], latencies[r]
-        for position in positions(r):
-            if stop.is_set():
-                return
-            key = order[position]
-            t0 = time.perf_counter()
-            body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-            mine.append(time.perf_counter() - t0)
-            check(key, body)
-            with lock:
-                done[0] += 1
-                if done[0] == fire_at:
-                    fired.set()
-
-    def run_hook() -> object:
-        while not fired.wait(0.1):
-            if stop.is_set():
-                return None
-        return hook[1]() if hook else None
-
-    def run_poll(t0: float) -> None:
-        while not stop.wait(POLL_S):
-            sample = poll() if poll else {}
-            samples.append({"t": round(time.perf_counter() - t0, 2), "read": done[0], **sample})
-
-    pool = ThreadPoolExecutor(readers + 2, thread_name_prefix="epoch")
-    try:
-        t0 = time.perf_counter()
-        hooked = pool.submit(run_hook) if hook else None
-        if poll:
-            pool.submit(run_poll, t0)
-        futures = [pool.submit(reader, r) for r in range(readers)]
-        for future in futures:
-            future.result()
-        wall = time.perf_counter() - t0
-        hook_result = hooked.result() if hooked else None
-    finally:
-        stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
-    lat = [x for mine in latencies for x in mine]
-    return {
-        "wall_s": wall, "objects": len(order), "objects_per_s": len(order) / wall,
-        "p50_ms": statistics.median(lat) * 1000, "p99_ms": percentile(lat, 99) * 1000,
-        "hook": hook_result, "samples": samples,
-    }
-
-
-def checker(size: int) -> Callable[[str, bytes], None]:
-    def check(key: str, body: bytes) -> None:
-        if len(body) != size:
-            raise AssertionError(f"{key}: {len(body)} bytes, expected {size}")
-        i = int(key.rsplit("/", 1)[1].split(".")[0])
-        if i % SAMPLE_EVERY == 0 and body != body_of(i, size):
-            raise AssertionError(f"{key}: other bytes than were written")
-    return check
-
-
-class Meter:
-    """Counters of the gateway, the proxy and the CPU of each process,
-    before and after an epoch."""
-
-    def __init__(self, admin: Admin | None, proxy: DelayProxy, pids: dict[str, int]) -> None:
-        self.admin, self.proxy, self.pids = admin, proxy, pids
-
-    def __enter__(self) -> Meter:
-        self.proxy.reset()
-        self._before = self.admin.counters() if self.admin else {}
-        self._cpu = {name: process_cpu(pid) for name, pid in self.pids.items()}
-        self._client = time.process_time()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if exc[0] is not None:
-            return
-        after = self.admin.counters() if self.admin else {}
-        self.delta = {k: after[k] - self._before[k] for k in after}
-        self.delta["proxied_gets"] = self.proxy.snapshot()["operations"].get("GetObject", 0)
-        for name, pid in self.pids.items():
-            self.delta[f"{name}_cpu_s"] = process_cpu(pid) - self._cpu[name]
-        self.delta["client_cpu_s"] = time.process_time() - self._client
-        served = self.delta.get("hot_objects", 0) + self.delta.get("capacity_objects", 0)
-        self.delta["hit_ratio"] = self.delta["hot_objects"] / served if served else None
-
-
-def epoch_status(admin: Admin, epoch_id: str) -> dict:
-    view = admin("GET", f"/epochs/{epoch_id}")
-    return {k: view[k] for k in STATUS}
 
 
 def run_config(
@@ -263,48 +99,8 @@ def run_config(
         figures["epoch_id"] = epoch_id
         figures["register_s"] = register_s
     log(f"[{name}] {figures['wall_s']:.1f} s, {figures['objects_per_s']:.0f}/s, hit ratio "
-        f"{_pct(figures.get('hit_ratio'))}")
+        f"{pct(figures.get('hit_ratio'))}")
     return figures
-
-
-def progress(admin: Admin | None, proxy: DelayProxy, epoch_id: str | None) -> Callable[[], dict]:
-    """What an epoch's samples hold: the epoch's own counters (hinted), the
-    hot tier's bytes, and the GETs and bytes moto has answered so far."""
-
-    def sample() -> dict:
-        out: dict = {}
-        if admin is not None and epoch_id is not None:
-            status = epoch_status(admin, epoch_id)
-            out |= {k: status[k] for k in ("consumed", "hits", "misses", "prefetched_objects",
-                                           "lookahead_objects")}
-        if admin is not None:
-            tiers = admin("GET", "/tiers")
-            out |= {"hot_cached": tiers["hot_cached"], "evicted": tiers["evicted"]}
-        seen = proxy.snapshot()
-        return out | {"store_gets": seen["operations"].get("GetObject", 0),
-                      "store_bytes": seen["bytes"]["down"]}
-
-    return sample
-
-
-def misses_by_part(figures: dict, parts: tuple[float, ...] = (0.1, 0.9)) -> list[int] | None:
-    """A hinted epoch's misses in its first 10%, middle 80% and last 10% of
-    reads, interpolated from its samples (consumed, misses)."""
-    if "epoch" not in figures:
-        return None
-    points = [(0, 0)]
-    points += [(s["consumed"], s["misses"]) for s in figures["samples"] if "consumed" in s]
-    points.append((figures["epoch"]["consumed"], figures["epoch"]["misses"]))
-
-    def at(consumed: float) -> float:
-        for (c0, m0), (c1, m1) in zip(points, points[1:], strict=False):
-            if c0 <= consumed <= c1:
-                return m0 + (m1 - m0) * ((consumed - c0) / (c1 - c0) if c1 > c0 else 1)
-        return points[-1][1]
-
-    n = figures["objects"]
-    marks = [0.0] + [at(f * n) for f in parts] + [float(points[-1][1])]
-    return [round(b - a) for a, b in zip(marks, marks[1:], strict=False)]
 
 
 # -- Belady ------------------------------------------------------------------------
@@ -368,41 +164,14 @@ def half_series(
             figures["epoch_id"] = current
         out.append(figures)
         log(f"[half, {tag}] epoch {n + 1}: {figures['wall_s']:.1f} s, hit ratio "
-            f"{_pct(figures['hit_ratio'])} (stats)"
-            + (f", {_pct(figures['epoch']['hit_ratio'])} (epoch)" if current else ""))
+            f"{pct(figures['hit_ratio'])} (stats)"
+            + (f", {pct(figures['epoch']['hit_ratio'])} (epoch)" if current else ""))
         if hints and n + 1 < len(orders):
             epoch_id = figures["hook"] or hints.epoch(BUCKET, orders[n + 1], readers=args.readers)
     return out
 
 
 # -- the run ------------------------------------------------------------------------
-
-
-def write_data(gw_endpoint: str, moto_endpoint: str, objects: int, size: int) -> float:
-    """Every object PUT through the gateway (boto3) and straight into moto
-    (a plain unsigned PUT: moto does not check signatures, and boto3's own
-    CPU would double the set-up time), from ``WRITERS`` threads; the wall time."""
-    local = threading.local()
-
-    def put(task: tuple[str, int]) -> None:
-        target, i = task
-        if not hasattr(local, "s3"):
-            local.s3 = client(gw_endpoint, max_pool=2)
-            local.http = httpx.Client(base_url=moto_endpoint, timeout=120)
-        if target == "gw":
-            local.s3.put_object(Bucket=BUCKET, Key=key_of(i), Body=body_of(i, size))
-        else:
-            local.http.put(f"/{SOURCE}/{key_of(i)}", content=body_of(i, size)).raise_for_status()
-
-    tasks = [(target, i) for i in range(objects) for target in ("gw", "moto")]
-    pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="writer")
-    try:
-        t0 = time.perf_counter()
-        for _ in pool.map(put, tasks):
-            pass
-        return time.perf_counter() - t0
-    finally:  # on Ctrl-C, do not go on with the queued PUTs
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 @contextlib.contextmanager
@@ -509,140 +278,6 @@ def run(args: argparse.Namespace) -> dict:
         "belady_mean": sum(hits) / len(hits),
     }
     return results
-
-
-# -- report -------------------------------------------------------------------------
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def _parts(figures: dict) -> str:
-    return " / ".join(map(str, misses_by_part(figures) or []))
-
-
-def report_configs(args: argparse.Namespace, r: dict) -> list[str]:
-    configs = r["configs"]
-    hot_s = configs["all hot"]["wall_s"]
-    rows = []
-    for name, c in configs.items():
-        if "epoch" in c:
-            hit = f"{_pct(c['epoch']['hit_ratio'])} (epoch), {_pct(c['hit_ratio'])} (stats)"
-        else:
-            hit = _pct(c.get("hit_ratio"))
-        gateway_cpu = f"{c['gateway_cpu_s']:.0f}" if "gateway_cpu_s" in c else "-"
-        rows.append([name, f"{c['wall_s']:.1f}", f"{c['objects_per_s']:.0f}", hit,
-                     f"{c['wall_s'] / hot_s:.2f}x", f"{c['p50_ms']:.0f} / {c['p99_ms']:.0f}",
-                     f"{c['proxied_gets']:,}", gateway_cpu, f"{c['moto_cpu_s']:.0f}",
-                     f"{c['client_cpu_s']:.0f}"])
-    hinted = configs["cold, hinted"]
-    status = hinted["epoch"]
-    return [
-        f"### Epochs over {args.objects:,} objects of {args.size // KiB} KiB, "
-        f"{args.readers} readers, +{args.latency_ms:g} ms per request to the capacity store",
-        "",
-        f"Machine: {machine()}",
-        "",
-        f"Setup: written in {r['write_s']:.0f} s (through the gateway and straight into moto, "
-        f"{WRITERS} threads), flushed in {r['flush_s']:.1f} s into {r['segments']} segments; "
-        f"the all-hot warm job took {r['warm_all']['s']:.1f} s.",
-        "",
-        table(["configuration", "epoch s", "objects/s", "hit ratio", "time / all hot",
-               "p50 / p99 ms", "GETs to moto", "gateway CPU s", "moto CPU s", "client CPU s"],
-              rows),
-        "",
-        f"Cold, hinted: registered in {hinted['register_s']:.1f} s (before the clock starts); "
-        f"{status['prefetched_objects']:,} objects prefetched; lookahead window "
-        f"{status['lookahead_objects']} objects at the end; misses in the first 10% / middle "
-        f"80% / last 10% of the reads: {_parts(hinted)}. The readers are one Python process "
-        "of boto3 threads (200 to 280 GETs/s on 2 cores): the all-hot time is theirs, not "
-        "the gateway's. Client CPU includes the delay proxy's thread.",
-        "",
-    ]
-
-
-def report_half(args: argparse.Namespace, h: dict) -> tuple[list[str], float, float]:
-    """The half-size table; and the hinted and unhinted hit ratios over all
-    its epochs."""
-    rows = []
-    for n, (u, k, b) in enumerate(zip(h["unhinted"], h["hinted"], h["belady"], strict=True)):
-        rows.append([
-            f"epoch {n + 1}", f"{u['wall_s']:.1f}", _pct(u["hit_ratio"]), f"{k['wall_s']:.1f}",
-            _pct(k["epoch"]["hit_ratio"]), _pct(k["hit_ratio"]), _pct(b), _parts(k),
-            f"{k['epoch']['prefetched_objects']:,}",
-            f"{u['evicted_bytes'] / MiB:,.0f} / {k['evicted_bytes'] / MiB:,.0f}",
-            f"{u['proxied_gets']:,} / {k['proxied_gets']:,}",
-            f"{u['store_bytes_read'] / MiB:,.0f} / {k['store_bytes_read'] / MiB:,.0f}",
-        ])
-    unhinted = _mean([u["hit_ratio"] for u in h["unhinted"]])
-    statuses = [k["epoch"] for k in h["hinted"]]
-    hinted = sum(e["hits"] for e in statuses) / sum(e["hits"] + e["misses"] for e in statuses)
-    rows.append(["all", f"{_mean([u['wall_s'] for u in h['unhinted']]):.1f}", _pct(unhinted),
-                 f"{_mean([k['wall_s'] for k in h['hinted']]):.1f}", _pct(hinted),
-                 _pct(_mean([k["hit_ratio"] for k in h["hinted"]])), _pct(h["belady_mean"]),
-                 "", "", "", "", ""])
-    ahead = (f"each next epoch registered at {args.register_ahead:.0%} of the current one"
-             if args.register_ahead > 0 else "each epoch registered just before it")
-    fit = h["fit_objects"]
-    lines = [
-        f"### Hot tier for about half the data set: {h['hot_size'] / MiB:,.0f} MiB "
-        f"(high watermark {h['high_watermark'] / MiB:,.0f} MiB)",
-        "",
-        f"{fit:,} of {args.objects:,} objects fit ({h['fit_fraction']:.1%}: a warm job of the "
-        f"whole set left {h['hot_cached'] / MiB:,.0f} MiB cached). {len(h['belady'])} epochs "
-        f"from a cold hot tier in new random orders, the same orders unhinted, then hinted "
-        f"({ahead}). Belady: the offline optimum with demand paging for the same reads and a "
-        f"cache of {fit:,} objects. Time and hit ratio of the last row: the mean of the epochs.",
-        "",
-        table(["", "unhinted s", "unhinted hit ratio", "hinted s", "hinted hit ratio (epoch)",
-               "hinted (stats)", "Belady", "hinted misses: first 10% / middle / last 10%",
-               "prefetched", "evicted MiB (unhinted / hinted)", "GETs to moto (u / h)",
-               "MiB from moto (u / h)"], rows),
-        "",
-    ]
-    if hinted > h["belady_mean"]:
-        lines += ["The hinted hit ratio is above Belady's: prefetching brings objects in before "
-                  "their read, which demand paging (every miss loads the object) cannot.", ""]
-    return lines, hinted, unhinted
-
-
-def report(args: argparse.Namespace, r: dict) -> tuple[str, list[dict]]:
-    """The markdown tables, and the targets (met or missed)."""
-    lines = report_configs(args, r)
-    hinted_s, hot_s = r["configs"]["cold, hinted"]["wall_s"], r["configs"]["all hot"]["wall_s"]
-    targets = [{
-        "target": "cold, hinted epoch time within 1.25x of all hot", "value": hinted_s / hot_s,
-        "limit": 1.25, "met": hinted_s / hot_s <= 1.25,
-        "measured": f"{hinted_s:.1f} s / {hot_s:.1f} s = {hinted_s / hot_s:.2f}x",
-    }]
-    if "half" in r:
-        half, hinted, unhinted = report_half(args, r["half"])
-        lines += half
-        belady = r["half"]["belady_mean"]
-        to_belady = hinted / belady if belady else math.inf
-        to_unhinted = hinted / unhinted if unhinted else math.inf
-        targets += [
-            {"target": "half-size tier: hinted hit ratio at least 95% of Belady's",
-             "value": to_belady, "limit": 0.95, "met": to_belady >= 0.95,
-             "measured": f"{hinted:.1%} / {belady:.1%} = {to_belady:.2f}x"},
-            {"target": "half-size tier: hinted hit ratio at least 2x unhinted",
-             "value": to_unhinted, "limit": 2.0, "met": to_unhinted >= 2.0,
-             "measured": f"{hinted:.1%} / {unhinted:.1%} = {to_unhinted:.2f}x"},
-        ]
-    lines += [
-        "### Targets",
-        "",
-        table(["target", "measured", ""],
-              [[t["target"], t["measured"], "met" if t["met"] else "**missed**"]
-               for t in targets]),
-        "",
-    ]
-    return "\n".join(lines), targets
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,7 @@ the gateway, flushed and evicted; the gateway's hot tier (``--hot-size``,
 half the data set by default) holds about half of them, so every epoch both
 hits and misses: it fetches, fills the cache and evicts. Then, for
 ``--minutes`` (10), epoch after epoch reads every object once in a new
-shuffled order (``tiering.order.shuffled`` with the epoch's number as seed)
+shuffled order (``tiering.prefetch.order.shuffled`` with the epoch's number as seed)
 from ``--readers`` (16) threads, each a lean signed client on one keep-alive
 connection; every body is checked against the object's MD5.
 
@@ -31,12 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from _common import client, delayed_moto, gateway, machine, table, temp_dir, write_results
+from _common import client, gateway, machine, table, temp_dir, write_results
 from _compare_client import SignedClient
+from _moto import delayed_moto, s3_capacity_args
 from _soak_measure import MAX_RSS_SLOPE, Sampler, proc_status, rss_figures
-from capacity import KiB, MiB, admin, log, s3_capacity_args
+from capacity import KiB, MiB, admin, log
 
-from tiering.order import shuffled
+from tiering.prefetch.order import shuffled
 
 BUCKET = "epochs"
 SAMPLE_EVERY = 2.0

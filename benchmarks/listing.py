@@ -58,7 +58,7 @@ from botocore.credentials import Credentials
 from rocksdict import WriteBatch, WriteOptions
 
 from gateway import xml
-from tiering.index import Index
+from tiering.index.db import Index
 from tiering.meta import BucketInfo, Chunk, ObjectMeta, now_ms
 
 BUCKET = "bench"
@@ -89,7 +89,7 @@ def populate(data_dir: Path, n_keys: int, per_dir: int, batch_size: int = 50_000
         index.create_bucket(BucketInfo(name=BUCKET, created_ms=now_ms()))
         db = index._db  # the Rdict; one unsynced batch per 50k keys, one sync at the end
         no_sync = WriteOptions()
-        base = b"O" + BUCKET.encode() + b"\x00"  # key layout: tiering/index.py docstring
+        base = b"O" + BUCKET.encode() + b"\x00"  # key layout: tiering/index/db.py docstring
         first_ms = now_ms() - 3 * n_keys
         template = ObjectMeta(bucket=BUCKET, key="", size=0, etag="", last_modified_ms=0, seq=0,
                               content_type="image/jpeg", chunks=(Chunk(file_id="", size=0),))

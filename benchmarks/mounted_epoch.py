@@ -49,9 +49,7 @@ from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 from _common import (
-    DelayedMoto,
     data_filesystem,
-    delayed_moto,
     gateway,
     machine,
     process_cpu,
@@ -62,10 +60,10 @@ from _common import (
 from _compare_client import SignedClient
 from _compare_peers import NginxLocal, RcloneStore, ensure_nginx
 from _compare_workloads import epoch
+from _epoch_workload import Admin, body_of, checker, key_of
+from _moto import MOTO_KEY, DelayedMoto, delayed_moto, moto_client
 from ab import bare_app
-from capacity import MOTO_KEY, moto_client
 from delay_proxy import DelayProxy
-from epoch import Admin, body_of, checker, key_of
 
 from tests.servers import children
 

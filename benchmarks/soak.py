@@ -29,7 +29,7 @@ sample of each 10 s), which is what is judged: memory is "flat" when the
 floor's slope is below ``--max-rss-slope`` (10 MiB/min, see ``MAX_RSS_SLOPE``),
 otherwise the run fails too. After the run one listing of the whole bucket
 is checked against every thread's keys, the gateway is stopped and its data
-directory checked with ``tiering.fsck``, and its log is read: an error or a
+directory checked with ``tiering.maintenance.fsck``, and its log is read: an error or a
 traceback there fails the run as well (``--keep-log`` keeps a copy).
 
 This module starts the servers and runs the phases (fill, timed run, final
@@ -52,6 +52,7 @@ from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 from _common import client, gateway, process_cpu, temp_dir
+from _moto import moto_store, s3_capacity_args
 from _soak_measure import (
     MAX_RSS_SLOPE,
     Sampler,
@@ -63,10 +64,10 @@ from _soak_measure import (
     summarise,
 )
 from _soak_workload import BUCKET, TRANSFER, Plan, Pool, Worker, final_listing, merge
-from capacity import KiB, MiB, admin, log, moto_store, parse_size, s3_capacity_args
+from capacity import KiB, MiB, admin, log, parse_size
 
 from tests.servers import Gateway
-from tiering import fsck
+from tiering.maintenance import fsck
 
 
 # -- the run --------------------------------------------------------------------

@@ -2,7 +2,7 @@
 cold, cold with an epoch hint, and warm, with the capacity store
 ``--latency-ms`` away.
 
-One moto S3 server (``capacity.serve_moto``) sits behind ``delay_proxy.py``,
+One moto S3 server (``_moto.serve_moto``) sits behind ``delay_proxy.py``,
 which adds ``--latency-ms`` (20) to every request, half each way. The data
 set is ``--shards`` (48) WebDataset tar files of at most ``--shard-mib`` (8)
 MiB, written with ``webdataset.TarWriter``: samples of a ``.bin`` (random
@@ -12,7 +12,7 @@ gateway into a managed bucket whose capacity store is moto behind the proxy,
 which is then flushed and evicted.
 
 An epoch reads every shard once in the gateway's documented shuffle
-(``tiering.order.shuffled``, which ``gateway.hints.shard_epoch`` uses) with
+(``tiering.prefetch.order.shuffled``, which ``gateway.hints.shard_epoch`` uses) with
 the epoch's seed. ``--readers`` (4) threads each stream their share of the
 order, positions r, r + N, ... (what ``split_by_worker`` gives DataLoader
 worker r), through ``webdataset.WebDataset``, counting samples and bytes
@@ -55,15 +55,15 @@ import _common  # first: puts the repo root on sys.path
 import boto3
 import httpx
 from _common import (
-    client, delayed_moto, gateway, machine, percentile, table, temp_dir, write_results,
+    client, gateway, machine, percentile, table, temp_dir, write_results,
 )
+from _epoch_workload import Admin, Meter
+from _moto import MOTO_KEY, delayed_moto, s3_capacity_args
 from botocore.config import Config as BotoConfig
-from capacity import MOTO_KEY, s3_capacity_args
-from epoch import Admin, Meter
 
 from gateway.hints import Hints, shard_epoch
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
-from tiering.order import expand, shuffled
+from tiering.prefetch.order import expand, shuffled
 
 
 def _import_webdataset() -> ModuleType:
