@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote, unquote_to_bytes
 
-from tiering.sigv4 import EMPTY_SHA256, signature, utf8
+from tiering.capacity.sigv4 import EMPTY_SHA256, signature, utf8
 
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 # S3 refuses a request whose time is more than 15 minutes from its clock.

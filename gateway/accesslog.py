@@ -37,7 +37,7 @@ import re
 import threading
 import time
 
-from gateway.config import ACCESS_LOG_FORMATS as FORMATS
+from gateway.settings import ACCESS_LOG_FORMATS as FORMATS
 
 LOGGER_NAME = "tierstore.access"
 

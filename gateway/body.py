@@ -17,8 +17,8 @@ from gateway import chunked
 from gateway.errors import S3Error
 from gateway.headers import decimal
 from gateway.http import S3Request
-from tiering import checksums
-from tiering.inputs import Integrity
+from tiering.model import checksums
+from tiering.model.inputs import Integrity
 
 _NOT_CHECKSUMS = {"x-amz-checksum-mode", "x-amz-checksum-type", "x-amz-checksum-algorithm"}
 

@@ -34,7 +34,7 @@ import re
 from typing import Final, Protocol
 
 from gateway.errors import S3Error
-from tiering.sigv4 import EMPTY_SHA256
+from tiering.capacity.sigv4 import EMPTY_SHA256
 
 SIGNED: Final = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 SIGNED_TRAILER: Final = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"

@@ -15,11 +15,11 @@ from urllib.parse import unquote_plus
 
 from gateway.errors import S3Error
 from packer.ranges import ByteRange
-from tiering.conditions import Conditions
-from tiering.inputs import NewObject
+from tiering.model.conditions import Conditions
+from tiering.model.inputs import NewObject
 from tiering.memo import ByIdentity
 from tiering.meta import STORED_HEADERS, ObjectMeta
-from tiering.reads import RangeSpec
+from tiering.reads.plan import RangeSpec
 
 _RANGE = re.compile(r"^\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*$")
 MAX_USER_METADATA = 2048  # bytes of x-amz-meta-* names and values, as S3
@@ -157,7 +157,7 @@ def tagging(header: str | None) -> dict[str, str]:
     """The tag set of an ``x-amz-tagging`` header: URL query parameters,
     form-encoded (``+`` is a space), a name without ``=`` has the empty
     value. Its form is checked here (InvalidArgument, as S3); whether the
-    tags are allowed is ``tiering.tags``'s to say."""
+    tags are allowed is ``tiering.model.tags``'s to say."""
     tags: dict[str, str] = {}
     if not header:
         return tags

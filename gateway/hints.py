@@ -31,7 +31,7 @@ from typing import Any
 
 from gateway.cli.client import AdminClient, ApiError, Unreachable
 from gateway.cli.target import resolve_target
-from tiering.order import expand_all, shuffled
+from tiering.prefetch.order import expand_all, shuffled
 
 log = logging.getLogger("tierstore.hints")
 
@@ -74,7 +74,7 @@ class Hints:
 
     def shuffled_epoch(self, bucket: str, prefix: str, seed: int, readers: int = 1, **options: Any) -> str | None:
         """Register every key under ``prefix`` in the order of ``seed``
-        (``tiering.order.shuffled`` of the keys: reproduce it to read in it)."""
+        (``tiering.prefetch.order.shuffled`` of the keys: reproduce it to read in it)."""
         body = {"bucket": bucket, "prefix": prefix, "seed": seed, "readers": readers, **options}
         return self._call(lambda: self._api.register_epoch(body)["id"])
 

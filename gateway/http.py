@@ -19,7 +19,7 @@ from gateway.errors import S3Error
 from gateway.headers import decimal
 
 if TYPE_CHECKING:
-    from tiering.reads import ReadTally
+    from tiering.reads.plan import ReadTally
 
 Scope = dict[str, Any]
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")

@@ -13,13 +13,13 @@ stale: a PUT the writer acknowledged is found by the next lookup.
 
 Wire format, both ways: a 4-byte big-endian length, then a msgpack array.
 A request is a :class:`Lookup` ``[id, bucket, key, read]``; its answer a
-``tiering.reads.Location`` ``[id, record, files, missing, until_ms]``
+``tiering.reads.plan.Location`` ``[id, record, files, missing, until_ms]``
 (record and files when all the bytes are hot, ``missing`` naming
 NoSuchBucket or NoSuchKey, or neither: the writer serves it). Requests are
 pipelined on one connection; answers come back as they are ready.
 
 A worker keeps hot answers and serves later GETs of the key from them while
-no write of the key happened (``tiering/generations.py``); it tells the
+no write of the key happened (``tiering/index/generations.py``); it tells the
 writer about those reads instead: ``["reads", [[bucket, key, names], ...]]``
 (names: the hot files' names), which the writer takes as a lookup with
 ``read`` (``ObjectService.observe_reads``).
@@ -45,7 +45,7 @@ import msgpack
 from gateway.metrics import Metrics
 from tiering.errors import TierstoreError
 from tiering.objects import ObjectService
-from tiering.reads import Location
+from tiering.reads.plan import Location
 
 log = logging.getLogger("tierstore.workers")
 

@@ -40,7 +40,7 @@ from prometheus_client.utils import floatToGoString
 from gateway.xml import iso8601
 
 if TYPE_CHECKING:
-    from tiering.reads import ReadTally
+    from tiering.reads.plan import ReadTally
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -15,7 +15,7 @@ from gateway.metrics import Metrics
 from gateway.storage import open_node
 from tiering.errors import CapacityError
 from tiering.node import Node as Tiering
-from tiering.tiers import ForeignSegments
+from tiering.maintenance.tiers import ForeignSegments
 
 
 class Node:

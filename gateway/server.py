@@ -28,10 +28,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from gateway import listener
+from gateway import listener, process
 from gateway.admin import NodeStatus, build_admin_app
-from gateway.config import HOT_CAP, HOT_SHARE, VERSION, Config, stored_secrets
+from gateway.config import HOT_CAP, HOT_SHARE, Config
+from gateway.credentials import stored_secrets
 from gateway.listener import StartupError, authority
+from gateway.version import VERSION
 
 
 class Root(NodeStatus, Protocol):
@@ -120,7 +122,7 @@ async def _start_read_workers(
     the writer's socket server."""
     from gateway.worker import WorkerSetup
     from gateway.workers import read_workers, socket_dir
-    from tiering.generations import Generations
+    from tiering.index.generations import Generations
 
     tiering = node.tiering
     if tiering is None:
@@ -149,7 +151,7 @@ async def _start_read_workers(
 
 def run(config: Config) -> None:
     """Run :func:`serve` on a fresh event loop (uvloop when installed)."""
-    listener.run_loop(serve(config))
+    process.run_loop(serve(config))
 
 
 # --------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from gateway._signing import (
 )
 from gateway.errors import S3Error
 from gateway.headers import decimal, parse_http_datetime
-from tiering.sigv4 import (
+from tiering.capacity.sigv4 import (
     ALGORITHM,
     SERVICE,
     TERMINATOR,

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gateway.config import Config, client_tls, tier_settings
+from gateway.config import Config, tier_settings
+from gateway.tls import client_tls
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup
-from tiering.index import Index
+from tiering.index.db import Index
 from tiering.node import Node
-from tiering.recover import RecoveryReport, recover
+from tiering.maintenance.recover import RecoveryReport, recover
 
 
 def capacity_store(config: Config) -> CapacityStore:

@@ -14,7 +14,7 @@ validation holds): it asks the writer where the bytes are
 loop when the page cache holds them, else with pread in its own pool. It
 keeps the writer's answer, and answers later GETs of the key from it for as
 long as no write of the key happened (a counter per key in shared memory,
-``tiering/generations.py``, which the writer moves before acknowledging a
+``tiering/index/generations.py``, which the writer moves before acknowledging a
 write) and a mounted object's validation holds: a GET on a worker sees every
 write the writer acknowledged. The writer counts the hit and moves the
 epoch readers as for its own reads: at the lookup, or when the worker
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gateway import listener, routes
+from gateway import listener, process, routes
 from gateway.accesslog import AccessLog
 from gateway.app import S3App
 from gateway.config import Config, tier_settings
@@ -53,15 +53,26 @@ from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import pool
-from tiering.batch import HotBatch, Member, Pieces
+from tiering.batch.hot import HotBatch, Pieces
+from tiering.batch.member import Member
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
-from tiering.generations import Generations, slot_of
-from tiering.hot import HotTier, read_files_now
+from tiering.hot.open_files import read_files_now
+from tiering.hot.tier import HotTier
+from tiering.index.generations import Generations, slot_of
 from tiering.meta import ObjectMeta, now_ms
-from tiering.names import check_key
-from tiering.readahead import stream
-from tiering.reads import NOW_READ, SMALL_READ, Read, ReadPlan, ReadTally, decide, hot_plan, plan
+from tiering.model.names import check_key
+from tiering.reads.plan import (
+    NOW_READ,
+    SMALL_READ,
+    Read,
+    ReadPlan,
+    ReadTally,
+    decide,
+    hot_plan,
+    plan,
+)
+from tiering.reads.readahead import stream
 
 # Seconds between two reports of the requests served here to the writer.
 REPORT_EVERY = 1.0
@@ -474,7 +485,7 @@ def main() -> int:
                     await app.shutdown()
 
     with contextlib.suppress(KeyboardInterrupt):
-        listener.run_loop(serve())
+        process.run_loop(serve())
     return 0
 
 

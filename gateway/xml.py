@@ -23,10 +23,10 @@ from urllib.parse import quote
 
 from gateway.errors import S3Error
 from gateway.headers import decimal
-from tiering.index import ListEntry, ListPage
+from tiering.index.db import ListEntry, ListPage
 from tiering.meta import BucketInfo, Checksum, ObjectMeta, Part, Upload
-from tiering.multipart import MAX_PART_NUMBER, ChosenPart
-from tiering.versions import VersionPage
+from tiering.model.uploads import MAX_PART_NUMBER, ChosenPart
+from tiering.model.versions import VersionPage
 
 NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _HEAD = '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -400,7 +400,7 @@ MAX_DELETE_KEYS = 1000  # keys of one DeleteObjects request
 # Every S3 request body is a root, its items and their fields (3 levels).
 MAX_DEPTH = 8
 # Tags a Tagging body may list before it is refused as malformed: more than
-# S3's 10, so that 11 get S3's own answer (BadRequest, tiering/tags.py).
+# S3's 10, so that 11 get S3's own answer (BadRequest, tiering/model/tags.py).
 MAX_TAGGING_ITEMS = 100
 # Elements per item of a body, with room for fields this gateway ignores.
 _ELEMENTS_PER_ITEM = 8

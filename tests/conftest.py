@@ -16,7 +16,7 @@ from botocore.config import Config as BotoConfig
 
 from tests import summary
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, stop_process
-from tiering import fsck
+from tiering.maintenance import fsck
 
 
 @contextlib.contextmanager

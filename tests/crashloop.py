@@ -85,7 +85,7 @@ from tests.integration.oracle import (
 )
 from tests.integration.test_capacity import capacity_args
 from tests.servers import ADMIN_TOKEN, Gateway, wait_http
-from tiering.multipart import md5_of_parts
+from tiering.model.uploads import md5_of_parts
 
 BUCKET = "crashloop"
 SERVE_ARGS = [

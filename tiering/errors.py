@@ -84,7 +84,7 @@ class InvalidRange(TierstoreError):
 
 
 class InvalidTag(TierstoreError):
-    """A tag key or value S3 does not allow (``tiering/tags.py``)."""
+    """A tag key or value S3 does not allow (``tiering/model/tags.py``)."""
 
 
 class TooManyTags(TierstoreError):

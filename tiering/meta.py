@@ -180,7 +180,7 @@ class ObjectMeta(_Record):
     # Object tags (PutObjectTagging, x-amz-tagging): part of the record and
     # so of every manifest, so they survive flush, compaction and recovery.
     tags: dict[str, str] = field(default_factory=dict)
-    # Versioning (tiering/versions.py): the id S3 shows (None: the null
+    # Versioning (tiering/model/versions.py): the id S3 shows (None: the null
     # version of a bucket never versioned; "null": written while Suspended),
     # the sequence number the version was first written with (0: written
     # before versions were kept), and whether this is a delete marker.

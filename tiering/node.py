@@ -16,22 +16,22 @@ from pathlib import Path
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.cluster.peers import PeerClient
-from tiering.epochs import Epochs
-from tiering.hot import HotTier
-from tiering.index import Index
+from tiering.hot.tier import HotTier
+from tiering.index.bucket_settings import Policies
+from tiering.index.db import Index
 from tiering.jobs import Jobs
-from tiering.managed import ManagedBuckets
+from tiering.maintenance.tiers import Tiers
+from tiering.managed.backend import ManagedBuckets
+from tiering.managed.multipart import Multipart
+from tiering.managed.staging import Stager
 from tiering.meta import BucketInfo
 from tiering.mounts.backend import MountedBuckets
 from tiering.mounts.buckets import Mounts
 from tiering.mounts.uploads import MountUploads
-from tiering.multipart import Multipart
 from tiering.objects import ObjectService
-from tiering.policy import Policies
+from tiering.prefetch.epochs import Epochs
+from tiering.prefetch.warm import Warmer
 from tiering.settings import TierSettings
-from tiering.staging import Stager
-from tiering.tiers import Tiers
-from tiering.warm import Warmer
 
 log = logging.getLogger("tierstore.node")
 

@@ -2,7 +2,7 @@
 
 This is the one entry point the gateway uses for data. It checks names and
 limits, then hands each call to the backend of the bucket's kind: managed
-(``tiering.managed``: this gateway's own layout) or mounted
+(``tiering.managed.backend``: this gateway's own layout) or mounted
 (``tiering.mounts.backend``: existing data at a source). Both answer the
 same small protocol, :class:`Buckets`, so nothing above this module asks
 which kind a bucket is.
@@ -16,22 +16,29 @@ from typing import Protocol
 
 from packer.ranges import ByteRange
 from tiering import pool
-from tiering.batch import BatchReads, HotBatch, Member
-from tiering.conditions import WriteConditions
-from tiering.epochs import Epochs
-from tiering.errors import BucketAlreadyOwnedByYou, EntityTooLarge, MalformedVersioning, NoSuchBucket
-from tiering.index import Index, ListPage
-from tiering.inputs import Integrity, NewObject, Write
+from tiering.batch.hot import HotBatch
+from tiering.batch.member import Member
+from tiering.batch.reads import BatchReads
+from tiering.errors import (
+    BucketAlreadyOwnedByYou,
+    EntityTooLarge,
+    MalformedVersioning,
+    NoSuchBucket,
+)
+from tiering.index.bucket_settings import Policies
+from tiering.index.db import Index, ListPage
+from tiering.maintenance.tiers import Tiers
 from tiering.meta import BucketInfo, ObjectMeta, Part, Upload, now_ms
+from tiering.model.conditions import WriteConditions
+from tiering.model.inputs import Integrity, NewObject, Write
+from tiering.model.names import check_bucket_name, check_key
+from tiering.model.tags import check_tags
+from tiering.model.uploads import ChosenPart, check_create, check_part
+from tiering.model.versions import STATUSES, Deletion, VersionPage
 from tiering.mounts.buckets import Mounts
-from tiering.multipart import ChosenPart, check_create, check_part
-from tiering.names import check_bucket_name, check_key
-from tiering.policy import Policies
-from tiering.reads import Location, Read, ReadPlan, ReadTally
+from tiering.prefetch.epochs import Epochs
+from tiering.reads.plan import Location, Read, ReadPlan, ReadTally
 from tiering.settings import TierSettings
-from tiering.tags import check_tags
-from tiering.tiers import Tiers
-from tiering.versions import STATUSES, Deletion, VersionPage
 
 MAX_PUT_SIZE = 5 * 1024**3  # S3's limit for a single PUT
 
@@ -148,7 +155,7 @@ class ObjectService:
 
     async def set_versioning(self, name: str, status: str) -> BucketInfo:
         """PutBucketVersioning: Enabled or Suspended (a bucket once versioned
-        never goes back to unversioned, as in S3; ``tiering/versions.py``)."""
+        never goes back to unversioned, as in S3; ``tiering/model/versions.py``)."""
         if status not in STATUSES:
             raise MalformedVersioning(f"Versioning status must be one of {', '.join(STATUSES)}")
         info = await self.bucket(name)
@@ -170,7 +177,7 @@ class ObjectService:
     # -- reads -------------------------------------------------------------
 
     async def read(self, read: Read) -> ReadPlan:
-        """A GET or HEAD, answered in one call: see ``tiering.reads``. A GET
+        """A GET or HEAD, answered in one call: see ``tiering.reads.plan``. A GET
         of a client (not of a peer) moves the epoch readers first, so the
         prefetcher looks ahead of this read while it runs."""
         if read.body and read.peer is None:
@@ -188,7 +195,7 @@ class ObjectService:
     async def batch(
         self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally,
     ) -> HotBatch | AsyncIterator[Member]:
-        """The objects of ``keys`` in order (``tiering.batch``): a
+        """The objects of ``keys`` in order (``tiering.batch.reads``): a
         :class:`HotBatch` when they are few, small and all hot (every
         member known before the first byte), else members as they are
         read. With ``fail``, a key that cannot be found raises its error

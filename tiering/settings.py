@@ -29,7 +29,7 @@ class TierSettings:
     # round trip, so they need many GETs at once; 64 of 1 MiB hold at most
     # 64 MiB, as 8 large ones of 8 MiB do.
     small_gets: int = 64
-    # Decoded object records kept in memory (``tiering/record_cache.py``),
+    # Decoded object records kept in memory (``tiering/index/record_cache.py``),
     # about 1 KiB each: a hot GET whose record is kept is answered on the
     # event loop, without a trip to the thread pool.
     record_cache: int = 100_000

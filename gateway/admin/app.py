@@ -17,7 +17,8 @@ from gateway import metrics
 from gateway.admin import buckets, epochs, jobs, mounts, page
 from gateway.admin.context import AdminContext, NodeStatus
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
-from gateway.config import VERSION, Config, redacted
+from gateway.config import Config, redacted
+from gateway.version import VERSION
 
 READY_TIMEOUT = 2.0  # seconds the capacity store gets to answer a readiness probe
 

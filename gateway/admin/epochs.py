@@ -1,6 +1,6 @@
 """Admin routes for epoch hints: the order a trainer will read a data set
 in, so the gateway has each object hot before it is asked for (see
-``tiering/epochs.py``)."""
+``tiering/prefetch/epochs.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import Strict, iso
 from tiering import pool
-from tiering.epoch_order import Epoch
+from tiering.prefetch.epoch import Epoch
 from tiering.errors import InvalidArgument, NoSuchBucket
-from tiering.order import MAX_KEYS, expand_all, shuffled
+from tiering.prefetch.order import MAX_KEYS, expand_all, shuffled
 
 MiB = 1024 * 1024
 
@@ -30,7 +30,7 @@ class NewEpoch(Strict):
     prefix: str | None = Field(None, description="Every key under this prefix, in the order `seed` gives.")
     seed: int | None = Field(
         None, description="With prefix: the keys ordered by BLAKE2b-64 of '<seed>:<key>' "
-        "(tiering.epochs.shuffled); without a seed, in key order.",
+        "(tiering.prefetch.order.shuffled); without a seed, in key order.",
     )
     readers: int = Field(1, ge=1, le=65536, description="Readers sharing the order: reader r reads positions "
                          "r, r+N, r+2N, ... (DataLoader workers times ranks).")

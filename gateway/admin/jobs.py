@@ -30,7 +30,7 @@ from tiering import pool
 from tiering.cluster.peers import PeerClient
 from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
-from tiering.order import expand_all
+from tiering.prefetch.order import expand_all
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from gateway.config import parse_size
+from gateway.sizes import parse_size
 from gateway.xml import iso8601
 from tiering.capacity import CapacityStats
 from tiering.jobs import Job
@@ -51,7 +51,7 @@ PositiveSize = Annotated[int, BeforeValidator(_size), Field(gt=0), _size_schema(
 
 
 # What a bucket name looks like (S3's general-purpose rules), for the schema;
-# tiering.names checks the rest (no IP address form, no "xn--" prefix, ...)
+# tiering.model.names checks the rest (no IP address form, no "xn--" prefix, ...)
 # and answers InvalidBucketName.
 BUCKET_NAME = {"pattern": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "minLength": 3, "maxLength": 63}
 # A mount's source; admin/mounts.py splits it with this same pattern.

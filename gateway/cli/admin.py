@@ -26,7 +26,7 @@ from gateway.cli import browser, render
 from gateway.cli.client import JSON, AdminClient, ApiError, Unreachable
 from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
 from gateway.cli.target import Target, resolve_target
-from gateway.config import parse_size
+from gateway.sizes import parse_size
 
 PANEL = "Admin API (talk to a running gateway)"
 POLL_INTERVAL = 0.2  # seconds between GET /jobs/{id} while a progress bar is shown

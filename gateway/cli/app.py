@@ -28,7 +28,8 @@ from gateway.cli import mounts as mount_commands
 from gateway.cli import prefetch as prefetch_commands
 from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
 from gateway.cli.target import resolve_s3, resolve_target
-from gateway.config import VERSION, Config, load_config
+from gateway.config import Config, load_config
+from gateway.version import VERSION
 
 app = typer.Typer(
     name="tierstore",
@@ -316,7 +317,7 @@ def check(data_dir: CheckedDir = Path("tierstore-data")) -> None:
 
     Exits 0 when consistent, 1 with one line per problem otherwise.
     """
-    from tiering import fsck
+    from tiering.maintenance import fsck
 
     if not (data_dir / "index").exists():
         fail(f"{data_dir} holds no tierstore index", EXIT_USAGE)

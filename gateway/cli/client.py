@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from gateway.config import client_tls
+from gateway.tls import client_tls
 
 JSON = dict[str, Any]
 

@@ -34,15 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway.config import (
-    Config,
-    ConfigFile,
-    credentials_path,
-    env_key_pair,
-    env_name,
-    read_config_file,
-    stored_secrets,
-)
+from gateway.config import Config
+from gateway.config_sources import ConfigFile, env_key_pair, env_name, read_config_file
+from gateway.credentials import credentials_path, stored_secrets
 
 _DEFAULTS = Config()  # the gateway's own defaults: admin_host, admin_port, data_dir
 _WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}

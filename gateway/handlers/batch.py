@@ -11,7 +11,7 @@ usual S3 error answer when known before the first byte, and cuts the
 stream (no end blocks: a truncated tar) when it comes later.
 
 A batch whose members are all known before its first byte (a
-``tiering.batch.HotBatch``: few, small, hot objects, their files open) is
+``tiering.batch.hot.HotBatch``: few, small, hot objects, their files open) is
 laid out whole: its Content-Length is known, and the tar goes out in runs
 of up to ``RUN`` bytes, each one buffer with the headers written in and
 the bodies read straight into their places. Any other batch is streamed
@@ -29,12 +29,14 @@ from gateway import body, tar
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
 from gateway.http import Response, S3Request
-from gateway.listener import MALLOC_MMAP_THRESHOLD
-from tiering.batch import MAX_KEYS, HotBatch, Member
+from gateway.process import MALLOC_MMAP_THRESHOLD
+from tiering.batch.hot import HotBatch
+from tiering.batch.member import Member
+from tiering.batch.reads import MAX_KEYS
 from tiering.files import unfilled
 from tiering.memo import ByIdentity
 from tiering.meta import ObjectMeta
-from tiering.reads import ReadTally
+from tiering.reads.plan import ReadTally
 
 MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
 ERRORS = "__errors__/"  # the name prefix of a key's error member

@@ -10,8 +10,8 @@ from gateway import xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
 from gateway.http import Response, S3Request
-from tiering.index import ListPage
-from tiering.versions import VersionPage, parse_version
+from tiering.index.db import ListPage
+from tiering.model.versions import VersionPage, parse_version
 
 XML = "application/xml"
 MAX_KEYS = 1000  # a page holds at most this many; larger asks are clamped, as S3 does

@@ -9,8 +9,8 @@ from gateway.handlers.listing import MAX_INT32, encoding_type, max_keys
 from gateway.handlers.objects import copy_source, version_header, write_conditions
 from gateway.http import Response, S3Request
 from packer.ranges import ByteRange
-from tiering import checksums
 from tiering.meta import Part
+from tiering.model import checksums
 
 XML = "application/xml"
 MAX_COMPLETE_BODY = 4 * 1024 * 1024  # 10,000 parts with checksums fit in ~2 MiB

@@ -8,16 +8,16 @@ from gateway import body, headers, xml
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
 from gateway.http import Response, S3Request
-from tiering import checksums
 from tiering.cluster.peers import PEER_HEADER
-from tiering.conditions import WriteConditions, check
 from tiering.errors import PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
-from tiering.multipart import MAX_PART_NUMBER
-from tiering.names import check_key
+from tiering.model import checksums
+from tiering.model.conditions import WriteConditions, check
+from tiering.model.names import check_key
+from tiering.model.uploads import MAX_PART_NUMBER
+from tiering.model.versions import Deletion, parse_version
 from tiering.objects import copied_meta
-from tiering.reads import Read, ReadPlan
-from tiering.versions import Deletion, parse_version
+from tiering.reads.plan import Read, ReadPlan
 
 XML = "application/xml"
 MAX_DELETE_BODY = 2 * 1024 * 1024  # 1000 keys of 1 KiB each, with XML around them

@@ -82,7 +82,7 @@ async def test_a_lean_listing_page_is_botocores(s3store: S3Store) -> None:
     names = [*NAMES, "dir/a", "dir/b", "dir/sub/c", "x<y>&'\"z", "tab\tand\u00e9"]
     for name in names:
         await s3store.put(name, name.encode())
-    lean, boto = s3store._getter, s3store._c()
+    lean, boto = s3store._getter, s3store.client()
     asks = [
         {"Prefix": s3store.prefix},
         {"Prefix": s3store.prefix, "MaxKeys": 3},
@@ -187,7 +187,7 @@ async def test_missing_past_end_and_if_match(s3store: S3Store) -> None:
         await s3store.get_range("obj", 5, 20)
     with pytest.raises(CapacityError, match="starts at or past the end"):
         await s3store.get_range("obj", 10, 11)
-    etag = (await s3store._c().head_object(Bucket=s3store.bucket, Key=s3store._key("obj")))["ETag"]
+    etag = (await s3store.client().head_object(Bucket=s3store.bucket, Key=s3store._key("obj")))["ETag"]
     assert await s3store.get_range("obj", 2, 5, if_match=etag) == b"234"
     with pytest.raises(CapacityError) as caught:
         await s3store.get_range("obj", 2, 5, if_match='"0000"')

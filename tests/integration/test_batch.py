@@ -83,7 +83,7 @@ def test_an_overwritten_member_is_sent_as_it_is_now(s3, http: Sender, bucket: st
 
 
 def test_a_batch_not_sized_up_front_is_chunked(http: Sender, bucket: str, filled: dict[str, bytes]) -> None:
-    # More keys than a hot batch opens at once (tiering.batch.HOT_OPEN),
+    # More keys than a hot batch opens at once (tiering.batch.reads.HOT_OPEN),
     # all hot: streamed member by member, as a batch with a cold object is.
     keys = [sorted(filled)[i % len(filled)] for i in range(300)]
     response = post(http, bucket, {"keys": keys})

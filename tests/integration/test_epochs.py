@@ -25,7 +25,7 @@ from tests.conftest import make_client, running_gateway
 from tests.faults import FaultProxy, Rates
 from tests.integration.helpers import wait_until
 from tests.servers import ADMIN_TOKEN, Gateway, free_port
-from tiering.order import shuffled
+from tiering.prefetch.order import shuffled
 
 CAPACITY_KEYS = ["--capacity-access-key", "testing", "--capacity-secret-key", "testing"]
 

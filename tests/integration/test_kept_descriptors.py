@@ -1,4 +1,4 @@
-"""Hot reads keep their files' descriptors open (tiering/open_files.py): a
+"""Hot reads keep their files' descriptors open (tiering/hot/open_files.py): a
 real gateway read by boto3 keeps them, answers the same bytes from them,
 and lets go of an evicted file's descriptor (its disk space comes back)
 though the eviction ran on another thread."""

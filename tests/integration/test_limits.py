@@ -40,7 +40,7 @@ from tests.conftest import make_client
 from tests.integration.s3raw import RecordingClient, Sender, check_error, check_error_parts, sign
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway
 from tiering.errors import EntityTooLarge
-from tiering.multipart import MAX_OBJECT_SIZE, MAX_PART_SIZE, check_object_size
+from tiering.model.uploads import MAX_OBJECT_SIZE, MAX_PART_SIZE, check_object_size
 
 GiB = 1024**3
 TOO_LARGE = 5 * GiB + 1

@@ -41,8 +41,8 @@ from tests.integration.oracle import (
     tiers,
 )
 from tests.servers import Gateway
-from tiering import fsck
-from tiering.index import Index
+from tiering.index.db import Index
+from tiering.maintenance import fsck
 
 BUCKETS = ("train", "val")  # hold the objects
 EMPTY, DROPPED = "empty-one", "dropped"  # a bucket left empty, one deleted after a flush

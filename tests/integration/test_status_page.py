@@ -34,7 +34,7 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 KiB = 1024
-WARM_OBJECTS = 600  # three warm batches (tiering.warm.BATCH is 256): the bar has steps to show
+WARM_OBJECTS = 600  # three warm batches (tiering.prefetch.warm.BATCH is 256): the bar has steps to show
 WARM_SIZE = 2 * KiB
 WARM_BANDWIDTH = 128 * KiB  # bytes/s: about 4 s per batch, two page refreshes each
 REFRESH_WAIT = 15.0  # seconds a change may take to show (the page refreshes every 2)

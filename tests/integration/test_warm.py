@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from gateway.cli.app import app as cli_app
 from tests.conftest import make_client, running_gateway
 from tests.servers import ADMIN_TOKEN, Gateway
-from tiering.warm import BATCH
+from tiering.prefetch.warm import BATCH
 
 MiB = 1024 * 1024
 CAPACITY_KEYS = ["--capacity-access-key", "testing", "--capacity-secret-key", "testing"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,10 +37,12 @@ def test_no_upward_imports(package: str) -> None:
     assert not bad, f"upward or forbidden imports: {bad}"
 
 
-# --- structure: import cycles and class sizes ------------------------------------------
+# --- structure: import cycles, rooms, file and class sizes ------------------------------
 
 PRODUCT_PACKAGES = ("gateway", "tiering", "packer")
+SCRIPT_DIRS = ("benchmarks",)  # scripts that import their siblings as top-level modules
 MAX_CLASS_LINES = 450
+MAX_FILE_LINES = 600
 
 
 def module_name(path: Path) -> str:
@@ -52,35 +54,12 @@ def module_name(path: Path) -> str:
 
 
 def product_modules() -> dict[str, Path]:
-    """Every module of the product packages, by dotted name."""
+    """Every module of the product packages and the script folders, by dotted name."""
     return {
         module_name(path): path
-        for package in PRODUCT_PACKAGES
+        for package in PRODUCT_PACKAGES + SCRIPT_DIRS
         for path in sorted((ROOT / package).rglob("*.py"))
     }
-
-
-def is_type_checking(test: ast.expr) -> bool:
-    """`TYPE_CHECKING` or `typing.TYPE_CHECKING`: the guard whose body never runs."""
-    if isinstance(test, ast.Name):
-        return test.id == "TYPE_CHECKING"
-    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-
-
-def runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """All nodes of the tree except the bodies of `if TYPE_CHECKING:`.
-
-    Imports inside functions are kept: they run too, only later, so they still tie the
-    modules together. Annotation-only imports never run and cannot form a cycle.
-    """
-    pending = [tree]
-    while pending:
-        node = pending.pop()
-        yield node
-        if isinstance(node, ast.If) and is_type_checking(node.test):
-            pending.extend(node.orelse)
-        else:
-            pending.extend(ast.iter_child_nodes(node))
 
 
 def resolve(name: str, modules: dict[str, Path]) -> str | None:
@@ -104,14 +83,18 @@ def import_base(node: ast.ImportFrom, module: str, is_package: bool) -> str:
 
 
 def imported_modules(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The product modules `module` imports at run time, itself excluded.
+    """The product modules `module` imports, itself excluded.
 
-    Only the module named counts: `import a.b` is an edge to `a.b`, not also to the
-    package `a` whose `__init__` runs first, as a package is a namespace, not a layer.
+    Every import counts: at the top, inside functions (they run later, still tying the
+    modules together) and under `if TYPE_CHECKING:` (a name needed only for annotations
+    still means the two modules cannot be read or moved apart). A script folder's
+    modules import their siblings by bare name (`import _common`). Only the module
+    named counts: `import a.b` is an edge to `a.b`, not also to the package `a`.
     """
     is_package = path.name == "__init__.py"
+    folder = module.rpartition(".")[0] if module.split(".")[0] in SCRIPT_DIRS else ""
     found = set()
-    for node in runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -120,6 +103,9 @@ def imported_modules(module: str, path: Path, modules: dict[str, Path]) -> set[s
             names = [name if resolve(name, modules) else base for name in names]
         else:
             continue
+        if folder:
+            names = [f"{folder}.{name}" if f"{folder}.{name.split('.')[0]}" in modules else name
+                     for name in names]
         found.update(filter(None, (resolve(name, modules) for name in names)))
     found.discard(module)
     if is_package:
@@ -185,6 +171,87 @@ def test_no_import_cycles() -> None:
     assert not cycles, "import cycles:\n" + "\n".join("  " + " ".join(c) for c in cycles)
 
 
+def test_a_cycle_is_found() -> None:
+    """The finder itself: a type-only import closing a loop is a cycle."""
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# --- the rooms of tiering/ --------------------------------------------------------------
+
+# Modules at tiering/'s top level that every room may import, and that import no room.
+FOUNDATION = {"errors", "meta", "settings", "pool", "jobs", "files", "memo"}
+# The service on top, which builds and calls the rooms: it may import any of them.
+SERVICE = {"objects", "node"}
+# Room -> the rooms it may import (the foundation always). Bottom first: a room names
+# only rooms above it in this table, so the directions form no loop.
+ROOMS: dict[str, set[str]] = {
+    "model": set(),
+    "capacity": set(),
+    "index": {"model"},
+    "hot": {"model"},
+    "reads": {"model", "capacity", "hot"},
+    "cluster": {"model", "capacity", "index", "hot", "reads"},
+    "maintenance": {"model", "capacity", "index", "hot", "reads", "cluster"},
+    "mounts": {"model", "capacity", "index", "hot", "reads", "cluster"},
+    "prefetch": {"model", "capacity", "index", "hot", "reads", "cluster", "mounts"},
+    "batch": {"model", "index", "hot", "reads", "prefetch"},
+    "managed": {"model", "capacity", "index", "hot", "reads", "cluster", "maintenance"},
+}
+MAX_TOP_MODULES = 12
+
+
+def room_of(module: str) -> str:
+    """`tiering.hot.tier` -> `hot`; a top-level module is its own name."""
+    return module.split(".")[1] if module.count(".") >= 1 else ""
+
+
+def test_rooms_are_ordered() -> None:
+    """Each room names only rooms listed before it: the table itself has no loop."""
+    seen: set[str] = set()
+    for room, allowed in ROOMS.items():
+        assert allowed <= seen, f"{room} may import {sorted(allowed - seen)}, listed after it"
+        seen.add(room)
+
+
+def test_tiering_imports_follow_the_rooms() -> None:
+    """A tiering module imports the foundation, its own room and the rooms its room may."""
+    wrong = []
+    for module, targets in import_graph().items():
+        if not module.startswith("tiering.") or module.count(".") < 1:
+            continue
+        source = room_of(module)
+        for target in sorted(t for t in targets if t.startswith("tiering.")):
+            room = room_of(target)
+            if room in FOUNDATION or room == source or source in SERVICE:
+                continue
+            if source in FOUNDATION or room in SERVICE or room not in ROOMS.get(source, set()):
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against the rooms (tests/unit/test_layers.py ROOMS):\n  " + "\n  ".join(wrong)
+
+
+def test_tiering_top_level_is_small_and_every_room_is_described() -> None:
+    top = sorted(p.stem for p in (ROOT / "tiering").glob("*.py") if p.stem != "__init__")
+    assert set(top) == FOUNDATION | SERVICE, f"tiering/ top level: {top}"
+    assert len(top) <= MAX_TOP_MODULES
+    rooms = sorted(p.parent.name for p in (ROOT / "tiering").glob("*/__init__.py"))
+    assert rooms == sorted(ROOMS), f"rooms on disk {rooms} against the table {sorted(ROOMS)}"
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ROOT / "tiering" / room / "__init__.py").read_text()))
+        assert doc and "May import" in doc, f"tiering/{room}/__init__.py says what it owns and may import"
+
+
+def test_a_wrong_direction_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The room check itself: an index module importing the hot tier is refused."""
+    real = import_graph()
+    monkeypatch.setattr(sys.modules[__name__], "import_graph",
+                        lambda: {**real, "tiering.index.db": real["tiering.index.db"] | {"tiering.hot.tier"}})
+    with pytest.raises(AssertionError, match="tiering.index.db -> tiering.hot.tier"):
+        test_tiering_imports_follow_the_rooms()
+
+
+# --- sizes -------------------------------------------------------------------------------
+
+
 def long_classes(path: Path) -> list[str]:
     """`file:line name (size lines)` for each class in `path` over MAX_CLASS_LINES."""
     found = []
@@ -201,3 +268,13 @@ def test_no_oversized_classes() -> None:
     found = sorted(line for path in product_modules().values() for line in long_classes(path))
     heading = f"classes over {MAX_CLASS_LINES} lines:\n"
     assert not found, heading + "\n".join("  " + line for line in found)
+
+
+def test_no_oversized_files() -> None:
+    """Past ~600 lines a module holds several concepts: split it along its seams."""
+    found = sorted(
+        f"{path.relative_to(ROOT)} ({lines} lines)"
+        for path in product_modules().values()
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_FILE_LINES
+    )
+    assert not found, f"files over {MAX_FILE_LINES} lines:\n  " + "\n  ".join(found)

@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from gateway.admin import build_admin_app
-from gateway.config import ENV_PREFIX, Config, env_name, load_config
+from gateway.config import Config, load_config
+from gateway.config_sources import ENV_PREFIX, env_name
 from tests.unit.gateway.test_admin_docs import _NotStarted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,7 +258,7 @@ def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
                  "benchmarks/results/capacity.md", "gateway/__pycache__/cli.cpython-311.pyc",
                  "__pycache__/x.pyc", ".env"):
         assert dockerignored(path), path
-    for path in ("pyproject.toml", "README.md", "gateway/cli/app.py", "tiering/hot.py",
+    for path in ("pyproject.toml", "README.md", "gateway/cli/app.py", "tiering/hot/tier.py",
                  "packer/format.py"):
         assert not dockerignored(path), path
 

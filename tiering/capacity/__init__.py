@@ -7,7 +7,16 @@ a backend from a URL:
   directory (the embedded default, and the reference backend for the
   contract tests);
 - ``s3://bucket[/prefix]``: ``S3Store`` (``s3.py``) over aiobotocore (AWS
-  S3, MinIO, Ceph RGW), imported only when asked for.
+  S3, MinIO, Ceph RGW), imported only when asked for; its code table
+  (``s3_answers.py``), lean ranged GETs (``s3_get.py``, ``http_get.py``,
+  signed with ``sigv4.py``) and streamed multipart uploads
+  (``s3_upload.py``).
+
+``layout.py`` names segments in the store and reads their footers.
+
+May import: the foundation modules of ``tiering`` (``errors``, ``meta``,
+``settings``, ``pool``, ``files``) and ``packer``; nothing of the index or
+the hot tier: a store knows names and bytes only.
 """
 
 from __future__ import annotations

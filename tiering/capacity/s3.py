@@ -1,6 +1,6 @@
 """The capacity store on S3 (AWS S3, MinIO, Ceph RGW) over aiobotocore.
 
-Every request goes through one choke point, ``S3Store._call``: it counts the
+Every request goes through one choke point, ``S3Store.call``: it counts the
 request, runs it (and, for GETs, reads the body) inside a retry loop with
 capped exponential backoff and full jitter, and translates failures once, by
 S3 error code and HTTP status (never by message text), into
@@ -15,24 +15,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
 
-import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     FlexibleChecksumError,
-    HTTPClientError,
-    IncompleteReadError,
     NoCredentialsError,
 )
-from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from tiering.capacity.s3_answers import (
+    CONFLICT_CODES,
+    NOT_FOUND_CODES,
+    TRANSIENT_EXCEPTIONS,
+    BadBody,
+    client_error_code,
+    parse_content_range,
+    read_body,
+    retryable,
+)
 from tiering.capacity.s3_get import Keys, LeanGetter
 from tiering.capacity.s3_upload import MAX_PART_SIZE, MIN_PART_SIZE, S3Upload, one_line
 from tiering.capacity.store import (
@@ -47,55 +52,6 @@ from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-
-# ---- the code table: how each S3 answer is handled -----------------------
-
-# A missing object. HEAD has no body, so its 404 carries the code "404".
-# NoSuchBucket is not here: a missing bucket is a configuration failure.
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
-
-# Transient by code (botocore's standard-mode lists); besides these, every
-# HTTP 5xx and 429 is retried.
-_RETRY_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestLimitExceeded",
-        "BandwidthLimitExceeded",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "PriorRequestNotComplete",
-        "InternalError",
-        "ServiceUnavailable",
-        # The store refused a body that no longer matched the digest sent
-        # with it: damaged in transit. The body is still in hand; send it again.
-        "BadDigest",
-        "XAmzContentSHA256Mismatch",
-    }
-)
-
-# A conditional write that lost: the object is not as expected (412), or
-# another conditional write on it was in flight (409, AWS).
-_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
-
-# Transport failures: connection refused/reset/closed, timeouts, a body cut
-# short (aiobotocore checks Content-Length), plain socket errors.
-_TRANSIENT_EXCEPTIONS: tuple[type[BaseException], ...] = (
-    HTTPClientError,  # ReadTimeoutError, ConnectionClosedError, ResponseStreamingError
-    BotoConnectionError,  # EndpointConnectionError, ConnectTimeoutError, ...
-    IncompleteReadError,
-    # A body that does not match the checksum the store sent with it
-    # (x-amz-checksum-*, checked by botocore): damaged in transit.
-    FlexibleChecksumError,
-    aiohttp.ClientError,
-    asyncio.TimeoutError,
-    OSError,  # ConnectionError and friends
-)
 
 # Which counter each operation bumps (once per logical request).
 _COUNTERS = {
@@ -127,41 +83,6 @@ def _session() -> AioSession:
     if _SESSION is None:
         _SESSION = get_session()
     return _SESSION
-
-
-_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-
-
-class BadBody(Exception):
-    """A GET body of the wrong length (cut short, or not the range asked for):
-    retried like a connection reset."""
-
-    def __init__(self, got: int, want: int) -> None:
-        super().__init__(f"short body: got {got} of {want} bytes")
-
-
-def _client_error_code(exc: ClientError) -> tuple[str, int]:
-    error = exc.response.get("Error") or {}
-    meta = exc.response.get("ResponseMetadata") or {}
-    return str(error.get("Code") or ""), int(meta.get("HTTPStatusCode") or 0)
-
-
-def _retryable(code: str, status: int) -> bool:
-    return code in _RETRY_CODES or status == 429 or status >= 500
-
-
-def parse_content_range(value: str) -> tuple[int, int, int | None]:
-    match = _CONTENT_RANGE.match(value.strip())
-    if match is None:
-        raise BadBody(0, 0)
-    total = None if match[3] == "*" else int(match[3])
-    return int(match[1]), int(match[2]), total
-
-
-async def read_body(response: dict[str, Any]) -> bytes:
-    async with response["Body"] as body:
-        data: bytes = await body.read()
-    return data
 
 
 class S3Store:
@@ -233,7 +154,7 @@ class S3Store:
     def _key(self, name: str) -> str:
         return self.prefix + check_name(name)
 
-    def _c(self) -> Any:
+    def client(self) -> Any:
         if self._client is None:
             raise RuntimeError(f"capacity store {self.describe()} is not started")
         return self._client
@@ -295,7 +216,7 @@ class S3Store:
                 self._stack.push_async_callback(getter.close)
                 await getter.start()
                 self._getter = getter
-            await self._call("head_bucket", "", self._client.head_bucket, Bucket=self.bucket)
+            await self.call("head_bucket", "", self._client.head_bucket, Bucket=self.bucket)
         except CapacityNotFound as exc:
             await self.close()
             raise CapacityError(
@@ -333,7 +254,7 @@ class S3Store:
 
     # ---- the choke point --------------------------------------------------
 
-    async def _call(
+    async def call(
         self, op: str, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kw: Any
     ) -> T:
         """Run ``fn`` (one S3 request, body included) with retries; translate errors."""
@@ -348,13 +269,13 @@ class S3Store:
             try:
                 return await fn(*args, **kw)
             except ClientError as exc:
-                code, status = _client_error_code(exc)
-                if code in _NOT_FOUND_CODES:
+                code, status = client_error_code(exc)
+                if code in NOT_FOUND_CODES:
                     raise CapacityNotFound(
                         f"{what}: no such object", name=name, op=op, code=code, status=status
                     ) from exc
                 reason = f"{code or 'error'} (HTTP {status})"
-                if not _retryable(code, status):
+                if not retryable(code, status):
                     raise CapacityError(
                         f"{what} failed: {reason}",
                         name=name,
@@ -365,7 +286,7 @@ class S3Store:
                         said=str((exc.response.get("Error") or {}).get("Message") or ""),
                     ) from exc
                 failure: BaseException = exc
-            except (*_TRANSIENT_EXCEPTIONS, BadBody) as exc:
+            except (*TRANSIENT_EXCEPTIONS, BadBody) as exc:
                 reason = (
                     "the body did not match its checksum (corrupt in transit)"
                     if isinstance(exc, FlexibleChecksumError) else one_line(exc)
@@ -397,8 +318,8 @@ class S3Store:
         ...) go to S3 as they are."""
         key = self._key(name)
         body = data if isinstance(data, bytes) else bytes(data)
-        await self._call(
-            "put_object", name, self._c().put_object, Bucket=self.bucket, Key=key, Body=body,
+        await self.call(
+            "put_object", name, self.client().put_object, Bucket=self.bucket, Key=key, Body=body,
             **object_args,
         )
         self.stats.bytes_written += len(body)
@@ -410,10 +331,10 @@ class S3Store:
         key = self._key(name)
 
         async def fetch() -> tuple[bytes, str]:
-            response = await self._c().get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
+            response = await self.client().get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
             return await read_body(response), str(response["ETag"])
 
-        data, etag = await self._call("get_object", name, fetch)
+        data, etag = await self.call("get_object", name, fetch)
         self.stats.bytes_read += len(data)
         return data, etag
 
@@ -424,11 +345,11 @@ class S3Store:
         key = self._key(name)
         condition = {"IfNoneMatch": "*"} if expect is None else {"IfMatch": expect}
         try:
-            response = await self._call(
-                "put_object", name, self._c().put_object, Bucket=self.bucket, Key=key, Body=data, **condition
+            response = await self.call(
+                "put_object", name, self.client().put_object, Bucket=self.bucket, Key=key, Body=data, **condition
             )
         except CapacityError as exc:
-            if exc.detail.get("code") in _CONFLICT_CODES or exc.detail.get("status") == 412:
+            if exc.detail.get("code") in CONFLICT_CODES or exc.detail.get("status") == 412:
                 raise CapacityConflict(
                     f"capacity store {self.describe()}: conditional write of {name}: "
                     f"{exc.detail.get('code')}", name=name, expected=expect,
@@ -448,7 +369,7 @@ class S3Store:
         condition = {"IfMatch": if_match} if if_match is not None else {}
 
         async def fetch() -> bytes:
-            self._c()  # started
+            self.client()  # started
             response = await self._getter.get_object(
                 Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end - 1}", **condition
             )
@@ -470,7 +391,7 @@ class S3Store:
             return data
 
         try:
-            data = await self._call("get_object", name, fetch)
+            data = await self.call("get_object", name, fetch)
         except CapacityNotFound:
             raise
         except CapacityError as exc:
@@ -500,7 +421,7 @@ class S3Store:
             return b"", await self.size(name)
 
         async def fetch() -> tuple[bytes, int]:
-            response = await self._c().get_object(
+            response = await self.client().get_object(
                 Bucket=self.bucket, Key=key, Range=f"bytes=-{length}"
             )
             data = await read_body(response)
@@ -518,7 +439,7 @@ class S3Store:
             return data, total
 
         try:
-            data, total = await self._call("get_object", name, fetch)
+            data, total = await self.call("get_object", name, fetch)
         except CapacityNotFound:
             raise
         except CapacityError as exc:
@@ -538,16 +459,16 @@ class S3Store:
 
     async def size(self, name: str) -> int:
         key = self._key(name)
-        response = await self._call(
-            "head_object", name, self._c().head_object, Bucket=self.bucket, Key=key
+        response = await self.call(
+            "head_object", name, self.client().head_object, Bucket=self.bucket, Key=key
         )
         return int(response["ContentLength"])
 
     async def delete(self, name: str) -> None:
         key = self._key(name)
         try:
-            await self._call(
-                "delete_object", name, self._c().delete_object, Bucket=self.bucket, Key=key
+            await self.call(
+                "delete_object", name, self.client().delete_object, Bucket=self.bucket, Key=key
             )
         except CapacityNotFound:
             pass  # S3 answers 204 for a missing key; some stores answer 404
@@ -561,8 +482,8 @@ class S3Store:
             page = await self._uploads_page(self.prefix, **kw)  # counted, as the aborts are, by _call
             for upload in page.get("Uploads", ()):
                 try:
-                    await self._call(
-                        "abort_multipart_upload", upload["Key"], self._c().abort_multipart_upload,
+                    await self.call(
+                        "abort_multipart_upload", upload["Key"], self.client().abort_multipart_upload,
                         Bucket=self.bucket, Key=upload["Key"], UploadId=upload["UploadId"],
                     )
                 except CapacityNotFound:
@@ -577,7 +498,7 @@ class S3Store:
         """One ListMultipartUploads page. Some S3 servers (rclone serve s3)
         answer NoSuchUpload where there is no upload to list: an empty page."""
         try:
-            return await self._call("list_multipart_uploads", name, self._c().list_multipart_uploads, **kw)  # type: ignore[no-any-return]
+            return await self.call("list_multipart_uploads", name, self.client().list_multipart_uploads, **kw)  # type: ignore[no-any-return]
         except CapacityError as exc:
             if exc.detail.get("code") != "NoSuchUpload":
                 raise
@@ -596,7 +517,7 @@ class S3Store:
                 kw["ContinuationToken"] = token
             elif after:
                 kw["StartAfter"] = self.prefix + after
-            page = await self._call("list_objects_v2", prefix, self._c().list_objects_v2, **kw)
+            page = await self.call("list_objects_v2", prefix, self.client().list_objects_v2, **kw)
             for item in page.get("Contents", ()):
                 name = item["Key"][len(self.prefix) :]
                 if _is_name(name):  # skip "dir/" markers and other foreign keys

@@ -36,7 +36,13 @@ from yarl import URL
 
 from tiering import pool
 from tiering.capacity.http_get import HttpGetPool
-from tiering.sigv4 import EMPTY_SHA256, credential_scope, signature, signing_key, string_to_sign
+from tiering.capacity.sigv4 import (
+    EMPTY_SHA256,
+    credential_scope,
+    signature,
+    signing_key,
+    string_to_sign,
+)
 
 # An S3 error document's two fields; read with a pattern, not an XML parser,
 # from at most the first few KiB of a body the store (or a proxy) sent.

@@ -1,17 +1,16 @@
 """Multipart uploads to the S3 capacity store, fed as data arrives (a
-segment streamed while it is built). Requests go through ``S3Store._call``,
+segment streamed while it is built). Requests go through ``S3Store.call``,
 the store's one retrying choke point."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
+from tiering.capacity.store import CapacityStats
 from tiering.errors import CapacityError, CapacityNotFound
-
-if TYPE_CHECKING:
-    from tiering.capacity.s3 import S3Store
 
 log = logging.getLogger("tiering.capacity.s3")
 
@@ -25,6 +24,30 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+T = TypeVar("T")
+
+
+class UploadTarget(Protocol):
+    """What an upload asks of its store (``S3Store``): its bucket, part size
+    and part concurrency, its retrying choke point and client, and a plain
+    PUT for an object smaller than one part."""
+
+    bucket: str
+    part_size: int
+    concurrency: int
+    stats: CapacityStats
+
+    def describe(self) -> str: ...
+
+    def client(self) -> Any: ...
+
+    async def call(self, op: str, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kw: Any) -> T: ...
+
+    async def put(self, name: str, data: bytes | memoryview, **object_args: Any) -> None: ...
+
+    async def size(self, name: str) -> int: ...
+
+
 class S3Upload:
     """A multipart upload fed part by part as data arrives.
 
@@ -34,7 +57,7 @@ class S3Upload:
     that never filled one part is sent with a single PUT at ``complete``.
     """
 
-    def __init__(self, store: S3Store, name: str, key: str, object_args: dict[str, Any] | None = None) -> None:
+    def __init__(self, store: UploadTarget, name: str, key: str, object_args: dict[str, Any] | None = None) -> None:
         self._store = store
         self._name = name
         self._key = key
@@ -91,10 +114,10 @@ class S3Upload:
             await self._check()
             parts = sorted(self._parts, key=lambda part: part["PartNumber"])
             try:
-                await store._call(
+                await store.call(
                     "complete_multipart_upload",
                     self._name,
-                    store._c().complete_multipart_upload,
+                    store.client().complete_multipart_upload,
                     Bucket=store.bucket,
                     Key=self._key,
                     UploadId=self._upload_id,
@@ -129,10 +152,10 @@ class S3Upload:
             return
         store = self._store
         try:
-            await store._call(
+            await store.call(
                 "abort_multipart_upload",
                 self._name,
-                store._c().abort_multipart_upload,
+                store.client().abort_multipart_upload,
                 Bucket=store.bucket,
                 Key=self._key,
                 UploadId=upload_id,
@@ -175,10 +198,10 @@ class S3Upload:
             # CRC32 per part, as s3transfer does: the store verifies each part
             # and the Complete names each part's checksum. A store that ignores
             # the algorithm does not echo it, and Complete then names none.
-            response = await store._call(
+            response = await store.call(
                 "create_multipart_upload",
                 self._name,
-                store._c().create_multipart_upload,
+                store.client().create_multipart_upload,
                 Bucket=store.bucket,
                 Key=self._key,
                 ChecksumAlgorithm="CRC32",
@@ -200,10 +223,10 @@ class S3Upload:
         store = self._store
         extra = {"ChecksumAlgorithm": self._checksum} if self._checksum else {}
         try:
-            response = await store._call(
+            response = await store.call(
                 "upload_part",
                 self._name,
-                store._c().upload_part,
+                store.client().upload_part,
                 Bucket=store.bucket,
                 Key=self._key,
                 UploadId=self._upload_id,

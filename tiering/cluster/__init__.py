@@ -1,4 +1,12 @@
-"""Several gateways over one capacity store: write leases per bucket
-(``lease.py``), terms, following and seals (``cluster.py``), which buckets
-this node may write segments for (``writing.py``), and other gateways as a
-source of extents (``peers.py``)."""
+"""Several gateways over one capacity store.
+
+Owns: write leases per bucket (``lease.py``), write terms and seals
+(``terms.py``), following other writers' segments and holding this node's
+(``cluster.py``), which buckets this node may write segments for and how it
+names them (``writing.py``), and other gateways as a source of cached bytes
+(``peers.py``).
+
+May import: the foundation modules (``tiering.errors``, ``meta``,
+``settings``, ``pool``, ...), ``model``, ``capacity``, ``index``, ``hot``
+and ``reads``. Coordination goes through the capacity store alone.
+"""

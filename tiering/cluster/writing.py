@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from tiering import pool
-from tiering.index import Index
+from tiering.index.db import Index
 
 
 class Writing(Protocol):

@@ -1,3 +1,11 @@
-"""Mounted buckets: existing S3 data read through the hot tier (``buckets.py``),
-the source bucket's client (``source.py``), listing pages kept for a while
-(``listing_cache.py``) and multipart uploads passed through (``uploads.py``)."""
+"""Mounted buckets: existing S3 data read through the hot tier.
+
+Owns: the mounts and their reads (``buckets.py``), mounted buckets as a
+bucket backend (``backend.py``), the source bucket's client
+(``source.py``), listing pages kept for a while (``listing_cache.py``),
+background revalidation (``revalidate.py``) and multipart uploads passed
+through to the source (``uploads.py``).
+
+May import: the foundation modules of ``tiering``, ``model``,
+``capacity``, ``index``, ``hot``, ``reads`` and ``cluster`` (peers).
+"""

@@ -1,5 +1,5 @@
 """Mounted buckets as a bucket backend: the same calls as managed buckets
-(``tiering.managed``), answered by ``Mounts`` (reads through the hot tier,
+(``tiering.managed.backend``), answered by ``Mounts`` (reads through the hot tier,
 writes through to the source on read-write mounts)."""
 
 from __future__ import annotations
@@ -9,15 +9,16 @@ from dataclasses import replace
 
 from packer.ranges import ByteRange
 from tiering.cluster.peers import HOT
-from tiering.conditions import WriteConditions
-from tiering.digests import ingest
 from tiering.errors import NoSuchVersion, NotHot, NotSupported
-from tiering.index import ListPage
-from tiering.inputs import Integrity, NewObject, Write
+from tiering.index.db import ListPage
 from tiering.meta import BucketInfo, ObjectMeta
+from tiering.model.conditions import WriteConditions
+from tiering.model.digests import ingest
+from tiering.model.inputs import Integrity, NewObject, Write
+from tiering.model.versions import NULL, Deletion, VersionEntry, VersionPage
 from tiering.mounts.buckets import Mounts
 from tiering.mounts.uploads import MountUploads, refuse_tags, tags_refused
-from tiering.reads import (
+from tiering.reads.plan import (
     SMALL_READ,
     Location,
     Read,
@@ -27,7 +28,6 @@ from tiering.reads import (
     plan,
     plan_from_memory,
 )
-from tiering.versions import NULL, Deletion, VersionEntry, VersionPage
 
 
 class MountedBuckets:

@@ -50,18 +50,18 @@ from tiering.errors import (
     NoSuchKey,
     ServiceUnavailable,
 )
-from tiering.fills import Fills
-from tiering.flight import SingleFlight
-from tiering.hot import HotTier
-from tiering.index import Index, ListEntry, ListPage, successor
+from tiering.hot.fills import Fills
+from tiering.hot.tier import HotTier
+from tiering.index.db import Index, ListEntry, ListPage, successor
 from tiering.memo import ByIdentity
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
+from tiering.model.names import check_bucket_name
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
-from tiering.names import check_bucket_name
-from tiering.readahead import Held, stream
-from tiering.reads import Location, ReadTally
+from tiering.reads.flight import SingleFlight
+from tiering.reads.plan import Location, ReadTally
+from tiering.reads.readahead import Held, stream
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")

@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from typing import NamedTuple
 
-from tiering.index import ListPage
+from tiering.index.db import ListPage
 
 
 class _Question(NamedTuple):

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from tiering import pool
 from tiering.errors import CapacityError
-from tiering.index import Index
+from tiering.index.db import Index
 from tiering.meta import MountedObject, now_ms
 from tiering.mounts.source import SourceBucket, SourceObject
 

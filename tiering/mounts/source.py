@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from tiering.capacity.s3 import BadBody, S3Store, parse_content_range, read_body
+from tiering.capacity.s3 import S3Store
+from tiering.capacity.s3_answers import BadBody, parse_content_range, read_body
 from tiering.capacity.s3_upload import S3Upload
 from tiering.meta import STORED_HEADERS
 
@@ -85,8 +86,8 @@ class SourceBucket(S3Store):
 
     async def head(self, key: str) -> SourceObject:
         """The object's size, ETag and metadata; CapacityNotFound if absent."""
-        answer = await self._call(
-            "head_object", key, self._c().head_object, Bucket=self.bucket, Key=self._key(key)
+        answer = await self.call(
+            "head_object", key, self.client().head_object, Bucket=self.bucket, Key=self._key(key)
         )
         return _object(key, answer)
 
@@ -97,7 +98,7 @@ class SourceBucket(S3Store):
         of botocore's CPU), like every ranged read. CapacityNotFound if absent."""
 
         async def fetch() -> tuple[dict[str, Any], bytes]:
-            self._c()  # started
+            self.client()  # started
             answer = await self._getter.get_object(
                 Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{length - 1}"
             )
@@ -109,7 +110,7 @@ class SourceBucket(S3Store):
             answer["ContentLength"] = total
             return answer, data
 
-        answer, data = await self._call("get_object", key, fetch)
+        answer, data = await self.call("get_object", key, fetch)
         self.stats.bytes_read += len(data)
         return _object(key, answer), data
 
@@ -125,9 +126,9 @@ class SourceBucket(S3Store):
             kw["Delimiter"] = delimiter
         if start_after:
             kw["StartAfter"] = self.prefix + start_after
-        self._c()  # started
+        self.client()  # started
         # The lean getter's, on a configured endpoint: parsed off the event loop.
-        answer = await self._call("list_objects_v2", prefix, self._getter.list_objects_v2, **kw)
+        answer = await self.call("list_objects_v2", prefix, self._getter.list_objects_v2, **kw)
         cut = len(self.prefix)
         objects = [
             SourceObject(
@@ -165,8 +166,8 @@ class SourceBucket(S3Store):
             args["ChecksumAlgorithm"] = checksum_algorithm
         if checksum_type:
             args["ChecksumType"] = checksum_type
-        return await self._call(
-            "create_multipart_upload", key, self._c().create_multipart_upload,
+        return await self.call(
+            "create_multipart_upload", key, self.client().create_multipart_upload,
             Bucket=self.bucket, Key=self._key(key), **args,
         )
 
@@ -176,28 +177,28 @@ class SourceBucket(S3Store):
         """One part, with the checksum the gateway verified (algorithm, base64
         value) so the source checks and keeps it too."""
         extra = {"ChecksumAlgorithm": checksum[0], f"Checksum{checksum[0]}": checksum[1]} if checksum else {}
-        answer = await self._call(
-            "upload_part", key, self._c().upload_part, Bucket=self.bucket, Key=self._key(key),
+        answer = await self.call(
+            "upload_part", key, self.client().upload_part, Bucket=self.bucket, Key=self._key(key),
             UploadId=upload_id, PartNumber=number, Body=data, **extra,
         )
         self.stats.bytes_written += len(data)
         return answer
 
     async def complete_upload(self, key: str, upload_id: str, parts: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self._call(
-            "complete_multipart_upload", key, self._c().complete_multipart_upload,
+        return await self.call(
+            "complete_multipart_upload", key, self.client().complete_multipart_upload,
             Bucket=self.bucket, Key=self._key(key), UploadId=upload_id, MultipartUpload={"Parts": parts},
         )
 
     async def abort_upload(self, key: str, upload_id: str) -> None:
-        await self._call(
-            "abort_multipart_upload", key, self._c().abort_multipart_upload,
+        await self.call(
+            "abort_multipart_upload", key, self.client().abort_multipart_upload,
             Bucket=self.bucket, Key=self._key(key), UploadId=upload_id,
         )
 
     async def list_parts(self, key: str, upload_id: str, after: int, limit: int) -> dict[str, Any]:
-        return await self._call(
-            "list_parts", key, self._c().list_parts, Bucket=self.bucket, Key=self._key(key),
+        return await self.call(
+            "list_parts", key, self.client().list_parts, Bucket=self.bucket, Key=self._key(key),
             UploadId=upload_id, PartNumberMarker=after, MaxParts=max(1, limit),
         )
 

@@ -22,8 +22,6 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
-from tiering.conditions import WriteConditions
-from tiering.digests import ingest
 from tiering.errors import (
     AccessDenied,
     BadDigest,
@@ -40,11 +38,13 @@ from tiering.errors import (
     NotSupported,
     TierstoreError,
 )
-from tiering.inputs import Integrity, NewObject
 from tiering.meta import Checksum, Mount, ObjectMeta, Part, Upload, now_ms
+from tiering.model.conditions import WriteConditions
+from tiering.model.digests import ingest
+from tiering.model.inputs import Integrity, NewObject
+from tiering.model.uploads import ChosenPart, check_order, md5_of_parts
 from tiering.mounts.buckets import Mounts, unreachable
 from tiering.mounts.source import epoch_ms, unquoted_etag
-from tiering.multipart import ChosenPart, check_order, md5_of_parts
 
 PART_MEMORY = 1024**3  # bytes of mounted-upload parts held in memory at once
 

@@ -13,18 +13,14 @@ import pytest
 from gateway.config import (
     REDACTED,
     Config,
-    GiB,
-    MiB,
-    auto_workers,
-    available_cores,
-    credentials_path,
     default_hot_size,
     load_config,
-    parse_size,
-    quota_cores,
     redacted,
     tier_settings,
 )
+from gateway.cores import auto_workers, available_cores, quota_cores
+from gateway.credentials import credentials_path
+from gateway.sizes import GiB, MiB, parse_size
 from tests.tls import Pki, make_pki
 
 

@@ -1,6 +1,6 @@
-"""gateway.listener.raise_descriptor_limit: a gateway process starts with a
+"""gateway.process.raise_descriptor_limit: a gateway process starts with a
 soft descriptor limit raised towards its hard limit, so the descriptors hot
-reads keep open (tiering/open_files.py) are as many as they may be."""
+reads keep open (tiering/hot/open_files.py) are as many as they may be."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from gateway.listener import DESCRIPTORS
+from gateway.process import DESCRIPTORS
 
 SCRIPT = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
-from gateway.listener import raise_descriptor_limit
-from tiering.open_files import capacity
+from gateway.process import raise_descriptor_limit
+from tiering.hot.open_files import capacity
 print(raise_descriptor_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], capacity())
 """
 

@@ -45,13 +45,13 @@ from packer.ranges import ByteRange
 from tests import summary
 from tests.unit.gateway.test_chunked import build_signed, build_unsigned, crc32_b64, signer
 from tests.unit.gateway.test_sigv4 import AK, KEYS, presigned, signed
-from tiering import checksums
-from tiering.conditions import check
 from tiering.errors import NotModified, PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
-from tiering.names import MAX_KEY_BYTES, check_bucket_name, check_key
-from tiering.tags import check_tags
-from tiering.versions import version_id
+from tiering.model import checksums
+from tiering.model.conditions import check
+from tiering.model.names import MAX_KEY_BYTES, check_bucket_name, check_key
+from tiering.model.tags import check_tags
+from tiering.model.versions import version_id
 
 EXAMPLES = int(os.environ.get("TIERSTORE_FUZZ_EXAMPLES", "100"))
 FUZZ = settings(

@@ -23,7 +23,7 @@ from gateway.app import S3App
 from gateway.config import Config
 from gateway.metrics import CONTENT_TYPE, LATENCY_BUCKETS, Metrics, quantile, tier_of
 from gateway.node import Node
-from tiering.reads import ReadTally
+from tiering.reads.plan import ReadTally
 
 # --------------------------------------------------------------------------
 # Counters and labels

@@ -14,7 +14,7 @@ from gateway.context import Context
 from gateway.handlers.objects import get_object, head_object
 from gateway.http import S3Request
 from tiering.capacity import LocalDirStore
-from tiering.inputs import Integrity, NewObject
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
 from tiering.settings import TierSettings
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from gateway.errors import S3Error
 from gateway.sigv4 import AuthContext, authenticate
-from tiering.sigv4 import signing_key
+from tiering.capacity.sigv4 import signing_key
 
 AK = "AKIDTIERSTORETEST"
 SECRET = "s3cr3t/KEY+with=odd chars"

@@ -9,7 +9,7 @@ import pytest
 
 from gateway import tar
 from gateway.handlers import batch
-from tiering.batch import Member
+from tiering.batch.member import Member
 from tiering.errors import NoSuchKey
 from tiering.meta import ObjectMeta
 

@@ -1,4 +1,4 @@
-"""A hot batch of a managed bucket (tiering/batch.py): looked up and opened
+"""A hot batch of a managed bucket (tiering/batch/reads.py): looked up and opened
 on the event loop when the record cache holds every record, through the
 pool otherwise; the same members and bytes either way."""
 
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from tiering import batch as batch_module
 from tiering import pool
-from tiering.batch import HotBatch
+from tiering.batch import hot as batch_hot
+from tiering.batch.hot import HotBatch
 from tiering.errors import NoSuchKey
-from tiering.inputs import Integrity, NewObject
-from tiering.keys import okey
+from tiering.index.keys import okey
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
-from tiering.reads import ReadTally
+from tiering.reads.plan import ReadTally
 
 KEYS = [f"k{i}" for i in range(5)]
 
@@ -138,7 +138,7 @@ def test_hot_batch_read_by_the_pool_or_closed_unread_releases_its_holds(
     _read(node, KEYS)
     _read(node, KEYS)
     before = _open_count()
-    monkeypatch.setattr(batch_module, "_read_now", lambda pieces, view: False)  # not in the page cache
+    monkeypatch.setattr(batch_hot, "_read_now", lambda pieces, view: False)  # not in the page cache
     assert _read(node, KEYS)[0] == [(k, _data(k)) for k in KEYS]
     assert _open_count() == before
 

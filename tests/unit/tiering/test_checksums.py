@@ -1,4 +1,4 @@
-"""tiering.checksums: known vectors, parity with botocore, CRC combination."""
+"""tiering.model.checksums: known vectors, parity with botocore, CRC combination."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from botocore import httpchecksum as bc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiering import checksums as ck
 from tiering.errors import InvalidArgument, InvalidRequest
+from tiering.model import checksums as ck
 
 CHECK = b"123456789"
 

@@ -15,16 +15,16 @@ import pytest
 from tests.unit.tiering.test_objects import body
 from tiering import pool
 from tiering.capacity import LocalDirStore
-from tiering.cluster.cluster import SEALS
+from tiering.capacity.layout import SEGMENTS
+from tiering.cluster.terms import SEALS
 from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter, ServiceUnavailable
-from tiering.fetch import SEGMENTS
-from tiering.index import Index
-from tiering.inputs import Integrity, NewObject
-from tiering.keys import TERM_SHIFT, term_of
+from tiering.index.db import Index
+from tiering.index.keys import TERM_SHIFT, term_of
+from tiering.maintenance.recover import recover
+from tiering.maintenance.tiers import ForeignSegments
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
-from tiering.recover import recover
 from tiering.settings import TierSettings
-from tiering.tiers import ForeignSegments
 
 TTL = 2.0  # the lease's skew is a quarter of it
 

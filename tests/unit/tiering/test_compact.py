@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.tiering.test_objects import body, new_service
-from tiering import fsck, pool
-from tiering.inputs import Integrity, NewObject
+from tiering import pool
+from tiering.maintenance import fsck
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
 
 

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from tiering import fsck
 from tiering.capacity import LocalDirStore
-from tiering.inputs import Integrity, NewObject
+from tiering.maintenance import fsck
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
 from tiering.settings import TierSettings
 
@@ -52,7 +52,7 @@ def test_an_index_from_before_is_recounted_once_at_start(tmp_path: Path) -> None
     empty live entries shows 0 live bytes; the next start recounts it."""
     from dataclasses import replace
 
-    from tiering.keys import WEIGHTED_KEY, gkey
+    from tiering.index.keys import WEIGHTED_KEY, gkey
 
     async def go() -> None:
         def open_node() -> Node:

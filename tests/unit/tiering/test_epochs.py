@@ -15,15 +15,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from tiering import fsck
 from tiering.capacity import LocalDirStore
-from tiering.epoch_order import Entry, Epoch
-from tiering.epochs import Epochs
-from tiering.eviction import Sieve
-from tiering.inputs import Integrity, NewObject
+from tiering.hot.sieve import Sieve
+from tiering.maintenance import fsck
 from tiering.meta import Extent
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
-from tiering.reads import Read
+from tiering.prefetch.epoch import Entry, Epoch
+from tiering.prefetch.epochs import Epochs
+from tiering.reads.plan import Read
 from tiering.settings import TierSettings
 
 

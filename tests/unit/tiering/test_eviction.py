@@ -10,8 +10,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiering.eviction import EvictionAdvisor, Sieve
-from tiering.hot import HotTier
+from tiering.hot.sieve import EvictionAdvisor, Sieve
+from tiering.hot.tier import HotTier
 
 
 def _queue(*names: str) -> Sieve:

@@ -9,11 +9,12 @@ import pytest
 
 from packer import format as seg
 from tiering.capacity import LocalDirStore
+from tiering.capacity.layout import segment_path
 from tiering.errors import CapacityError
-from tiering.fetch import ExtentReader, plan_runs, segment_path
-from tiering.hot import HotTier
+from tiering.hot.tier import HotTier
+from tiering.maintenance.segments import extent_of
 from tiering.meta import Extent
-from tiering.segments import extent_of
+from tiering.reads.fetch import ExtentReader, plan_runs
 
 
 class Flaky(LocalDirStore):

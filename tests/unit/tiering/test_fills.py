@@ -1,4 +1,4 @@
-"""Fills written behind the answers (tiering/fills.py): by the writer
+"""Fills written behind the answers (tiering/hot/fills.py): by the writer
 thread in batches, their bytes held until written, a failing disk logged as
 False, and the pool's threads once the writer falls behind."""
 
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from tiering import fills as fills_module
-from tiering.fills import WRITER_BACKLOG, Fills
+from tiering.hot import fills as fills_module
+from tiering.hot.fills import WRITER_BACKLOG, Fills
 
 
 def held_fill(release: threading.Event, ran_in: list[str]):  # type: ignore[no-untyped-def]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from tests.unit.tiering.test_objects import body, new_service
-from tiering import fsck
 from tiering.errors import CapacityError, ServiceUnavailable
-from tiering.inputs import Integrity, NewObject
+from tiering.maintenance import fsck
+from tiering.model.inputs import Integrity, NewObject
 
 
 def test_write_through_put_gets_503_when_its_flush_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

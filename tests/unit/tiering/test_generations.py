@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tiering.generations import Generations, _slot, slot_of
-from tiering.index import Index
-from tiering.keys import nkey, okey
+from tiering.index.db import Index
+from tiering.index.generations import Generations, _slot, slot_of
+from tiering.index.keys import nkey, okey
 from tiering.meta import BucketInfo, Chunk, MountedObject, ObjectMeta
 
 

@@ -8,10 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiering.conditions import WriteConditions
-from tiering.errors import BucketNotEmpty, ConditionalConflict, NoSuchBucket, NoSuchKey, PreconditionFailed
-from tiering.index import Index, successor
+from tiering.errors import (
+    BucketNotEmpty,
+    ConditionalConflict,
+    NoSuchBucket,
+    NoSuchKey,
+    PreconditionFailed,
+)
+from tiering.index.db import Index, successor
 from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, Upload
+from tiering.model.conditions import WriteConditions
 
 
 def meta(key: str, bucket: str = "bkt", size: int = 1) -> ObjectMeta:

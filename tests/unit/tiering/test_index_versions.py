@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tiering.index import Index
+from tiering.index.db import Index
+from tiering.maintenance.recover import _arrange
 from tiering.meta import BucketInfo, Chunk, ObjectMeta
-from tiering.recover import _arrange
-from tiering.versions import ENABLED, SUSPENDED
+from tiering.model.versions import ENABLED, SUSPENDED
 
 
 def meta(key: str, body: str = "x", bucket: str = "bkt") -> ObjectMeta:

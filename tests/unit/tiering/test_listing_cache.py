@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tiering.index import ListEntry, ListPage
+from tiering.index.db import ListEntry, ListPage
 from tiering.mounts.listing_cache import ListingCache
 
 

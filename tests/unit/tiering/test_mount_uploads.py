@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tiering.errors import EntityTooLarge
-from tiering.inputs import Integrity
+from tiering.model.inputs import Integrity
 from tiering.mounts.uploads import MountUploads, _Memory
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from packer.ranges import ByteRange
-from tiering import fsck
 from tiering.capacity import LocalDirStore
 from tiering.errors import (
     BadDigest,
@@ -22,11 +21,12 @@ from tiering.errors import (
     PreconditionFailed,
     SlowDown,
 )
-from tiering.conditions import WriteConditions
-from tiering.inputs import Integrity, NewObject
-from tiering.multipart import MIN_PART_SIZE, ChosenPart
+from tiering.maintenance import fsck
+from tiering.model.conditions import WriteConditions
+from tiering.model.inputs import Integrity, NewObject
+from tiering.model.uploads import MIN_PART_SIZE, ChosenPart
 from tiering.node import Node
-from tiering.reads import SMALL_READ, Read
+from tiering.reads.plan import SMALL_READ, Read
 from tiering.settings import TierSettings
 
 

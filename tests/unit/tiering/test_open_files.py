@@ -1,4 +1,4 @@
-"""Descriptors kept open for hot reads on the event loop (tiering/open_files.py):
+"""Descriptors kept open for hot reads on the event loop (tiering/hot/open_files.py):
 kept by the loop's thread only, bounded, closed when the hot tier unlinks
 their file (from any thread), and never trusted over a file that reads
 short. No network."""
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tiering.digests import Digests
-from tiering.hot import HotTier
-from tiering.open_files import OpenFiles, TornFile, open_sized
+from tiering.hot.open_files import OpenFiles, TornFile, open_sized
+from tiering.hot.tier import HotTier
+from tiering.model.digests import Digests
 
 
 def _open_count() -> int:

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tiering.errors import InvalidArgument
-from tiering.order import MAX_KEYS, expand, expand_all, shuffled
+from tiering.prefetch.order import MAX_KEYS, expand, expand_all, shuffled
 
 
 def test_the_shuffle_is_the_documented_digest_order() -> None:

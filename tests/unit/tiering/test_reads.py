@@ -1,5 +1,5 @@
 """One read call: conditions and ranges decided from the metadata before
-any byte is read (tiering/reads.py), for staged, cached and cold objects."""
+any byte is read (tiering/reads/plan.py), for staged, cached and cold objects."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tiering.conditions import Conditions
 from tiering.errors import InvalidRange
-from tiering.fetch import ExtentReader
-from tiering.hot import HotTier
-from tiering.inputs import Integrity, NewObject
+from tiering.hot.tier import HotTier
+from tiering.model.conditions import Conditions
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
-from tiering.reads import RangeSpec, Read
+from tiering.reads.fetch import ExtentReader
+from tiering.reads.plan import RangeSpec, Read
 
 DATA = bytes(range(256)) * 64  # 16 KiB
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from tiering.capacity import LocalDirStore
-from tiering.conditions import WriteConditions
-from tiering.hot import HotTier
-from tiering.index import Index
-from tiering.inputs import Integrity, NewObject
-from tiering.keys import nkey
+from tiering.hot.tier import HotTier
+from tiering.index.db import Index
+from tiering.index.keys import nkey
+from tiering.index.record_cache import RecordCache
 from tiering.meta import BucketInfo, Chunk, MountedObject, ObjectMeta
+from tiering.model.conditions import WriteConditions
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
-from tiering.reads import Read
-from tiering.record_cache import RecordCache
+from tiering.reads.plan import Read
 from tiering.settings import TierSettings
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from tiering.capacity import LocalDirStore
-from tiering.inputs import Integrity, NewObject
 from tiering.jobs import Job
+from tiering.maintenance.residency import PinTooLarge
 from tiering.meta import ObjectMeta
+from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node as TieringNode
-from tiering.residency import PinTooLarge
 from tiering.settings import TierSettings
 
 MiB = 1024 * 1024

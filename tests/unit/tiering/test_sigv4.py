@@ -7,7 +7,7 @@ import hmac
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiering.sigv4 import signature, signing_key
+from tiering.capacity.sigv4 import signature, signing_key
 
 
 @given(st.binary(max_size=200), st.text(max_size=300))

@@ -20,14 +20,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tiering import fsck
 from tiering.capacity import LocalDirStore
 from tiering.errors import NoSuchKey
-from tiering.index import Index
-from tiering.inputs import Integrity, NewObject
-from tiering.multipart import ChosenPart
+from tiering.index.db import Index
+from tiering.maintenance import fsck
+from tiering.maintenance.recover import recover
+from tiering.model.inputs import Integrity, NewObject
+from tiering.model.uploads import ChosenPart
 from tiering.node import Node
-from tiering.recover import recover
 from tiering.settings import TierSettings
 
 SETTINGS = TierSettings(

@@ -18,7 +18,7 @@ import pytest
 
 from tests.unit.tiering.test_epochs import _epochs
 from tests.unit.tiering.test_objects import new_service
-from tiering import fsck
+from tiering.maintenance import fsck
 
 
 async def _cancel_as_woken(task: asyncio.Task[None], wake: asyncio.Event) -> None:

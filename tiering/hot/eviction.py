@@ -1,0 +1,116 @@
+"""How the hot tier frees room: eviction passes that delete unpinned cache
+files until the tier holds at most a target number of bytes, in SIEVE order
+or guided by an ``EvictionAdvisor`` (``tiering.hot.sieve`` has both). Mixed
+into ``HotTier``, which owns the counters, the lock and the SIEVE queue, and
+decides when a pass runs (past the high watermark, down to the low one)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import threading
+    from pathlib import Path
+
+    from tiering.hot.open_files import OpenFiles
+    from tiering.hot.sieve import EvictionAdvisor, Sieve
+
+
+class CacheEviction:
+    """Eviction methods of ``HotTier`` (see there for the budget and the
+    lock); ``HotTier`` provides the attributes declared here."""
+
+    _lock: threading.Lock
+    _sieve: Sieve
+    advisor: EvictionAdvisor | None
+    low: int
+    staged: int
+    reserved: int
+    cached: int
+    evicted: int
+    open_files: OpenFiles
+
+    if TYPE_CHECKING:
+        def cache_path(self, name: str) -> Path: ...
+        def _cache_file(self, name: str) -> str: ...
+
+    # -- eviction ----------------------------------------------------------
+
+    def evict(self, target: int | None = None) -> int:
+        """Evict unpinned cache files until the tier holds at most ``target``
+        bytes (the low watermark by default); bytes freed.
+
+        Without an advisor, in SIEVE order. With one, files no registered
+        future read wants go first (in SIEVE order), then wanted files,
+        the one needed furthest in the future first (Belady's rule), then,
+        if still over, whatever SIEVE picks."""
+        return self._evict_to(self.low if target is None else target)
+
+    def _evict_to(self, target: int) -> int:
+        target = max(target, 0)
+        advisor = self.advisor  # one advisor for the whole pass
+        if advisor is None:
+            return self._evict_victims(target, None)
+        freed = self._evict_victims(target, advisor.wanted)
+        freed += self._evict_furthest(target, advisor)
+        return freed + self._evict_victims(target, None)
+
+    def _done(self, target: int) -> bool:
+        """At or below ``target``, or nothing left to evict (lock held)."""
+        return self.staged + self.reserved + self.cached <= target or not self._sieve
+
+    def _evict_victims(self, target: int, skip: Callable[[str], bool] | None) -> int:
+        """Evict SIEVE victims (passing over names ``skip`` keeps) until done
+        or every queued name is skipped."""
+        freed = 0
+        while True:
+            with self._lock:
+                if self._done(target):
+                    break
+                picked = self._sieve.victim(skip)
+                if picked is None:
+                    break
+                name, size = picked
+                self._account_evicted(size)
+            self._unlink_cached(name)
+            freed += size
+        return freed
+
+    def _evict_furthest(self, target: int, advisor: EvictionAdvisor) -> int:
+        """Evict queued names in the advisor's furthest-first order until
+        done. The lock is held per name, never while the advisor's iterator
+        runs, so it may be a generator doing work of its own."""
+        with self._lock:
+            if self._done(target):
+                return 0
+        freed = 0
+        for name in advisor.furthest():
+            with self._lock:
+                if self._done(target):
+                    break
+                size = self._sieve.remove(name)  # None: not cached, pinned or filling
+                if size is not None:
+                    self._account_evicted(size)
+                done = self._done(target)
+            if size is not None:
+                self._unlink_cached(name)
+                freed += size
+            if done:
+                break
+        return freed
+
+    def _account_evicted(self, size: int) -> None:
+        """A file left the queue to be evicted (lock held)."""
+        self.cached -= size
+        self.evicted += size
+
+    def _unlink_cached(self, name: str) -> None:
+        path = self._cache_file(name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        finally:
+            self.open_files.forget(path)

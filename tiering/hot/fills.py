@@ -1,0 +1,162 @@
+"""Hot-tier fills that run behind the answers whose bytes they cache.
+
+A read that fetched bytes from a store answers with them at once; writing
+them to the hot tier (a file write and a rename) runs after, by a writer
+thread of its own that takes the fills queued meanwhile together (the
+pool's threads once it falls behind). While it runs its bytes are held here: a read of the
+same name takes them instead of fetching again, and a warm, which reports
+what is in the hot tier, waits for the write. Used for extents
+(``tiering/reads/fetch.py``) and mounted pieces (``tiering/mounts/buckets.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import queue
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from tiering import pool
+
+log = logging.getLogger("tierstore.fills")
+
+# Fills the writer thread may have queued before new ones go to the pool:
+# enough for the misses of a busy node to be written in batches, few enough
+# that a slow disk cannot hold more than about this many bodies in memory.
+WRITER_BACKLOG = 64
+
+
+async def _logged(name: str, fill: Awaitable[bool | None]) -> bool:
+    """Await a hot-tier write of ``name``: True when it cached the bytes.
+    A full or failing disk (OSError) costs the cache, not the read that
+    fetched them: logged, False."""
+    try:
+        return bool(await fill)
+    except OSError as exc:
+        log.warning("could not cache %s: %s", name, exc)
+        return False
+
+
+class Fills:
+    """The fills running now, by hot-tier name: their bytes and tasks."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, tuple[bytes, asyncio.Future[Any]]] = {}
+        self._writer = _Writer()
+
+    def write(self, name: str, data: bytes, fill: Callable[[], bool]) -> asyncio.Future[bool]:
+        """Have ``fill`` (which caches ``data`` as ``name``) run by the
+        fills' writer thread; its future holds True when it cached the bytes
+        (False for a full or failing disk, logged). The bytes are held until
+        it ends, registered before the caller yields, so a reader right after
+        finds them."""
+        if self._writer.pending < WRITER_BACKLOG:
+            future: asyncio.Future[bool] = self._writer.submit(name, fill)
+        else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
+            future = asyncio.ensure_future(_logged(name, pool.run(fill)))
+        self._running[name] = (data, future)
+        future.add_done_callback(functools.partial(self._done, name))
+        return future
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._running
+
+    def _done(self, name: str, task: asyncio.Future[Any]) -> None:
+        if (running := self._running.get(name)) is not None and running[1] is task:
+            del self._running[name]
+
+    def held(self, name: str) -> bytes | None:
+        """The bytes a running fill of ``name`` is writing, or None."""
+        running = self._running.get(name)
+        return running[0] if running is not None else None
+
+    def task(self, name: str) -> asyncio.Future[Any] | None:
+        running = self._running.get(name)
+        return running[1] if running is not None else None
+
+    async def wait(self, names: Iterable[str]) -> None:
+        """Until the running fills of any of ``names`` have ended."""
+        tasks = [running[1] for name in names if (running := self._running.get(name)) is not None]
+        if tasks:
+            await asyncio.gather(*(asyncio.shield(task) for task in tasks), return_exceptions=True)
+
+    async def drain(self) -> None:
+        """Until no fill runs (at shutdown); the writer thread then ends."""
+        while self._running:
+            await asyncio.gather(*[task for _, task in self._running.values()], return_exceptions=True)
+        self._writer.stop()
+
+
+class _Writer:
+    """A thread of its own that runs fills one after another, those queued
+    meanwhile together, and tells the loop once per batch. In the pool, a
+    fill behind each answer cost about 185 us of CPU where the write itself
+    costs 46: a thread woken for each, a second settling through the loop,
+    a task around it (docs/performance.md)."""
+
+    def __init__(self) -> None:
+        self.pending = 0  # submitted, not settled yet (the loop's count)
+        self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, str, Callable[[], bool],
+                                             asyncio.Future[bool]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, name: str, fill: Callable[[], bool]) -> asyncio.Future[bool]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tierstore-fills", daemon=True)
+            self._thread.start()
+        self._queue.put((loop, name, fill, future))
+        self.pending += 1
+        future.add_done_callback(self._settled)
+        return future
+
+    def _settled(self, _: asyncio.Future[bool]) -> None:
+        self.pending -= 1
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread = None
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            with contextlib.suppress(queue.Empty):
+                while len(batch) < 64:
+                    batch.append(self._queue.get_nowait())
+            done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool, BaseException | None]]] = {}
+            stop = False
+            for item in batch:
+                if item is None:
+                    stop = True
+                    continue
+                loop, name, fill, future = item
+                try:
+                    outcome: tuple[bool, BaseException | None] = (bool(fill()), None)
+                except OSError as exc:  # a full or failing disk costs the cache, not the read
+                    log.warning("could not cache %s: %s", name, exc)
+                    outcome = (False, None)
+                except BaseException as exc:  # noqa: BLE001  handed to whoever awaits the fill
+                    outcome = (False, exc)
+                done.setdefault(loop, []).append((future, *outcome))
+            for loop, results in done.items():
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                    loop.call_soon_threadsafe(_settle, results)
+            if stop:
+                return
+
+
+def _settle(results: list[tuple[asyncio.Future[bool], bool, BaseException | None]]) -> None:
+    for future, cached, exc in results:
+        if future.done():
+            continue
+        if exc is not None:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a caller that waits sees it; none that does not
+        else:
+            future.set_result(cached)

@@ -1,0 +1,12 @@
+"""The background work on the capacity tier, and the checks and repairs of
+a node.
+
+Owns: ``Tiers`` (``tiers.py``: the store, the extent reader, the flusher
+and compactor, started and stopped together), the flusher (``flush.py``),
+compaction (``compact.py``), building segments (``segments.py``), evict
+and pin jobs (``residency.py``), the data directory check (``fsck.py``) and
+rebuilding the namespace from segment footers (``recover.py``).
+
+May import: the foundation modules of ``tiering``, ``model``,
+``capacity``, ``index``, ``hot``, ``reads`` and ``cluster``.
+"""

@@ -1,0 +1,11 @@
+"""Reading an object: the plan a read is answered with, and how its bytes
+come back from the capacity tier.
+
+Owns: the read protocol between the gateway and tiering (``plan.py``:
+``ReadPlan``, bodies, tallies), reading extents from the store into the hot
+tier (``fetch.py``, with single flight: ``flight.py``) and streaming an
+object's pieces while the next are fetched (``readahead.py``).
+
+May import: the foundation modules of ``tiering``, ``model``, ``capacity``
+and ``hot``.
+"""
