@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from gateway import routes, sigv4, xml
 from gateway.accesslog import AccessLog
 from gateway.config import Config
-from gateway.context import Context
+from gateway.context import Context, owner_ids
 from gateway.errors import S3Error, to_s3_error
 from gateway.http import (
     CLIENT_HEADER,
@@ -212,6 +212,11 @@ class S3App:
         if route is None:
             assert unroutable is not None
             raise unroutable
+        expected = req.headers.get("x-amz-expected-bucket-owner")
+        if expected is not None and req.bucket and expected not in owner_ids(req):
+            # S3 refuses a request whose bucket belongs to another account
+            # than the one the client expects, whatever else it asks.
+            raise S3Error("AccessDenied", "Access Denied")
         return await route.handler(ctx, req)
 
     def _pass_on(self, route: routes.Route | None, req: S3Request) -> None:

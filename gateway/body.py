@@ -46,10 +46,13 @@ def checksum_claim(headers: dict[str, str]) -> tuple[str | None, str | None]:
         return algorithm, None
     sdk = headers.get("x-amz-sdk-checksum-algorithm")
     if sdk:
+        # S3 wants the value itself (a header or a trailer) beside the
+        # algorithm's name; the name alone is refused, not computed.
         algorithm = sdk.strip().upper()
         if algorithm not in checksums.ALGORITHMS:
             raise S3Error("InvalidRequest", f"Checksum algorithm {sdk} is not supported")
-        return algorithm, None
+        raise S3Error("InvalidRequest", "x-amz-sdk-checksum-algorithm specified, but no corresponding "
+                      "x-amz-checksum-* or x-amz-trailer headers were found.")
     return None, None
 
 

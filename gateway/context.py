@@ -17,6 +17,13 @@ class Context:
     service: ObjectService
 
 
+def owner_ids(req: S3Request) -> tuple[str, str]:
+    """What ``x-amz-expected-bucket-owner`` may name for the caller's buckets:
+    the canonical id of :func:`owner_of` or its display name (the access key)."""
+    owner = owner_of(req)
+    return owner.id, owner.display_name
+
+
 def owner_of(req: S3Request) -> Owner:
     """The canonical owner shown in listings and ACLs: one per access key."""
     access_key = req.auth.access_key if req.auth is not None else "anonymous"

@@ -37,6 +37,7 @@ STATUS: dict[str, int] = {
     "InvalidPartOrder": 400,
     "InvalidRange": 416,
     "InvalidRequest": 400,
+    "InvalidStorageClass": 400,
     "InvalidTag": 400,
     "InvalidURI": 400,
     "KeyTooLongError": 400,

@@ -60,6 +60,30 @@ def check_encryption(headers: dict[str, str]) -> None:
                   ArgumentName="x-amz-server-side-encryption", ArgumentValue=asked)
 
 
+# S3's storage classes: any of them is accepted and every object is kept
+# the same way (listings say STANDARD); a name S3 does not know is refused.
+STORAGE_CLASSES = frozenset({
+    "STANDARD", "REDUCED_REDUNDANCY", "STANDARD_IA", "ONEZONE_IA", "INTELLIGENT_TIERING", "GLACIER",
+    "DEEP_ARCHIVE", "OUTPOSTS", "GLACIER_IR", "SNOW", "EXPRESS_ONEZONE",
+})
+_OBJECT_LOCK = ("x-amz-object-lock-mode", "x-amz-object-lock-retain-until-date", "x-amz-object-lock-legal-hold")
+
+
+def check_write(headers: dict[str, str]) -> None:
+    """What a write asks for beyond its bytes and metadata: the encryption
+    (:func:`check_encryption`), a storage class S3 knows, and no object lock,
+    which this gateway does not implement and never silently ignores (a
+    retention a client believes it set would protect nothing)."""
+    check_encryption(headers)
+    storage_class = headers.get("x-amz-storage-class")
+    if storage_class is not None and storage_class not in STORAGE_CLASSES:
+        raise S3Error("InvalidStorageClass", "The storage class you specified is not valid",
+                      StorageClassRequested=storage_class)
+    locked = [name for name in _OBJECT_LOCK if name in headers]
+    if locked:
+        raise S3Error("NotImplemented", f"Object lock ({locked[0]}) is not implemented by this gateway")
+
+
 def decimal(text: str) -> int | None:
     """A non-negative number of ASCII digits (in a header, a query parameter
     or an XML body), or None. Values past :data:`HUGE` come back as HUGE; the
@@ -130,8 +154,8 @@ def conditions(headers: dict[str, str], prefix: str = "if-") -> Conditions:
 
 def new_object(headers: dict[str, str]) -> NewObject:
     """Content-Type, the stored headers and x-amz-meta-* of a write (its
-    encryption headers checked)."""
-    check_encryption(headers)
+    encryption, storage class and object lock headers checked)."""
+    check_write(headers)
     stored = {}
     for name in STORED_HEADERS:
         value = headers.get(name)

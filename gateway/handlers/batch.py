@@ -91,13 +91,29 @@ def parse_request(data: bytes) -> tuple[list[str], bool]:
         doc = json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise S3Error("InvalidRequest", f"The batch request is not valid JSON: {exc}") from exc
+    except RecursionError:
+        # json's C scanner stops at the interpreter's recursion limit; a
+        # batch needs two levels, so any document this deep is refused.
+        raise S3Error("InvalidRequest", "The batch request is nested too deeply.") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
         raise S3Error("InvalidRequest", 'The batch request must be a JSON object with a "keys" array.')
     keys = doc["keys"]
     if not all(isinstance(k, str) for k in keys):
         raise S3Error("InvalidArgument", "Every key of a batch must be a string", ArgumentName="keys")
+    if not all(k.isascii() or _utf8(k) for k in keys):
+        # JSON may spell a lone surrogate ("\ud800"): no S3 key can hold it.
+        raise S3Error("InvalidArgument", "Every key of a batch must be valid Unicode text (no lone surrogates)",
+                      ArgumentName="keys")
     _check_count(keys)
     return keys, _on_error(doc.get("on_error"))
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_manifest(data: bytes) -> list[str]:

@@ -21,6 +21,8 @@ async def create_bucket(ctx: Context, req: S3Request) -> Response:
     # The body may name a LocationConstraint; this gateway serves one region,
     # so it is parsed (malformed XML is still an error) and otherwise ignored.
     xml.parse_location_constraint(await body.read_small(req, MAX_XML_BODY))
+    if req.headers.get("x-amz-bucket-object-lock-enabled", "").strip().lower() == "true":
+        raise S3Error("NotImplemented", "Object lock is not implemented by this gateway")
     try:
         await ctx.service.create_bucket(req.bucket)
     except BucketAlreadyOwnedByYou:

@@ -20,10 +20,11 @@ def _int(req: S3Request, name: str, default: int | None = None) -> int:
     raw = req.query.get(name)
     if raw is None and default is not None:
         return default
-    try:
-        return int(raw)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
-        raise S3Error("InvalidArgument", f"Invalid {name}", ArgumentName=name, ArgumentValue=raw) from exc
+    # ASCII digits only: int() would also take "٣" or " 3", which S3 refuses.
+    value = headers.decimal(raw) if raw is not None else None
+    if value is None:
+        raise S3Error("InvalidArgument", f"Invalid {name}", ArgumentName=name, ArgumentValue=raw)
+    return value
 
 
 async def create_upload(ctx: Context, req: S3Request) -> Response:

@@ -50,13 +50,10 @@ def _read(req: S3Request, body: bool) -> Read:
     version = version_param(req)
     part_number = None
     if "partNumber" in req.query:
-        try:
-            part_number = int(req.query["partNumber"])
-            if not 1 <= part_number <= MAX_PART_NUMBER:
-                raise ValueError(part_number)
-        except ValueError as exc:
+        part_number = headers.decimal(req.query["partNumber"])
+        if part_number is None or not 1 <= part_number <= MAX_PART_NUMBER:
             raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive",
-                          ArgumentName="partNumber", ArgumentValue=req.query["partNumber"]) from exc
+                          ArgumentName="partNumber", ArgumentValue=req.query["partNumber"])
     return Read(
         req.bucket, req.key,
         range=None if part_number is not None else headers.range_spec(req.headers.get("range")),
@@ -168,7 +165,7 @@ def _directive(req: S3Request, name: str) -> str:
 
 
 async def copy_object(ctx: Context, req: S3Request) -> Response:
-    headers.check_encryption(req.headers)
+    headers.check_write(req.headers)
     conditions = write_conditions(req)
     source = await copy_source(ctx, req)
     replace_meta = _directive(req, "x-amz-metadata-directive") == "REPLACE"

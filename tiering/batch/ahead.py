@@ -103,6 +103,8 @@ class Ahead:
             await asyncio.wait([gathered, task], return_when=asyncio.FIRST_COMPLETED)
         finally:
             gathered.cancel()
+            # Its CancelledError retrieved: nobody awaits a gather cut short here.
+            gathered.add_done_callback(_retrieved)
             for w in waiting:
                 w.cancel()
 
@@ -111,3 +113,8 @@ class Ahead:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _retrieved(done: asyncio.Future[object]) -> None:
+    if not done.cancelled():
+        done.exception()
