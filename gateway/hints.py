@@ -15,6 +15,14 @@ gateway's documented shuffle, reproduced here) after registering it::
 
 Any other loop calls ``Hints().epoch(bucket, keys_in_read_order)``.
 
+Keys are keys: ``Hints.epoch`` and ``HintedSampler`` send each one as it
+is, braces, commas, ``..`` and ``s3://`` included (DLIO names its objects
+``s3://resnet50/train/img_0000.npz``, and that is the key). Pass
+``patterns=True`` to have the gateway expand shard patterns, ``urls=True``
+to have it strip ``s3://<bucket>/``. ``shard_epoch``, whose argument is a
+shard pattern, expands patterns itself (``patterns=True`` by default) and
+registers the keys it got.
+
 The admin API address and token come from the arguments, else from
 ``TIERSTORE_ADMIN_URL`` / ``TIERSTORE_ADMIN_TOKEN``, else from the
 gateway's config file or data directory as for the CLI. A gateway that
@@ -63,13 +71,21 @@ class Hints:
         self.close()
 
     def epoch(
-        self, bucket: str, keys: Sequence[str], readers: int = 1, **options: Any
+        self, bucket: str, keys: Sequence[str], readers: int = 1, *, patterns: bool = False, urls: bool = False,
+        **options: Any,
     ) -> str | None:
         """Register ``keys`` as the order the next epoch reads ``bucket`` in,
-        shared by ``readers`` interleaved readers. Options: lookahead_bytes,
-        lookahead_objects, idle_timeout. Returns the epoch id (None if the
-        gateway could not take the hint and ``strict`` is off)."""
-        body = {"bucket": bucket, "keys": list(keys), "readers": readers, **options}
+        shared by ``readers`` interleaved readers. Each key is taken as it
+        is, unless ``patterns`` (the gateway expands brace patterns such as
+        ``train-{0000..0099}.tar``) or ``urls`` (it strips
+        ``s3://<bucket>/``). Options: lookahead_bytes, lookahead_objects,
+        idle_timeout. Returns the epoch id (None if the gateway could not
+        take the hint and ``strict`` is off)."""
+        body: dict[str, Any] = {"bucket": bucket, "keys": list(keys), "readers": readers, **options}
+        if patterns:
+            body["patterns"] = True
+        if urls:
+            body["urls"] = True
         return self._call(lambda: self._api.register_epoch(body)["id"])
 
     def shuffled_epoch(self, bucket: str, prefix: str, seed: int, readers: int = 1, **options: Any) -> str | None:
@@ -139,11 +155,13 @@ class HintedSampler:
 
 def shard_epoch(
     bucket: str, shards: str | Iterable[str], seed: int | None = None, hints: Hints | None = None,
-    readers: int = 1, **options: Any,
+    readers: int = 1, *, patterns: bool = True, urls: bool = False, **options: Any,
 ) -> list[str]:
-    """The shard keys of one epoch (patterns expanded, shuffled by ``seed``
-    if given, as the gateway shuffles), registered as its read order."""
-    keys = expand_all([shards] if isinstance(shards, str) else shards, bucket)
+    """The shard keys of one epoch (shard patterns such as
+    ``train-{0000..0999}.tar`` expanded here unless ``patterns`` is off;
+    ``s3://<bucket>/`` stripped if ``urls``; shuffled by ``seed`` if given,
+    as the gateway shuffles), registered as its read order, key by key."""
+    keys = expand_all([shards] if isinstance(shards, str) else shards, bucket, patterns=patterns, urls=urls)
     if seed is not None:
         keys = shuffled(keys, seed)
     (hints if hints is not None else Hints()).epoch(bucket, keys, readers, **options)

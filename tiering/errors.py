@@ -170,6 +170,12 @@ class ServiceUnavailable(TierstoreError):
     """A tier the request needs cannot serve it now (503); retrying may work."""
 
 
+class SourceDenied(ServiceUnavailable):
+    """A mount's source refused to let an object be read (HTTP 403). The
+    client sees the 503 of any source failure; an epoch's prefetch takes
+    it as an answer and counts the key missing instead of asking again."""
+
+
 class NotHot(ServiceUnavailable):
     """A peer asked for bytes from the hot tier only, and they are not all
     there (cooperative warm, ``tiering/cluster/peers.py``): 503, it asks again later."""

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
-from gateway.admin.models import Strict, iso
+from gateway.admin.models import PATTERNS_HELP, URLS_HELP, Strict, iso
 from tiering import pool
 from tiering.prefetch.epoch import Epoch
 from tiering.errors import InvalidArgument, NoSuchBucket
@@ -24,9 +24,10 @@ class NewEpoch(Strict):
     bucket: str
     keys: list[str] | None = Field(
         None, max_length=MAX_KEYS,
-        description="The keys in the order they will be read; shard patterns such as "
-        "train-{0000..0099}.tar are expanded.",
+        description="The keys in the order they will be read, each taken literally (see patterns and urls).",
     )
+    patterns: bool = Field(False, description=PATTERNS_HELP)
+    urls: bool = Field(False, description=URLS_HELP)
     prefix: str | None = Field(None, description="Every key under this prefix, in the order `seed` gives.")
     seed: int | None = Field(
         None, description="With prefix: the keys ordered by BLAKE2b-64 of '<seed>:<key>' "
@@ -46,6 +47,8 @@ class NewEpoch(Strict):
             raise ValueError("give keys, or prefix (and seed)")
         if self.seed is not None and self.prefix is None:
             raise ValueError("seed goes with prefix")
+        if self.prefix is not None and (self.patterns or self.urls):
+            raise ValueError("patterns and urls apply to keys, not to prefix")
         return self
 
 
@@ -67,7 +70,16 @@ class EpochView(BaseModel):
     in_flight_objects: int = Field(description="Objects the prefetch is fetching now.")
     lookahead_objects: int = Field(description="The window now, adapted to the read rate.")
     lookahead_bytes: int
-    missing_objects: int = Field(description="Keys named that did not exist when the epoch was registered.")
+    missing_objects: int = Field(description="Positions of the order whose key is missing (see missing).")
+    missing: int = Field(description="Keys named that do not exist: not in the bucket when the epoch was "
+                         "registered, or answered 404 or 403 by a mount's source when prefetched. Each is "
+                         "asked for once and never prefetched again in the epoch; a reader that reads it "
+                         "still gets its 404.")
+    missing_keys: list[str] = Field(description="The first 10 missing keys, in read order.")
+    failed: int = Field(description="Keys whose prefetch failed 3 times (the source or store failing, "
+                        "retried with a back-off between attempts): no longer prefetched in the epoch; "
+                        "readers fetch them themselves.")
+    failed_keys: list[str] = Field(description="The first 10 failed keys.")
     created: str
     started: str | None
     finished: str | None
@@ -109,7 +121,8 @@ def router(ctx: AdminContext) -> APIRouter:
                 if new.seed is not None:
                     keys = await pool.run(shuffled, keys, new.seed)
             else:
-                keys = await pool.run(expand_all, new.keys or [], new.bucket, False)
+                keys = await pool.run(expand_all, new.keys or [], new.bucket, False,
+                                      patterns=new.patterns, urls=new.urls)
             epoch = await service.epochs.register(
                 new.bucket, keys, new.readers, new.lookahead_bytes, new.lookahead_objects, new.idle_timeout,
             )

@@ -120,7 +120,7 @@ def router(ctx: AdminContext) -> APIRouter:
               responses={**ENDED, **responses("NoSuchBucket", "InvalidRequest")})
     async def warm(response: Response, request: WarmRequest, wait: bool = False) -> JobView:
         """Bring a prefix, a key list or the keys a manifest object lists
-        (WebDataset shard patterns expanded) into the hot tier, managed or
+        (literal keys; shard patterns and s3:// URLs when asked) into the hot tier, managed or
         mounted bucket. A set larger than the hot tier is warmed as far as
         it fits; the result says what was left out."""
         await known_bucket(request.bucket)
@@ -130,7 +130,7 @@ def router(ctx: AdminContext) -> APIRouter:
             if request.manifest is not None:
                 keys = await service.warmer.manifest(request.bucket, request.manifest)
             if keys is not None:
-                keys = await pool.run(expand_all, keys, request.bucket)
+                keys = await pool.run(expand_all, keys, request.bucket, patterns=request.patterns, urls=request.urls)
         except NoSuchKey:
             raise AdminError("InvalidRequest", f"no manifest {request.manifest!r} in {request.bucket!r}") from None
         except InvalidArgument as exc:

@@ -14,6 +14,7 @@ from gateway.xml import iso8601
 from tiering.capacity import CapacityStats
 from tiering.jobs import Job
 from tiering.meta import BucketInfo, Mount, ObjectMeta
+from tiering.prefetch.order import MAX_DEPTH, MAX_KEYS, MAX_PATTERN
 from tiering.settings import TierSettings
 
 MiB = 1024 * 1024
@@ -54,6 +55,22 @@ PositiveSize = Annotated[int, BeforeValidator(_size), Field(gt=0), _size_schema(
 # tiering.model.names checks the rest (no IP address form, no "xn--" prefix, ...)
 # and answers InvalidBucketName.
 BUCKET_NAME = {"pattern": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "minLength": 3, "maxLength": 63}
+# How a key list is read: literally, unless the request asks for one of
+# these forms (tiering/prefetch/order.py: expand_all).
+PATTERNS_HELP = (
+    "Expand WebDataset-style brace patterns in the keys: train-{0000..0099}.tar is 100 keys, {a,b} a "
+    f"choice (options may hold ranges and braces of their own). A pattern has at most {MAX_PATTERN:,} "
+    f"characters, braces nested at most {MAX_DEPTH} deep, and names at most {MAX_KEYS:,} keys, counted "
+    "before any is built. "
+    "Off (the default): every key is taken literally, braces and commas included."
+)
+URLS_HELP = (
+    "Read keys of the form s3://<bucket>/<key> as URLs of this request's bucket: the prefix is stripped, "
+    "another bucket is refused. Off (the default): s3://resnet50/train/img_0000.npz is that key, as "
+    "DLIO names its objects."
+)
+
+
 # A mount's source; admin/mounts.py splits it with this same pattern.
 SOURCE_PATTERN = r"^s3://([A-Za-z0-9._-]+)(/[^?#]*)?$"
 
@@ -270,11 +287,14 @@ class WarmRequest(Strict):
     prefix: str | None = Field(None, description="Warm every object under this prefix.")
     keys: list[str] | None = Field(
         None, max_length=1_000_000,
-        description="Warm these keys; WebDataset shard patterns such as train-{0000..0099}.tar are expanded.",
+        description="Warm these keys, each taken literally (see patterns and urls).",
     )
     manifest: str | None = Field(
-        None, description="Key of an object in the bucket listing one key (or shard pattern) per line."
+        None, description="Key of an object in the bucket listing one key per line (blank lines and lines "
+        "starting with # skipped; each line stripped of surrounding white space), read as keys are.",
     )
+    patterns: bool = Field(False, description=PATTERNS_HELP)
+    urls: bool = Field(False, description=URLS_HELP)
     concurrency: int = Field(4, ge=1, le=64, description="Batches (managed) or objects (mounted) fetched at once.")
     bandwidth: int | None = Field(None, gt=0, description="Bytes per second this job may read from the store.")
     cooperative: bool = Field(
@@ -291,6 +311,8 @@ class WarmRequest(Strict):
     def _one_set(self) -> WarmRequest:
         if sum(x is not None for x in (self.prefix, self.keys, self.manifest)) != 1:
             raise ValueError("give exactly one of prefix, keys or manifest")
+        if self.prefix is not None and (self.patterns or self.urls):
+            raise ValueError("patterns and urls apply to keys and manifest, not to prefix")
         return self
 
 

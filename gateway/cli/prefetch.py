@@ -21,15 +21,32 @@ KeysFrom = Annotated[
     Path | None,
     typer.Option(
         metavar="FILE", exists=True, dir_okay=False,
-        help="Warm the keys listed in FILE, one per line (shard patterns such as "
-        "train-{0000..0099}.tar are expanded); S3_URL names the bucket only.",
+        help="Warm the keys listed in FILE, one per line, each taken literally (see --patterns, --urls); "
+        "S3_URL names the bucket only.",
     ),
 ]
 Manifest = Annotated[
     str | None,
     typer.Option(
         metavar="KEY",
-        help="Warm the keys listed in the object KEY of the bucket, one per line or shard pattern.",
+        help="Warm the keys listed in the object KEY of the bucket, one per line, each taken literally "
+        "(see --patterns, --urls).",
+    ),
+]
+Patterns = Annotated[
+    bool,
+    typer.Option(
+        "--patterns",
+        help="Expand brace patterns in the listed keys: train-{0000..0099}.tar is 100 keys, {a,b} a choice. "
+        "Without it, braces and commas are part of the key.",
+    ),
+]
+Urls = Annotated[
+    bool,
+    typer.Option(
+        "--urls",
+        help="Read listed keys of the form s3://BUCKET/KEY as URLs of the bucket (BUCKET/ stripped, another "
+        "bucket refused). Without it, s3://... is the key itself.",
     ),
 ]
 Concurrency = Annotated[
@@ -51,6 +68,8 @@ def warm(
     manifest: Manifest = None,
     concurrency: Concurrency = None,
     bandwidth: Bandwidth = None,
+    patterns: Patterns = False,
+    urls: Urls = False,
     wait: Wait = True,
 ) -> None:
     """Bring a prefix, a key list or a manifest's keys into the hot tier before it is read.
@@ -69,7 +88,10 @@ def warm(
             scope["keys"] = _keys_file(keys_from)
         else:
             scope["manifest"] = manifest
+        scope.update(_forms(patterns, urls))
     else:
+        if patterns or urls:
+            fail("--patterns and --urls go with --keys-from or --manifest", EXIT_USAGE)
         scope["prefix"] = location.prefix
     if concurrency is not None:
         scope["concurrency"] = concurrency
@@ -86,6 +108,11 @@ def _size(flag: str, text: str) -> int:
         fail(f"{flag}: {exc}", EXIT_USAGE)
 
 
+def _forms(patterns: bool, urls: bool) -> dict[str, bool]:
+    """The request fields that ask for the key forms (sent only when set)."""
+    return {name: True for name, on in (("patterns", patterns), ("urls", urls)) if on}
+
+
 def _keys_file(path: Path) -> list[str]:
     lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
     return [line for line in lines if line and not line.startswith("#")]
@@ -100,7 +127,8 @@ OrderFrom = Annotated[
     Path | None,
     typer.Option(
         "--keys-from", metavar="FILE", exists=True, dir_okay=False,
-        help="The keys in read order, one per line (shard patterns expanded); S3_URL names the bucket only.",
+        help="The keys in read order, one per line, each taken literally (see --patterns, --urls); "
+        "S3_URL names the bucket only.",
     ),
 ]
 Seed = Annotated[
@@ -122,6 +150,8 @@ def start_epoch(
     seed: Seed = None,
     readers: Readers = 1,
     lookahead: Lookahead = None,
+    patterns: Patterns = False,
+    urls: Urls = False,
 ) -> None:
     """Register the order the next epoch reads: a key file, or a prefix and a seed."""
     location = _location(url)
@@ -130,7 +160,10 @@ def start_epoch(
         if location.prefix or seed is not None:
             fail("with --keys-from, give the bucket alone and no --seed", EXIT_USAGE)
         body["keys"] = _keys_file(keys_from)
+        body.update(_forms(patterns, urls))
     else:
+        if patterns or urls:
+            fail("--patterns and --urls go with --keys-from", EXIT_USAGE)
         body["prefix"] = location.prefix
         if seed is not None:
             body["seed"] = seed

@@ -179,9 +179,24 @@ def status(document: Mapping[str, Any]) -> None:
     sections = [("hot tier", hot), ("capacity tier", capacity), ("gateway", traffic)]
     if isinstance(cluster := tiers.get("cluster"), Mapping):
         sections.append(("cluster", _cluster_rows(cluster)))
+        if isinstance(members := cluster.get("members"), list) and members:
+            sections.append(("members", _member_rows(members)))
     console = _out()
     for title, rows in sections:
         console.print(_pairs(title, rows))
+
+
+def _member_rows(members: list[Any]) -> list[tuple[str, str]]:
+    """The node registry: each node's endpoint, heartbeat age and state."""
+    rows = []
+    for member in members:
+        if not isinstance(member, Mapping):
+            continue
+        age = member.get("heartbeat_age")
+        state = "this node" if member.get("me") else "live" if member.get("live") else "not live"
+        heard = f"heartbeat {age:.1f} s ago" if isinstance(age, (int, float)) else "no heartbeat"
+        rows.append((str(member.get("node")), f"{member.get('endpoint')}, {state}, {heard}"))
+    return rows
 
 
 def _cluster_rows(cluster: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -373,6 +388,13 @@ def epochs(document: Mapping[str, Any]) -> None:
         console.print("no epochs")
 
 
+def _named_keys(count: object, keys: object) -> str:
+    """``2 (img/1.jpg, img/9.jpg)``: a count and the first keys an epoch names."""
+    if not count or not isinstance(keys, list) or not keys:
+        return number(count)
+    return f"{count} ({', '.join(str(k) for k in keys[:3])}{', ...' if count != len(keys[:3]) else ''})"
+
+
 def epoch(document: Mapping[str, Any]) -> None:
     """``tierstore epochs start|show|end``: one epoch."""
     positions = document.get("positions") or []
@@ -389,7 +411,9 @@ def epoch(document: Mapping[str, Any]) -> None:
         ("prefetched", f"{document.get('prefetched_objects')} objects, {size(document.get('prefetched_bytes'))}"),
         ("ahead", f"{document.get('ahead_objects')} objects hot, {document.get('in_flight_objects')} in flight"),
         ("lookahead", f"{document.get('lookahead_objects')} objects, {size(document.get('lookahead_bytes'))}"),
-        ("missing keys", number(document.get("missing_objects"))),
+        ("missing keys", _named_keys(document.get("missing", document.get("missing_objects")),
+                                     document.get("missing_keys"))),
+        ("failed keys", _named_keys(document.get("failed"), document.get("failed_keys"))),
         ("created", when(document.get("created"))),
         ("started", when(document.get("started"))),
         ("finished", when(document.get("finished"))),

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import boto3
 import httpx
@@ -201,7 +202,11 @@ def test_bad_epoch_requests(gw: Gateway) -> None:
     assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["a"], "seed": 1}) == (400, "InvalidRequest")
     assert error("POST", "/epochs", {"bucket": "epbad", "keys": []}) == (400, "InvalidRequest")
     assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["a"], "readers": 0}) == (400, "InvalidRequest")
-    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["s-{9..1}"]}) == (400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["s-{9..1}"], "patterns": True}) == (
+        400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "keys": ["{0..99999999999}"], "patterns": True}) == (
+        400, "InvalidRequest")
+    assert error("POST", "/epochs", {"bucket": "epbad", "prefix": "", "patterns": True}) == (400, "InvalidRequest")
     assert error("POST", "/epochs", {"bucket": "nope", "keys": ["a"]}) == (404, "NoSuchBucket")
     assert error("GET", "/epochs/e000") == (404, "NoSuchEpoch")
     assert error("DELETE", "/epochs/e000") == (404, "NoSuchEpoch")
@@ -259,3 +264,124 @@ def test_the_cli_starts_shows_lists_and_ends_epochs(gw: Gateway, tmp_path: Path)
     assert queued["state"] == "queued"
     assert json.loads(tierstore("epochs", "end", started["id"], "--json"))["state"] == "ended"
     assert json.loads(tierstore("epochs", "show", queued["id"], "--json"))["state"] == "active"
+
+
+# -- key lists are literal; patterns and URLs when asked; missing is an answer --
+
+# Keys as real trainers name them: DLIO's "s3://<bucket>/<key>" as the key
+# itself, braces and commas, a ".." segment. Beside them, the keys the
+# pattern and URL forms name, so that a misread fetches something else.
+ODD_KEYS = ["s3://{bucket}/train/a.bin", "a{{1,2}}.bin", "x/../y"]
+FORM_KEYS = ["train/a.bin", "a1.bin", "a2.bin"]
+
+
+def _source_keys(proxy: FaultProxy, source: str, method: str = "GET") -> list[str]:
+    """The keys of ``source`` the proxy saw asked for with ``method``, in order."""
+    out = []
+    for verb, target, _ in proxy.requests:
+        path = urlsplit(target).path
+        if verb == method and path.startswith(f"/{source}/"):
+            out.append(unquote(path[len(source) + 2:]))
+    return out
+
+
+def _odd_mount(gw: Gateway, moto_endpoint: str, name: str, proxy: FaultProxy) -> list[str]:
+    """A mount ``name`` over a source holding the odd keys and the form
+    keys, reached through ``proxy``; the odd keys."""
+    src = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                       aws_secret_access_key="testing", region_name="us-east-1")
+    source = f"{name}-src"
+    src.create_bucket(Bucket=source)
+    odd = [k.format(bucket=name) for k in ODD_KEYS]
+    for key in odd + FORM_KEYS:
+        src.put_object(Bucket=source, Key=key, Body=key.encode() * 10)
+    assert sorted(o["Key"] for o in src.list_objects_v2(Bucket=source)["Contents"]) == sorted(odd + FORM_KEYS)
+    gw.admin("POST", "/mounts", json={"name": name, "source": f"s3://{source}", "endpoint": proxy.endpoint,
+                                       "access_key": "testing", "secret_key": "testing",
+                                       "freshness": "immutable"})
+    return odd
+
+
+def test_an_epoch_names_keys_literally_and_patterns_and_urls_only_when_asked(
+    gw: Gateway, hints: Hints, moto_endpoint: str
+) -> None:
+    with FaultProxy(moto_endpoint) as proxy:
+        odd = _odd_mount(gw, moto_endpoint, "eplit", proxy)
+        assert odd[0] == "s3://eplit/train/a.bin", "the DLIO form: a URL of this very bucket, as the key"
+        epoch_id = hints.epoch("eplit", odd)
+        assert epoch_id is not None
+        wait_until(lambda: hints.status(epoch_id)["prefetched_objects"] == 3, "the literal keys prefetched")
+        status = hints.status(epoch_id)
+        assert (status["objects"], status["missing"], status["failed"]) == (3, 0, 0)
+        assert sorted(_source_keys(proxy, "eplit-src")) == sorted(odd), "exactly the keys named"
+        s3 = make_client(gw.endpoint)
+        for key in odd:
+            assert s3.get_object(Bucket="eplit", Key=key)["Body"].read() == key.encode() * 10
+        assert hints.status(epoch_id)["hits"] == 3, "each read found its object hot"
+        assert hints.status(epoch_id)["state"] == "finished"
+
+        before = len(proxy.requests)
+        forms = hints.epoch("eplit", odd[:2], patterns=True, urls=True)
+        assert forms is not None
+        wait_until(lambda: hints.status(forms)["prefetched_objects"] == 3, "the keys the forms name")
+        assert hints.status(forms)["objects"] == 3 and hints.status(forms)["missing"] == 0
+        got = [unquote(urlsplit(t).path)[len("/eplit-src/"):] for m, t, _ in proxy.requests[before:] if m == "GET"]
+        assert sorted(got) == sorted(FORM_KEYS), "train/a.bin, a1.bin and a2.bin: not the literal keys"
+        hints.end(forms)
+
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            gw.admin("POST", "/epochs", json={"bucket": "eplit", "keys": ["s3://other/k"], "urls": True})
+        assert refused.value.response.status_code == 400
+
+
+def test_an_epoch_reports_missing_keys_and_asks_the_source_once(
+    gw: Gateway, hints: Hints, moto_endpoint: str
+) -> None:
+    with FaultProxy(moto_endpoint) as proxy:
+        _odd_mount(gw, moto_endpoint, "epgone", proxy)
+        absent = [f"gone/{i:02d}.bin" for i in range(12)]
+        order = ["train/a.bin", *absent[:6], "a1.bin", *absent[6:]]
+        epoch_id = hints.epoch("epgone", order, lookahead_objects=64)
+        assert epoch_id is not None
+        wait_until(lambda: hints.status(epoch_id)["missing"] == 12, "the absent keys reported missing")
+        time.sleep(1.5)  # many prefetch rounds: none asks again
+        status = hints.status(epoch_id)
+        assert status["missing_keys"] == absent[:10], "the first ten, in read order"
+        assert (status["missing"], status["missing_objects"], status["failed"]) == (12, 12, 0)
+        assert status["prefetched_objects"] == 2
+        asked = _source_keys(proxy, "epgone-src") + _source_keys(proxy, "epgone-src", "HEAD")
+        assert all(asked.count(key) == 1 for key in absent), f"one request per missing key: {asked}"
+        s3 = make_client(gw.endpoint)
+        with pytest.raises(s3.exceptions.NoSuchKey):
+            s3.get_object(Bucket="epgone", Key=absent[0])  # a reader still gets its 404
+        hints.end(epoch_id)
+
+
+def test_a_failing_prefetch_is_retried_a_bounded_number_of_times(
+    gw: Gateway, hints: Hints, moto_endpoint: str
+) -> None:
+    """The source fails every GET of one key (503): the prefetch tries it
+    again after a back-off, three times in all, then counts it failed and
+    leaves it (each try is the store client's own retries)."""
+    def bad(method: str, target: str) -> bool:
+        return method == "GET" and urlsplit(target).path.endswith("/flaky.bin")
+
+    with FaultProxy(moto_endpoint, Rates(unavailable=1.0, only=bad)) as proxy:
+        src = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                           aws_secret_access_key="testing", region_name="us-east-1")
+        src.create_bucket(Bucket="epflaky-src")
+        for key in ("ok.bin", "flaky.bin"):
+            src.put_object(Bucket="epflaky-src", Key=key, Body=b"x" * 100)
+        gw.admin("POST", "/mounts", json={"name": "epflaky", "source": "s3://epflaky-src",
+                                           "endpoint": proxy.endpoint, "access_key": "testing",
+                                           "secret_key": "testing", "serve_stale": False})
+        epoch_id = hints.epoch("epflaky", ["flaky.bin", "ok.bin"])
+        assert epoch_id is not None
+        wait_until(lambda: hints.status(epoch_id)["failed"] == 1, "the failing key given up", timeout=60)
+        tries = _source_keys(proxy, "epflaky-src").count("flaky.bin")
+        time.sleep(1.5)
+        status = hints.status(epoch_id)
+        assert (status["failed_keys"], status["missing"], status["prefetched_objects"]) == (["flaky.bin"], 0, 1)
+        assert _source_keys(proxy, "epflaky-src").count("flaky.bin") == tries, "not asked again"
+        assert tries <= 3 * 6, "three prefetch attempts, each the store client's retries"
+        hints.end(epoch_id)

@@ -9,6 +9,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import boto3
 import httpx
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from gateway.cli.app import app as cli_app
 from tests.conftest import make_client, running_gateway
+from tests.faults import FaultProxy
 from tests.servers import ADMIN_TOKEN, Gateway
 from tiering.prefetch.warm import BATCH
 
@@ -109,7 +111,11 @@ def test_keys_with_shard_patterns_and_a_manifest_object(gw: Gateway, tmp_path: P
     s3 = make_client(gw.endpoint)
     s3.put_object(Bucket="wkeys", Key="lists/train.txt",
                   Body=b"shards/s-{000..003}.tar\n# held out\n\ns3://wkeys/shards/s-009.tar\nshards/missing.tar\n")
-    result = gw.run_job("warm", bucket="wkeys", manifest="lists/train.txt")
+    literal = gw.run_job("warm", bucket="wkeys", manifest="lists/train.txt")
+    assert (literal["objects"], literal["missing"]) == (0, 3), "each line is a key, as it is"
+    assert literal["missing_keys"] == ["shards/s-{000..003}.tar", "s3://wkeys/shards/s-009.tar", "shards/missing.tar"]
+    assert not {k for k in shards if where(gw, "wkeys", k) == "hot"}
+    result = gw.run_job("warm", bucket="wkeys", manifest="lists/train.txt", patterns=True, urls=True)
     assert (result["objects"], result["missing"], result["missing_keys"]) == (5, 1, ["shards/missing.tar"])
     hot = {k for k in shards if where(gw, "wkeys", k) == "hot"}
     assert hot == {"shards/s-000.tar", "shards/s-001.tar", "shards/s-002.tar", "shards/s-003.tar",
@@ -117,7 +123,7 @@ def test_keys_with_shard_patterns_and_a_manifest_object(gw: Gateway, tmp_path: P
 
     listing = tmp_path / "keys.txt"
     listing.write_text("shards/s-{004,005}.tar\nshards/s-006.tar\n")
-    job = cli(gw, "warm", "s3://wkeys", "--keys-from", str(listing))
+    job = cli(gw, "warm", "s3://wkeys", "--keys-from", str(listing), "--patterns")
     assert job["result"]["objects"] == 3
     assert where(gw, "wkeys", "shards/s-005.tar") == "hot" and where(gw, "wkeys", "shards/s-007.tar") == "capacity"
 
@@ -133,8 +139,10 @@ def test_bad_warm_requests_are_400s_and_an_unknown_bucket_404(gw: Gateway) -> No
     assert error({"bucket": "wbad", "prefix": "a", "keys": ["b"]}) == (400, "InvalidRequest")
     assert error({"bucket": "wbad"}) == (400, "InvalidRequest")
     assert error({"bucket": "wbad", "manifest": "nothing-here"}) == (400, "InvalidRequest")
-    assert error({"bucket": "wbad", "keys": ["s-{5..1}.tar"]}) == (400, "InvalidRequest")
-    assert error({"bucket": "wbad", "keys": ["s3://other/k"]}) == (400, "InvalidRequest")
+    assert error({"bucket": "wbad", "keys": ["s-{5..1}.tar"], "patterns": True}) == (400, "InvalidRequest")
+    assert error({"bucket": "wbad", "keys": ["s-{0..99999999999}.tar"], "patterns": True}) == (400, "InvalidRequest")
+    assert error({"bucket": "wbad", "keys": ["s3://other/k"], "urls": True}) == (400, "InvalidRequest")
+    assert error({"bucket": "wbad", "prefix": "", "patterns": True}) == (400, "InvalidRequest")
     assert error({"bucket": "wbad", "prefix": "", "concurrency": 0}) == (400, "InvalidRequest")
     assert error({"bucket": "no-such-bucket", "prefix": ""}) == (404, "NoSuchBucket")
 
@@ -183,3 +191,45 @@ def test_a_mounted_prefix_is_warmed_from_the_source(gw: Gateway, moto_endpoint: 
     for key, body in files.items():
         assert s3.get_object(Bucket="wmount", Key=key)["Body"].read() == body
     assert source_gets() == before, "everything was hot"
+
+
+def test_a_warm_job_names_keys_literally_and_patterns_and_urls_only_when_asked(
+    gw: Gateway, moto_endpoint: str, tmp_path: Path
+) -> None:
+    """A mount whose source holds keys as DLIO and others name them
+    (s3://<bucket>/..., braces and commas, a ".." segment) and the keys the
+    pattern and URL forms would make of them: a literal list warms exactly
+    the former, the forms when asked the latter; missing keys are asked for
+    once and reported."""
+    src = direct(moto_endpoint)
+    src.create_bucket(Bucket="wlit-src")
+    odd = ["s3://wlit/train/a.bin", "a{1,2}.bin", "x/../y"]
+    forms = ["train/a.bin", "a1.bin", "a2.bin"]
+    for key in odd + forms:
+        src.put_object(Bucket="wlit-src", Key=key, Body=key.encode() * 10)
+
+    def asked(proxy: FaultProxy, since: int = 0) -> list[str]:
+        return [unquote(urlsplit(t).path)[len("/wlit-src/"):] for m, t, _ in proxy.requests[since:]
+                if m in ("GET", "HEAD") and urlsplit(t).path.startswith("/wlit-src/")]
+
+    with FaultProxy(moto_endpoint) as proxy:
+        gw.admin("POST", "/mounts", json={"name": "wlit", "source": "s3://wlit-src", "endpoint": proxy.endpoint,
+                                           "access_key": "testing", "secret_key": "testing",
+                                           "freshness": "immutable"})
+        result = gw.run_job("warm", bucket="wlit", keys=[*odd, "gone/1", "gone/2"])
+        assert (result["objects"], result["hot_objects"], result["missing"]) == (3, 3, 2)
+        assert sorted(result["missing_keys"]) == ["gone/1", "gone/2"], "(asked concurrently: in any order)"
+        assert sorted(asked(proxy)) == sorted([*odd, "gone/1", "gone/2"]), "each key asked once, as named"
+
+        before = len(proxy.requests)
+        result = gw.run_job("warm", bucket="wlit", keys=odd[:2], patterns=True, urls=True)
+        assert (result["objects"], result["hot_objects"], result["missing"]) == (3, 3, 0)
+        assert sorted(asked(proxy, before)) == sorted(forms)
+
+        listing = tmp_path / "odd.txt"
+        listing.write_text("\n".join(odd) + "\n")
+        before = len(proxy.requests)
+        job = cli(gw, "warm", "s3://wlit", "--keys-from", str(listing))
+        assert (job["result"]["objects"], job["result"]["hot_objects"]) == (3, 3)
+        assert job["params"]["patterns"] is False and job["params"]["urls"] is False
+        assert asked(proxy, before) == [], "hot already: the source is not asked"

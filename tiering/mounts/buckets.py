@@ -49,6 +49,7 @@ from tiering.errors import (
     NoSuchBucket,
     NoSuchKey,
     ServiceUnavailable,
+    SourceDenied,
 )
 from tiering.hot.fills import Fills
 from tiering.hot.tier import HotTier
@@ -521,7 +522,9 @@ def _md5(data: bytes) -> str:
 
 
 def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:
-    return ServiceUnavailable(f"The source of bucket {mount.name} ({mount.source}) is unreachable: {exc}")
+    """The 503 of a source failure (SourceDenied when the source said 403)."""
+    kind = SourceDenied if exc.detail.get("status") == 403 else ServiceUnavailable
+    return kind(f"The source of bucket {mount.name} ({mount.source}) is unreachable: {exc}")
 
 
 def _fresh(mount: Mount, known: MountedObject) -> bool:

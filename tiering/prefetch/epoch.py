@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from tiering.meta import Extent
 
 RATE_PERIOD = 0.25  # seconds: the shortest period the read rate is measured over
+# A prefetch that fails (the source or store failed, not "no such key") is
+# tried again after RETRY_BASE, then twice as long, ... (at most RETRY_CAP
+# seconds), MAX_ATTEMPTS times in all; then the key counts as failed and is
+# not prefetched again in the epoch (a reader that asks still fetches it).
+MAX_ATTEMPTS = 3
+RETRY_BASE = 1.0
+RETRY_CAP = 30.0
+SHOWN = 10  # missing and failed keys named in an epoch's view
 
 
 @dataclass(slots=True)
@@ -55,6 +63,9 @@ class Epoch:
     bulk_bytes: int = 0  # bytes of bulk batches in flight (bounded by lookahead_bytes)
     bulk_horizon: int = -1  # the horizon when bulk last found nothing to add
     fetch_time: float = 0.0  # seconds one object's prefetch takes (moving average)
+    # Keys whose prefetch failed: attempts so far, and when the next may start
+    # (monotonic). At MAX_ATTEMPTS the key is failed for the epoch.
+    failures: dict[str, tuple[int, float]] = field(default_factory=dict)
     _where: dict[str, list[int]] = field(default_factory=dict)
     _by_segment: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # segment -> (offset, position)
     _cum: list[int] = field(default_factory=list)  # bytes of positions before each position
@@ -134,6 +145,48 @@ class Epoch:
     def rate(self) -> float:
         return self._rate
 
+    def mark_missing(self, key: str) -> None:
+        """The source answered that ``key`` does not exist (404) or may not
+        be read (403): an answer, not a failure. Every position of it is
+        missing for the rest of the epoch, never prefetched again."""
+        for position in self._where.get(key, ()):
+            entry = self.entries[position]
+            entry.missing = True
+            entry.resolved = True
+        self.failures.pop(key, None)
+
+    def count_failure(self, key: str, now: float) -> bool:
+        """A prefetch of ``key`` failed: back off before the next attempt.
+        True when that was the last attempt (the key is failed)."""
+        attempts = self.failures.get(key, (0, 0.0))[0] + 1
+        self.failures[key] = (attempts, now + min(RETRY_CAP, RETRY_BASE * 2 ** (attempts - 1)))
+        return attempts >= MAX_ATTEMPTS
+
+    def held(self, key: str, now: float) -> bool:
+        """Whether a prefetch of ``key`` must wait (backing off) or not start
+        at all (failed)."""
+        failure = self.failures.get(key)
+        return failure is not None and (failure[0] >= MAX_ATTEMPTS or now < failure[1])
+
+    def missing_keys(self) -> tuple[int, int, list[str]]:
+        """Positions whose key is missing, how many distinct keys that is,
+        and the first SHOWN of them in read order. O(entries)."""
+        positions = 0
+        seen: set[str] = set()
+        shown: list[str] = []
+        for entry in self.entries:
+            if entry.missing:
+                positions += 1
+                if entry.key not in seen:
+                    seen.add(entry.key)
+                    if len(shown) < SHOWN:
+                        shown.append(entry.key)
+        return positions, len(seen), shown
+
+    def failed_keys(self) -> tuple[int, list[str]]:
+        failed = [key for key, (attempts, _) in self.failures.items() if attempts >= MAX_ATTEMPTS]
+        return len(failed), failed[:SHOWN]
+
     def position_of(self, key: str) -> int | None:
         """The position a read of ``key`` stands for: the first not yet consumed."""
         for position in self._where.get(key, ()):
@@ -161,6 +214,8 @@ class Epoch:
 
     def view(self) -> dict[str, object]:
         reads = self.hits + self.late + self.misses
+        missing_objects, missing, missing_keys = self.missing_keys()
+        failed, failed_keys = self.failed_keys()
         return {
             "id": self.id, "bucket": self.bucket, "state": self.state, "objects": len(self.entries),
             "readers": self.readers, "positions": list(self.positions), "consumed": len(self.consumed),
@@ -169,7 +224,8 @@ class Epoch:
             "prefetched_objects": self.prefetched_objects, "prefetched_bytes": self.prefetched_bytes,
             "ahead_objects": self.lead, "in_flight_objects": self.in_flight,
             "lookahead_objects": self.window, "lookahead_bytes": self.lookahead_bytes,
-            "missing_objects": sum(1 for e in self.entries if e.missing),
+            "missing_objects": missing_objects,
+            "missing": missing, "missing_keys": missing_keys, "failed": failed, "failed_keys": failed_keys,
             "created": self.created, "started": self.started, "finished": self.finished,
         }
 

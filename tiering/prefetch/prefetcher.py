@@ -9,6 +9,14 @@ at once as keeps it ahead of the readers; on a managed bucket, bulk runs of
 packed objects go on past the window, up to the horizon the room allows.
 Each object is in flight until it lands (or its fetch fails), and counts as
 prefetched when it lands.
+
+Every fetch ends in an answer the epoch keeps: landed; missing (the source
+answered 404 or 403: the key is never prefetched again in the epoch, and
+the epoch reports it); or failed, after ``MAX_ATTEMPTS`` attempts spaced by
+a growing back-off (``tiering.prefetch.epoch``). A key is never asked for
+again and again: without that, a mount's missing key was fetched again at
+every round, thousands of 404s a minute. Readers that ask for such a key
+still get their own answer (their 404, or a fetch of their own).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tiering import pool
-from tiering.errors import CapacityError, NoSuchKey, ServiceUnavailable
+from tiering.errors import AccessDenied, CapacityError, NoSuchKey, ServiceUnavailable, SourceDenied
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
 from tiering.mounts.buckets import Mounts
@@ -43,6 +51,10 @@ BULK_GAP = 1024 * 1024  # runs of packed neighbours: large, bandwidth over laten
 # 1.1-1.2 s, runs of 8 MiB 22 % in 1.0 s (unhinted: 3.2-4.4 s).
 BULK_SPAN = 8 * 1024 * 1024
 PREFETCH_SLOTS = 64  # most of an epoch's next objects fetched alone or in small runs at once
+# Missing keys a window walk passes over beyond the window (they take no
+# place in it): bounded, so that an order of mostly missing keys costs a
+# round no more than a window of a few thousand objects.
+MISSING_REACH = 4096
 
 
 class Prefetcher:
@@ -131,9 +143,10 @@ class Prefetcher:
     ) -> list[tuple[Epoch, int]]:
         """Upcoming positions within the window (or the first ``limit``),
         past the first ``concede``, whose files are neither hot nor in
-        flight: at most ``slots`` of them. Sets ``epoch.lead``: the upcoming
-        objects hot in a row, how far ahead of the readers the prefetch is
-        (at most the window)."""
+        flight, nor missing, backing off or failed: at most ``slots`` of
+        them. Missing keys take no place in the window. Sets
+        ``epoch.lead``: the upcoming objects hot in a row, how far ahead of
+        the readers the prefetch is (at most the window)."""
         started = time.perf_counter()
         hot = self._hot
         plan: list[tuple[Epoch, int]] = []
@@ -141,12 +154,25 @@ class Prefetcher:
         nbytes = 0
         seen = 0
         lead = 0
-        for position in itertools.islice(epoch.upcoming(), limit if limit is not None else epoch.window):
-            seen += 1
+        failures = epoch.failures
+        now = time.monotonic()
+        walk = limit if limit is not None else epoch.window
+        skipped = 0
+        for position in epoch.upcoming():
             entry = epoch.entries[position]
-            if entry.missing or is_hot(hot, entry):
+            if entry.missing:  # an answer already: takes no room and no place in the window
+                skipped += 1
+                if skipped > MISSING_REACH:
+                    break
+                continue
+            seen += 1
+            if seen > walk:
+                break
+            if is_hot(hot, entry):
                 lead += seen == lead + 1
                 continue
+            if failures and epoch.held(entry.key, now):
+                continue  # backing off, or failed for the epoch
             if len(plan) >= slots:
                 break
             if seen <= concede:
@@ -223,9 +249,12 @@ class Prefetcher:
         hot = self._hot
         inflight = self.inflight
         entries = epoch.entries
+        failures = epoch.failures
+        now = time.monotonic()
 
         def wanted(entry: Entry) -> bool:
-            return bool(entry.extents) and (epoch.bucket, entry.key) not in inflight and not is_hot(hot, entry)
+            return (bool(entry.extents) and (epoch.bucket, entry.key) not in inflight and not is_hot(hot, entry)
+                    and not (failures and epoch.held(entry.key, now)))
 
         upcoming = epoch.upcoming()
         window = set(itertools.islice(upcoming, epoch.window))
@@ -263,14 +292,26 @@ class Prefetcher:
                 landed = await work()
                 if landed:
                     owner.count_fetch(time.monotonic() - began)
-            except (NoSuchKey, ServiceUnavailable, CapacityError) as exc:
-                log.debug("prefetch of %s skipped: %s", entry.key, exc)
-            except Exception:  # noqa: BLE001
+            except (NoSuchKey, AccessDenied, SourceDenied) as exc:
+                log.debug("prefetch of %s: missing: %s", entry.key, exc)
+                owner.mark_missing(entry.key)
+            except (ServiceUnavailable, CapacityError) as exc:
+                self._failed(owner, entry.key, exc)
+            except Exception as exc:  # noqa: BLE001
                 log.exception("prefetch of %s failed", entry.key)
+                self._failed(owner, entry.key, exc)
             finally:
                 self._release(owner, entry, landed, one_by_one=True)
 
         self._keep(asyncio.create_task(run()))
+
+    def _failed(self, owner: Epoch, key: str, exc: BaseException) -> None:
+        """A prefetch of ``key`` failed: retried later, a bounded number of times."""
+        if owner.count_failure(key, time.monotonic()):
+            log.warning("prefetch of %s/%s failed %d times, given up for epoch %s: %s",
+                        owner.bucket, key, owner.failures[key][0], owner.id, exc)
+        else:
+            log.debug("prefetch of %s/%s failed, to be retried: %s", owner.bucket, key, exc)
 
     def _release(self, owner: Epoch, entry: Entry, landed: bool, one_by_one: bool = False, bulk: int = 0) -> None:
         """An object's prefetch ended: no longer in flight; counted when it landed."""
@@ -333,13 +374,22 @@ class Prefetcher:
 
         reader = self._reader
 
+        def failed(exc: BaseException) -> None:
+            """The batch failed: its objects not hot now count a failed attempt."""
+            for i in list(left):
+                owner, entry = entries[i]
+                if not is_hot(hot, entry):
+                    self._failed(owner, entry.key, exc)
+
         async def run() -> None:
             try:
                 report = await reader.fetch_many(extents, gap=gap, span=span, on_filled=filled)
                 if report.error is not None:  # the readers will fetch (and report) them themselves
                     log.warning("prefetch: %d extents not fetched: %s", report.errors, report.error)
-            except Exception:  # noqa: BLE001
+                    failed(report.error)
+            except Exception as exc:  # noqa: BLE001
                 log.exception("prefetch of %d objects failed", len(left))
+                failed(exc)
             finally:
                 for i in list(left):  # cached by someone else, failed, or cancelled
                     release(i, False)

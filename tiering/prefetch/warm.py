@@ -1,9 +1,15 @@
 """Warm jobs: bring a data set into the hot tier before it is read.
 
 The set is a prefix, a list of keys, or a manifest object in the bucket (one
-key per line, blank lines and ``#`` comments skipped); keys and manifest
-lines may be WebDataset-style shard patterns (``train-{0000..0099}.tar``,
-``{a,b}``) or ``s3://bucket/key`` of the same bucket.
+key per line, blank lines and ``#`` comments skipped). Keys and manifest
+lines are keys, taken literally; the admin API expands them first only when
+asked (``patterns``: WebDataset-style shard patterns such as
+``train-{0000..0099}.tar``; ``urls``: ``s3://bucket/key`` of the same
+bucket; see ``tiering.prefetch.order.expand_all``).
+
+A key that does not exist, or that a mount's source refuses to let be read
+(403), is counted once as missing (``missing``, the first ``missing_keys``)
+and the job goes on.
 
 Managed buckets are warmed in batches of packed objects: ``fetch_many``
 brings a run of neighbouring extents of a segment in one ranged GET, so a
@@ -29,7 +35,7 @@ from typing import Protocol
 from packer.ranges import ByteRange
 from tiering import pool
 from tiering.cluster.peers import HOT, PeerClient, PeerRefused
-from tiering.errors import InvalidArgument, NoSuchKey
+from tiering.errors import AccessDenied, InvalidArgument, NoSuchKey, SourceDenied
 from tiering.hot.tier import HotTier
 from tiering.index.db import Index
 from tiering.jobs import Job
@@ -147,7 +153,7 @@ class Warmer:
             job.expect(len(keys), None)
         elif job is not None and not mounted:
             job.expect(*await pool.run(_count, self._index, bucket, prefix or ""))
-        batches = self._batches(bucket, prefix, keys, mounted, report)
+        batches = self._batches(bucket, prefix, keys, mounted, report, job)
         if mounted:
             await self._warm_mounted(bucket, batches, report, concurrency, limit, job)  # type: ignore[arg-type]
         elif peers is None:
@@ -186,7 +192,8 @@ class Warmer:
         return [line for line in lines if line and not line.startswith("#")]
 
     async def _batches(
-        self, bucket: str, prefix: str | None, keys: list[str] | None, mounted: bool, report: WarmReport
+        self, bucket: str, prefix: str | None, keys: list[str] | None, mounted: bool, report: WarmReport,
+        job: Job | None = None,
     ) -> AsyncIterator[list[ObjectMeta] | list[tuple[str, int | None]]]:
         """The set in batches: objects (managed) or (key, size if listed)
         pairs (mounted)."""
@@ -199,7 +206,7 @@ class Warmer:
                 found = await pool.run(_lookup, self._index, bucket, chunk)
                 for key, meta in zip(chunk, found, strict=True):
                     if meta is None:
-                        _missing(report, key)
+                        _missing(report, key, job)
                 yield [m for m in found if m is not None]
             return
         marker: str | None = None
@@ -398,8 +405,8 @@ class Warmer:
                     return
                 try:
                     outcome = await mounts.warm(bucket, key, room)
-                except NoSuchKey:
-                    _missing(report, key)
+                except (NoSuchKey, AccessDenied, SourceDenied):  # 404 or 403: an answer, asked once
+                    _missing(report, key, job)
                     return
                 report.objects += 1
                 report.bytes += outcome.size
@@ -454,7 +461,10 @@ def _split(meta: ObjectMeta, peers: PeerClient, hot: HotTier, mine: list[Extent]
     return any_theirs
 
 
-def _missing(report: WarmReport, key: str) -> None:
+def _missing(report: WarmReport, key: str, job: Job | None = None) -> None:
+    """``key`` does not exist (or may not be read): counted once, and done."""
+    if job is not None:
+        job.advance(1, 0)
     report.missing += 1
     if len(report.missing_keys) < _SHOWN:
         report.missing_keys.append(key)

@@ -636,6 +636,23 @@ def test_job_commands_send_their_scope(api: FakeApi) -> None:
     assert _admin("compact", "--threshold", "2").exit_code == 2
 
 
+def test_key_lists_are_sent_literally_and_the_key_forms_only_when_asked(api: FakeApi, tmp_path: Path) -> None:
+    listing = tmp_path / "keys.txt"
+    listing.write_text("s3://b/train/a.bin\na{1,2}.bin\nx/../y\n")
+    api.on("POST", "/jobs/warm", httpx.Response(202, json=_job()))
+    api.on("POST", "/epochs", httpx.Response(201, json={"id": "e1"}))
+    keys = ["s3://b/train/a.bin", "a{1,2}.bin", "x/../y"]
+    assert _admin("warm", "s3://b", "--keys-from", str(listing), "--no-wait").exit_code == 0
+    assert api.body() == {"bucket": "b", "keys": keys}
+    assert _admin("warm", "s3://b", "--manifest", "m.txt", "--patterns", "--urls", "--no-wait").exit_code == 0
+    assert api.body() == {"bucket": "b", "manifest": "m.txt", "patterns": True, "urls": True}
+    assert _admin("epochs", "start", "s3://b", "--keys-from", str(listing), "--patterns", "--json").exit_code == 0
+    assert api.body() == {"bucket": "b", "readers": 1, "keys": keys, "patterns": True}
+    wrong = _admin("warm", "s3://b/train/", "--patterns", "--no-wait")
+    assert wrong.exit_code == 2 and "--patterns and --urls go with" in wrong.stderr
+    assert _admin("epochs", "start", "s3://b/train/", "--urls").exit_code == 2
+
+
 def test_wait_follows_the_job_to_success(api: FakeApi) -> None:
     done = _job("succeeded", 4, result={"segments_written": 2, "bytes_written": 3 << 20})
     api.on("POST", "/jobs/flush", httpx.Response(202, json=_job()))

@@ -359,3 +359,52 @@ def test_readers_faster_than_the_store_wait_on_the_prefetch_and_the_status_says_
     assert status["misses"] <= 0.1 * count and status["late"] >= 0.1 * count, seen
     assert status["prefetched_objects"] >= 0.4 * count and status["brought"] >= 0.9 * count, seen
     assert status["gets"] <= count, seen
+
+
+def test_every_prefetch_ends_in_an_answer_missing_and_failed_keys_are_not_asked_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A mount whose source answers 404 for one key, 403 for another and
+    fails a third every time: the first two are asked once and reported
+    missing, the third MAX_ATTEMPTS times (the back-off set to nothing
+    here) and reported failed; none is asked again, round after round."""
+    from tiering.errors import NoSuchKey, ServiceUnavailable, SourceDenied
+    from tiering.prefetch import epoch as epoch_module
+    from tiering.prefetch.prefetcher import Prefetcher
+
+    monkeypatch.setattr(epoch_module, "RETRY_BASE", 0.0)
+    answers = {"gone": NoSuchKey(Key="gone"), "denied": SourceDenied("403"), "flaky": ServiceUnavailable("503")}
+    asked: list[str] = []
+    hot = _Hot()
+
+    class Source:
+        def get(self, name: str) -> object:
+            return object()  # every bucket is a mount
+
+        async def warm(self, bucket: str, key: str, room: int) -> SimpleNamespace:
+            asked.append(key)
+            if key in answers:
+                raise answers[key]
+            hot.cached.add(f"file-{key}")
+            return SimpleNamespace(hot=True)
+
+    async def named(epoch: Epoch, entry: Entry) -> None:
+        entry.resolved, entry.names = True, (f"file-{entry.key}",)
+
+    async def main() -> None:
+        prefetcher = Prefetcher(hot, Source(), None, 4, wake=lambda: None, named=named)  # type: ignore[arg-type]
+        keys = ["gone", "ok", "denied", "flaky", "gone"]
+        epoch = Epoch(id="e", bucket="b", entries=[Entry(k) for k in keys], readers=1, lookahead_bytes=1 << 30,
+                      lookahead_objects=64, idle_timeout=60)
+        epoch.state = "active"
+        for _ in range(20):
+            prefetcher.adapt(epoch)
+            prefetcher._fetch(prefetcher.plan(epoch, 1 << 30, 8), 1 << 30)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        await prefetcher.stop()
+        assert sorted(asked) == sorted(["gone", "ok", "denied", *["flaky"] * epoch_module.MAX_ATTEMPTS])
+        view = epoch.view()
+        assert (view["missing"], view["missing_keys"], view["missing_objects"]) == (2, ["gone", "denied"], 3)
+        assert (view["failed"], view["failed_keys"], view["prefetched_objects"]) == (1, ["flaky"], 1)
+        assert not prefetcher.inflight and epoch.in_flight == 0
+
+    asyncio.run(main())
