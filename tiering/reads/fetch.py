@@ -173,6 +173,11 @@ class ExtentReader:
         the same fetch finds it (``warm`` waits for it)."""
         return self._fills.write(ext.cache_name, data, functools.partial(self._hot.fill, ext.cache_name, data, pin))
 
+    async def settled(self, names: Iterable[str]) -> None:
+        """Until the background fills of ``names`` running now have ended:
+        for a caller that must see the hot tier as the answers left it."""
+        await self._fills.wait(names)
+
     async def warm(self, ext: Extent, pin: bool = False) -> bool:
         """Make sure the extent is cached (pinned when ``pin``); False when
         it does not fit in the hot tier."""

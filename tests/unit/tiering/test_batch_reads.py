@@ -156,29 +156,45 @@ def test_hot_batch_read_by_the_pool_or_closed_unread_releases_its_holds(
 def test_a_torn_cached_file_is_no_hot_batch_and_reads_right(filled: Node) -> None:
     """A cached extent's file of another size (torn by a crash) is refused
     by the hot batch's size check, in the pool and on the loop: the batch
-    is streamed, and its member read as a GET reads it."""
+    is streamed, and its member read as a GET reads it, which drops the
+    torn file, fetches the extent again and caches it whole (behind the
+    answer: waited for, so nothing here depends on when the fill runs)."""
     node = filled
     node.run(node.tiers.flush())  # type: ignore[attr-defined]
     hot = node.objects._batches._hot  # type: ignore[attr-defined]
+    reader = node.objects._batches._reader  # type: ignore[attr-defined]
     index = node.objects._index  # type: ignore[attr-defined]
 
-    def tear(key: str) -> None:
+    def extent(key: str) -> Any:
         (chunk,) = index.get_object("bkt", key).chunks
-        os.truncate(hot.cache_path(chunk.extent.cache_name), 10)
+        return chunk.extent
+
+    def tear(key: str) -> None:
+        os.truncate(hot.cache_path(extent(key).cache_name), 10)
 
     async def streamed(keys: list[str]) -> list[tuple[str, bytes]]:
         members = await node.objects.batch("bkt", keys, False, ReadTally())
         assert not isinstance(members, HotBatch)
-        return [(m.key, m.body) async for m in members]  # type: ignore[misc]
+        read = [(m.key, m.body) async for m in members]  # type: ignore[misc]
+        await reader.settled([extent(k).cache_name for k in keys])  # the refill behind the answer
+        return read
+
+    def refetched(key: str, misses: int) -> None:
+        ext = extent(key)
+        assert reader.misses == misses + 1  # the torn copy was dropped, not served: fetched again
+        assert hot.is_cached(ext.cache_name)  # and cached again, whole
+        assert os.stat(hot.cache_path(ext.cache_name)).st_size == ext.raw
 
     tear(KEYS[1])  # records not cached yet: the pool opens and checks
+    misses = reader.misses
     assert node.run(streamed(KEYS)) == [(k, _data(k)) for k in KEYS]  # type: ignore[attr-defined]
-    assert not hot.is_cached(index.get_object("bkt", KEYS[1]).chunks[0].extent.cache_name)  # dropped
+    refetched(KEYS[1], misses)
     whole = [k for k in KEYS if k != KEYS[1]]
     _read(node, whole)
     assert _read(node, whole)[0] == [(k, _data(k)) for k in whole]  # kept now, on the loop
     for path in list(hot.open_files._fds):  # let go, as an eviction's unlink does
         hot.open_files.forget(path)
     tear(KEYS[2])  # the loop opens it anew and checks it
+    misses = reader.misses
     assert node.run(streamed(whole)) == [(k, _data(k)) for k in whole]  # type: ignore[attr-defined]
-    assert not hot.is_cached(index.get_object("bkt", KEYS[2]).chunks[0].extent.cache_name)
+    refetched(KEYS[2], misses)
