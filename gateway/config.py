@@ -44,6 +44,7 @@ from gateway.tls import check_tls
 from tiering.settings import TierSettings
 
 REDACTED = "***"
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # listen addresses that name no host another node can reach
 
 # The hot tier's budget when none is configured: a share of the size of the
 # filesystem that holds the data dir, at most HOT_CAP. Half leaves room for
@@ -107,6 +108,10 @@ class Config:
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.
     peers: dict[str, str] = field(default_factory=dict)
+    # The S3 URL other nodes reach this one at, in the node registry that a
+    # node with a node id and no peers joins (docs/scale-out.md#membership);
+    # by default http(s)://host:port when host is an address others can use.
+    advertise_url: str | None = None
     # TLS on both ports (S3 and admin) when a certificate and its key are
     # given: PEM files, the certificate file holding the chain. ``tls_ca``
     # is the CA bundle this gateway trusts for https peers (and the one
@@ -125,6 +130,22 @@ class Config:
         if self.capacity:
             return self.capacity
         return Path(os.path.abspath(self.data_dir / "capacity")).as_uri()
+
+    @property
+    def advertised_url(self) -> str | None:
+        """``advertise_url``, else ``<scheme>://<host>:<port>`` unless host
+        is a wildcard address (or port 0): None when others cannot be told."""
+        if self.advertise_url is not None:
+            return self.advertise_url
+        if self.host in WILDCARD_HOSTS or self.port == 0:
+            return None
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def registry(self) -> bool:
+        """True when this gateway joins the node registry: a node id and no peers."""
+        return self.node_id is not None and not self.peers
 
     @property
     def scheme(self) -> str:
@@ -195,6 +216,7 @@ def tier_settings(config: Config) -> TierSettings:
         lease_ttl=config.lease_ttl,
         lease_idle=config.lease_idle,
         follow_interval=config.follow_interval,
+        advertise_url=config.advertised_url if config.registry else None,
     )
 
 
@@ -214,6 +236,19 @@ def _check_combinations(config: Config, sources: Mapping[str, str]) -> None:
         raise ValueError(
             f"port and admin_port are both {config.port} "
             f"(from {sources.get('port', 'default')} and {sources.get('admin_port', 'default')})"
+        )
+
+
+def check_serving(config: Config) -> None:
+    """What ``serve`` needs beyond a valid configuration (other commands
+    load the same one): a node that joins the node registry must be able
+    to say where the other nodes reach it. ValueError naming the setting."""
+    if config.registry and config.advertised_url is None:
+        raise ValueError(
+            f"advertise_url is not set: with node_id and no peers this gateway joins the node registry, "
+            f"and the other nodes must be told where to reach it, which host {config.host!r} and port "
+            f"{config.port} do not say; set advertise_url (--advertise-url, TIERSTORE_ADVERTISE_URL: "
+            "http://<address of this node>:<port>), or give peers"
         )
 
 

@@ -415,3 +415,7 @@ def _cluster_families(cluster: object) -> Iterator[Metric]:
                                 "applied every segment other writers had in the capacity store.", value=lag)
     yield GaugeMetricFamily("tierstore_replica_lag_segments", "Segments listed but not yet applied.",
                             value=_number(cluster.get("lag_segments")) or 0)
+    members = cluster.get("members")
+    if isinstance(members, list):
+        yield GaugeMetricFamily("tierstore_cluster_members_live", "Live nodes in the node registry, this one "
+                                "included.", value=sum(1 for m in members if isinstance(m, Mapping) and m.get("live")))

@@ -258,6 +258,7 @@ COERCERS: dict[str, Coercer] = {
     "lease_idle": _lease_idle,
     "follow_interval": _seconds,
     "peers": _peers,
+    "advertise_url": _endpoint,
     "tls_cert": _optional_path,
     "tls_key": _optional_path,
     "tls_ca": _optional_path,

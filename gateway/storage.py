@@ -28,11 +28,16 @@ def capacity_store(config: Config) -> CapacityStore:
 
 def open_node(config: Config) -> Node:
     """The node's tiering (not started yet), with peers when this gateway
-    is one of several (read misses then ask a segment's owner first)."""
+    is one of several (read misses then ask a segment's owner first): the
+    fixed ``peers``, or, with a node id and no peers, the live nodes of the
+    node registry, this one alone until others are listed."""
     peers = None
+    settings = tier_settings(config)
     if config.node_id is not None and config.node_id in config.peers and len(config.peers) > 1:
         peers = peer_client(config, config.peers)
-    return Node(config.data_dir, tier_settings(config), capacity_store(config), config.region, peers)
+    elif config.registry and settings.advertise_url is not None:
+        peers = peer_client(config, {config.node_id: settings.advertise_url})  # type: ignore[dict-item]
+    return Node(config.data_dir, settings, capacity_store(config), config.region, peers)
 
 
 def peer_client(config: Config, endpoints: Mapping[str, str]) -> PeerClient:

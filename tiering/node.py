@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from tiering import pool
 from tiering.capacity import CapacityStore
+from tiering.cluster.members import Member
 from tiering.cluster.peers import PeerClient
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
@@ -57,7 +59,7 @@ class Node:
         self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
         self.policies = policies = Policies(index, settings)
         self.tiers = tiers = Tiers(index, hot, capacity, settings, policies, region)
-        self.mounts = mounts = Mounts(index, hot, settings, region)
+        self.mounts = mounts = Mounts(index, hot, settings, region, peers)
         self.jobs = Jobs()
         stager = Stager(index, hot, capacity, tiers.flusher, policies, settings)
         self.managed = managed = ManagedBuckets(
@@ -69,6 +71,14 @@ class Node:
             index, tiers, policies, mounts, managed, mounted, epochs, settings, region, self.find_bucket
         )
         self.warmer = Warmer(self.objects, index, hot, mounts, tiers.reader, settings)
+        members = tiers.cluster.members if tiers.cluster is not None else None
+        if peers is not None and members is not None:
+            # Without fixed --peers, the peers are the live nodes of the registry.
+            async def follow(live: Mapping[str, Member]) -> None:
+                await peers.follow({n: m.endpoint for n, m in live.items()},
+                                   {n: m.started_ms for n, m in live.items()})
+
+            members.subscribe(follow)
 
     def find_bucket(self, name: str) -> BucketInfo | None:
         """A managed bucket or a mount by name; point reads, microseconds."""
@@ -99,6 +109,8 @@ class Node:
             await self.peers.start()
 
     async def close(self) -> None:
+        if self.tiers.cluster is not None and self.tiers.cluster.members is not None:
+            await self.tiers.cluster.members.stop()  # first: the other nodes stop asking this one
         if self.peers is not None:
             await self.peers.close()
         await self.jobs.stop()

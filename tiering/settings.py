@@ -50,3 +50,7 @@ class TierSettings:
     lease_ttl: float = 30.0  # seconds a write lease lasts unless renewed
     lease_idle: float = 0.0  # seconds without a write after which a lease is given up (0: never)
     follow_interval: float = 2.0  # seconds between rounds of following the other writers
+    # With a node id: this node's S3 endpoint in the node registry
+    # (tiering/cluster/members.py), which it then joins and follows, every
+    # follow_interval. None: no registry (the only gateway, or fixed --peers).
+    advertise_url: str | None = None

@@ -28,7 +28,7 @@ from gateway.cli import mounts as mount_commands
 from gateway.cli import prefetch as prefetch_commands
 from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
 from gateway.cli.target import resolve_s3, resolve_target
-from gateway.config import Config, load_config
+from gateway.config import Config, check_serving, load_config
 from gateway.version import VERSION
 
 app = typer.Typer(
@@ -177,6 +177,11 @@ Peers = Annotated[
                  "misses ask a segment's owner before the store; cooperative warm jobs split the set. "
                  "node=URL pairs separated by commas, e.g. n1=http://10.0.0.1:9100,n2=http://10.0.0.2:9100."),
 ]
+AdvertiseUrl = Annotated[
+    str | None,
+    typer.Option(help="The S3 URL other nodes reach this one at, in the node registry it joins with --node-id "
+                 "and no --peers. (default: http(s)://host:port; needed when --host is 0.0.0.0 or ::)"),
+]
 TlsCert = Annotated[
     Path | None,
     typer.Option(help="PEM certificate (chain) to serve both ports over TLS with; needs --tls-key. "
@@ -236,6 +241,7 @@ TUNING_OPTIONS = (
     option("lease_idle", LeaseIdle),
     option("follow_interval", FollowInterval),
     option("peers", Peers),
+    option("advertise_url", AdvertiseUrl),
 )
 
 
@@ -259,6 +265,10 @@ def serve(config: Config) -> None:
     """
     from gateway import server  # imported here: uvicorn and FastAPI take a second to load
 
+    try:
+        check_serving(config)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
     _configure_logging(config.log_level)
     try:
         server.run(config)

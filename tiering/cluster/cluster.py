@@ -56,6 +56,7 @@ from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import list_segments, read_footer, segment_path
 from tiering.cluster.lease import Lease, check_conditional_writes
+from tiering.cluster.members import Membership, MemberStatus
 from tiering.cluster.terms import LEGACY, Seals, Terms, term_prefix
 from tiering.errors import (
     CapacityError,
@@ -92,6 +93,8 @@ class ClusterStatus:
     follow_rounds: int
     errors: int
     last_error: str | None
+    # The node registry (members.py), this node included; None with fixed --peers.
+    members: list[MemberStatus] | None = None
 
 
 @dataclass(slots=True)
@@ -190,6 +193,12 @@ class Cluster:
         self._errors = 0
         self._last_error: str | None = None
         self._task: asyncio.Task[None] | None = None
+        # The live nodes, followed every follow_interval (with an advertised endpoint).
+        self.members = (
+            Membership(capacity, self.node, settings.advertise_url, settings.follow_interval)
+            if settings.advertise_url is not None
+            else None
+        )
 
     # -- what the flusher and compactor ask (tiering/cluster/writing.py) -------------
 
@@ -302,6 +311,7 @@ class Cluster:
             follow_rounds=self._rounds,
             errors=self._errors,
             last_error=self._last_error,
+            members=self.members.status() if self.members is not None else None,
         )
 
     # -- life cycle ----------------------------------------------------------
@@ -312,6 +322,8 @@ class Cluster:
         renewing the leases it takes) in the background. A store without
         conditional writes is refused first."""
         await check_conditional_writes(self._capacity, self.node)
+        if self.members is not None:
+            await self.members.start()
         await self.follow()
         for term in await pool.run(self._index.follow_points):
             self._wrote(term)
@@ -338,6 +350,8 @@ class Cluster:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        if self.members is not None:
+            await self.members.stop()
         if release:
             for bucket in self.writes():
                 try:

@@ -17,6 +17,13 @@ difference between two nodes' peer lists cannot make requests go round.
 
 A peer that cannot be reached is left alone for ``_PAUSE`` seconds: reads
 go to the store meanwhile instead of each waiting for a connect timeout.
+With the node registry (``members.py``) a node that restarted since (its
+start time changed) is asked again at once.
+
+The nodes are fixed (``--peers``) or follow the registry (``follow``):
+``group`` is always the current set, a frozen value replaced whole; a node
+that leaves is refused from then on, its connections kept for reads in
+flight until ``_GRACE`` seconds later.
 
 What a peer sends is the extent's raw bytes; they are checked against the
 extent's checksum, which covers its stored form: raw bytes are stored as
@@ -33,6 +40,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from botocore.exceptions import ClientError
@@ -40,6 +48,7 @@ from botocore.exceptions import ClientError
 from packer import codec
 from tiering import pool
 from tiering.capacity.s3_get import Keys, LeanGetter
+from tiering.errors import CapacityNotFound
 from tiering.meta import Extent
 
 __all__ = ["FETCH", "HOT", "PEER_HEADER", "Keys", "PeerClient", "PeerGroup", "PeerRefused", "owner",
@@ -48,8 +57,9 @@ __all__ = ["FETCH", "HOT", "PEER_HEADER", "Keys", "PeerClient", "PeerGroup", "Pe
 PEER_HEADER = "x-tierstore-peer"  # on a GET from another gateway: HOT or FETCH
 HOT = "hot"  # answer from the hot tier only, else 503
 FETCH = "fetch"  # read through, as for a client, but ask no other node
-_PAUSE = 30.0  # seconds a node that could not be reached is not asked
+_PAUSE = 5.0  # seconds a node that could not be reached is not asked
 _CONNECTIONS = 16
+_GRACE = 5.0  # seconds past the read timeout a node that left keeps its connections
 
 
 def owner(segment: str, nodes: list[str]) -> str:
@@ -88,6 +98,22 @@ class PeerGroup:
         return owner(segment, self.nodes)
 
 
+class _Getters(dict[str, LeanGetter]):
+    """The connections to each other node now. A node that just left is
+    still found among the retiring ones (a read that chose it before it
+    left); any other is refused, so a read goes to the store."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retiring: dict[str, LeanGetter] = {}
+
+    def __missing__(self, node: str) -> LeanGetter:
+        getter = self.retiring.get(node)
+        if getter is None:
+            raise PeerRefused(f"node {node} is not a member (any more)")
+        return getter
+
+
 class PeerClient:
     """Signed ranged GETs of extents to the other nodes of a group."""
 
@@ -100,13 +126,18 @@ class PeerClient:
         async def fixed() -> Keys:
             return keys
 
+        def getter(url: str) -> LeanGetter:
+            return LeanGetter(url, region, fixed, connections=_CONNECTIONS,
+                              connect_timeout=min(5.0, timeout), read_timeout=timeout, tls=tls)
+
         self.group = group
-        self._getters = {
-            node: LeanGetter(url, region, fixed, connections=_CONNECTIONS,
-                             connect_timeout=min(5.0, timeout), read_timeout=timeout, tls=tls)
-            for node, url in group.endpoints.items()
-            if node != group.me
-        }
+        self._new_getter = getter
+        self._grace = timeout + _GRACE
+        self._getters = _Getters()
+        self._getters.update({node: getter(url) for node, url in group.endpoints.items() if node != group.me})
+        self._retired: list[tuple[float, LeanGetter]] = []  # (monotonic close time, getter)
+        self._started_ms: dict[str, int] = {}  # node -> its start time, as the registry last said
+        self._running = self._closed = False
         self.requests = 0
         self.bytes = 0
         self._down_until: dict[str, float] = {}
@@ -114,9 +145,67 @@ class PeerClient:
     async def start(self) -> None:
         for getter in self._getters.values():
             await getter.start()
+        self._running = True
 
     async def close(self) -> None:
-        for getter in self._getters.values():
+        self._closed = True
+        self._running = False
+        for getter in [*self._getters.values(), *(g for _, g in self._retired)]:
+            await getter.close()
+        self._getters.clear()
+        self._getters.retiring.clear()
+        self._retired.clear()
+
+    async def follow(self, endpoints: Mapping[str, str], started_ms: Mapping[str, int] | None = None) -> None:
+        """Make the group the nodes of ``endpoints`` (id -> S3 endpoint;
+        this node added if missing): connections to new nodes are opened,
+        those to nodes that left (or moved to another endpoint) are closed
+        ``timeout`` + a grace later, so that reads in flight finish.
+
+        ``started_ms`` (id -> start time, from the registry): a node that
+        could not be reached and has restarted since is asked again at once."""
+        if self._closed:
+            return
+        now = time.monotonic()
+        me = self.group.me
+        wanted = {**endpoints, me: endpoints.get(me, self.group.endpoints.get(me, ""))}
+        old = self.group.endpoints
+        for node in list(self._getters):
+            if node not in wanted or wanted[node] != old.get(node):
+                self._retire(node, now)
+        for node, url in wanted.items():
+            if node != me and node not in self._getters:
+                getter = self._new_getter(url)
+                if self._running:
+                    await getter.start()
+                self._getters[node] = getter
+                self._getters.retiring.pop(node, None)
+        for node, start in (started_ms or {}).items():
+            known = self._started_ms.get(node)
+            if known is not None and known != start and self._down_until.get(node, 0.0) > now:
+                del self._down_until[node]  # restarted since it failed: ask it again now
+            self._started_ms[node] = start
+        for node in set(self._started_ms) - set(wanted):
+            del self._started_ms[node]
+        if wanted != dict(old):
+            self.group = PeerGroup(me, wanted)
+        await self._close_retired(now)
+
+    def _retire(self, node: str, now: float) -> None:
+        getter = self._getters.pop(node)
+        self._getters.retiring[node] = getter
+        self._retired.append((now + self._grace, getter))
+        self._down_until.pop(node, None)
+
+    async def _close_retired(self, now: float) -> None:
+        due = [getter for at, getter in self._retired if at <= now]
+        if not due:
+            return
+        self._retired = [(at, getter) for at, getter in self._retired if at > now]
+        for node, getter in list(self._getters.retiring.items()):
+            if getter in due:
+                del self._getters.retiring[node]
+        for getter in due:
             await getter.close()
 
     async def get(
@@ -147,6 +236,36 @@ class PeerClient:
             raise PeerRefused(f"node {node}: {len(data)} bytes for a range of {end - start}")
         self.bytes += len(data)
         return data
+
+    async def first(self, node: str, bucket: str, key: str, length: int) -> tuple[dict[str, Any], bytes]:
+        """The object's description (botocore's shape: ContentLength is the
+        whole object's size) and its first ``length`` bytes from ``node``,
+        which reads them through its own tier (``FETCH``): a mounted
+        object's cold probe asked of its owner. CapacityNotFound when the
+        owner answers 404 (it asked the source); PeerRefused as ``get``."""
+        if time.monotonic() < self._down_until.get(node, 0.0):
+            raise PeerRefused(f"node {node} could not be reached lately")
+        self.requests += 1
+        try:
+            answer = await self._getters[node].get_object(
+                Bucket=bucket, Key=key, Range=f"bytes=0-{length - 1}", extra={PEER_HEADER: FETCH},
+            )
+            async with answer["Body"] as body:
+                data: bytes = await body.read()
+        except ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+                raise CapacityNotFound(f"{bucket}/{key}", node=node) from None
+            raise PeerRefused(f"node {node}: {exc}") from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._down_until[node] = time.monotonic() + _PAUSE
+            raise PeerRefused(f"node {node} cannot be reached: {exc!r}") from None
+        content_range = answer.get("ContentRange")
+        total = int(content_range.rpartition("/")[2]) if content_range and "/" in content_range else len(data)
+        if len(data) != min(length, total):
+            raise PeerRefused(f"node {node}: {len(data)} bytes for the first {min(length, total)}")
+        answer["ContentLength"] = total
+        self.bytes += len(data)
+        return answer, data
 
     async def extent(
         self, node: str, bucket: str, key: str, etag: str, start: int, ext: Extent, level: int, mode: str

@@ -56,7 +56,8 @@ class MountedBuckets:
         conditions (whose answer may send no body), asks with a HEAD."""
         _only_null(read.key, read.version)
         small = SMALL_READ if read.body and not read.conditions else 0
-        meta, data = await self._mounts.open_for_read(read.bucket, read.key, small)
+        # A peer asking (this node owns the object, as it sees it) is never passed on.
+        meta, data = await self._mounts.open_for_read(read.bucket, read.key, small, ask_peers=read.peer is None)
         decision = decide(meta, read)
         tally = ReadTally()
         if not (read.body and decision.sends_body):
@@ -68,7 +69,7 @@ class MountedBuckets:
             return plan(meta, read, decision, body, tally)
         if read.peer == HOT:  # a peer's cooperative warm asks for hot bytes only
             raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
-        chunks = self._mounts.read(meta, wanted, tally)
+        chunks = self._mounts.read(meta, wanted, tally, ask_peers=read.peer is None)
         if wanted.length <= SMALL_READ:
             return plan(meta, read, decision, b"".join([block async for block in chunks]), tally)
         return plan(meta, read, decision, chunks, tally)
@@ -81,7 +82,7 @@ class MountedBuckets:
     async def stream(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
     ) -> AsyncIterator[bytes]:
-        async for block in self._mounts.read(meta, wanted, tally if tally is not None else ReadTally()):
+        async for block in self._mounts.read(meta, wanted, tally if tally is not None else ReadTally(), ask_peers):
             yield block
 
     async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage:

@@ -31,6 +31,7 @@ mount answers writes with AccessDenied.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from packer.ranges import ByteRange, split_over
 from tiering import pool
 from tiering.capacity import CapacityStats
+from tiering.cluster.peers import PeerClient
 from tiering.errors import (
     AccessDenied,
     BucketAlreadyOwnedByYou,
@@ -58,6 +60,7 @@ from tiering.memo import ByIdentity
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.model.names import check_bucket_name
 from tiering.mounts.listing_cache import ListingCache
+from tiering.mounts.owners import MountOwners, PeerRefused
 from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.reads.flight import SingleFlight
@@ -83,8 +86,12 @@ def piece_name(mount: str, key: str, etag: str, index: int) -> str:
 class Mounts:
     """Every mount of one node: their source clients and their reads."""
 
-    def __init__(self, index: Index, hot: HotTier, settings: TierSettings, region: str) -> None:
+    def __init__(self, index: Index, hot: HotTier, settings: TierSettings, region: str,
+                 peers: PeerClient | None = None) -> None:
         self._index = index
+        # With peers, each object's owner keeps its bytes; the others ask it
+        # (``tiering/mounts/owners.py``).
+        self.owners = MountOwners(peers) if peers is not None else None
         self._hot = hot
         self._settings = settings
         self._region = region
@@ -307,14 +314,14 @@ class Mounts:
             return True
 
         if await pool.run(record):
-            self._fill_behind(piece, data)
+            self._fill_behind(name, fresh.key, piece, data)
             return data
         try:
             data = await _whole(data, fresh.etag, lambda: again(fresh))
         except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
             raise unreachable(self._mounts[name], exc) from None
         await pool.run(self._index.put_mounted, name, fresh)
-        self._fill_behind(piece, data)
+        self._fill_behind(name, fresh.key, piece, data)
         return data
 
     # -- writes (read-write mounts) ------------------------------------------------
@@ -341,7 +348,8 @@ class Mounts:
         if known is not None:
             await self._forget(name, known)
 
-    async def open_for_read(self, name: str, key: str, small: int) -> tuple[ObjectMeta, bytes | None]:
+    async def open_for_read(self, name: str, key: str, small: int,
+                            ask_peers: bool = True) -> tuple[ObjectMeta, bytes | None]:
         """``head`` for a GET, and the body when it is at most ``small``
         bytes and had to be fetched anyway: an object not validated (or
         expired) is described by one ranged GET of its first ``small`` bytes,
@@ -357,7 +365,12 @@ class Mounts:
             return self._metas.get(known, functools.partial(_as_meta, name)), None
         probe = min(small, self._settings.part_size)
 
+        owner = self._owner(name, key) if ask_peers else None
+
         async def ask() -> tuple[SourceObject, bytes | None]:
+            if owner is not None:
+                with contextlib.suppress(PeerRefused):
+                    return await self.owners.first(owner, name, key, probe)  # type: ignore[union-attr]
             client = await self.client(name)
             try:
                 found, data = await client.first(key, probe)
@@ -379,10 +392,16 @@ class Mounts:
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
         return _as_meta(name, found), data if found.size <= probe else None
 
-    def _fill_behind(self, piece: str, data: bytes) -> None:
+    def _owner(self, name: str, key: str) -> str | None:
+        """The node that keeps the object's bytes; None for this one."""
+        return self.owners.of(name, key) if self.owners is not None else None
+
+    def _fill_behind(self, name: str, key: str, piece: str, data: bytes) -> None:
         """Cache ``piece`` in the hot tier without holding up the answer
-        that fetched it (a file write and a rename, by the fills' writer)."""
-        self._fills.write(piece, data, functools.partial(self._hot.fill, piece, data))
+        that fetched it (a file write and a rename, by the fills' writer);
+        on a node that does not own the object, keep nothing: its owner does."""
+        if self._owner(name, key) is None:
+            self._fills.write(piece, data, functools.partial(self._hot.fill, piece, data))
 
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is
@@ -390,6 +409,9 @@ class Mounts:
         (description and body at once), a large one a probe of its first
         piece and then its other pieces, fetched concurrently."""
         meta, _ = await self.open_for_read(name, key, self._settings.part_size)
+        owner = self._owner(name, key)
+        if owner is not None and await self.owners.warm(owner, meta, self._settings.part_size):  # type: ignore[union-attr]
+            return MountWarm(meta.size, hot=True, elsewhere=True)  # hot on its owner, for the whole cluster
         names = self.piece_names(name, meta)
         await self._fills.wait(names)  # a warm reports what is in the hot tier
         missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
@@ -410,7 +432,8 @@ class Mounts:
         await pool.run(self._index.delete_mounted, name, known.key)
         await pool.run(self._hot.drop_cached, self.piece_names(name, known))
 
-    async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally) -> AsyncIterator[bytes]:
+    async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally,
+                   ask_peers: bool = True) -> AsyncIterator[bytes]:
         """Yield ``wanted`` of a mounted object: cached pieces from the hot
         tier, the others fetched (up to ``fetch_concurrency`` ahead) with
         ranged GETs of that version only, then cached."""
@@ -419,12 +442,12 @@ class Mounts:
         sizes = [min(part, meta.size - i * part) for i in range(count)] if meta.size else [0]
         pieces = list(split_over(sizes, wanted))
         async for block in stream(
-            pieces, lambda index: self._piece(meta, index, sizes[index]),
+            pieces, lambda index: self._piece(meta, index, sizes[index], ask_peers),
             window=self._settings.fetch_concurrency, tally=tally,
         ):
             yield block
 
-    async def _piece(self, meta: ObjectMeta, index: int, size: int) -> int | bytes:
+    async def _piece(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> int | bytes:
         """A descriptor on the cached piece, or its bytes after a fetch."""
         name = piece_name(meta.bucket, meta.key, meta.etag, index)
         held = self._fills.held(name)
@@ -432,14 +455,20 @@ class Mounts:
             return Held(held)
         if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
             return fd
-        data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size))
+        data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size, ask_peers))
         if leader:
-            self._fill_behind(name, data)
+            self._fill_behind(meta.bucket, meta.key, name, data)
         return data
 
-    async def _fetch(self, meta: ObjectMeta, index: int, size: int) -> bytes:
+    async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes:
         start = index * self._settings.part_size
         mount = self._mounts[meta.bucket]
+        owner = self._owner(meta.bucket, meta.key) if ask_peers else None
+        if owner is not None:
+            with contextlib.suppress(PeerRefused):
+                data = await self.owners.piece(owner, meta, start, start + size)  # type: ignore[union-attr]
+                if size != meta.size or not _is_md5(meta.etag) or _md5(data) == meta.etag:
+                    return data
         try:
             client = await self.client(meta.bucket)
 
@@ -487,7 +516,8 @@ class MountWarm:
     """What warming one mounted object did."""
 
     size: int
-    hot: bool  # every piece is in the hot tier now
+    hot: bool  # every piece is in the hot tier now (on its owner, with ``elsewhere``)
+    elsewhere: bool = False  # another node owns it and holds it: nothing is kept here
 
 
 async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) -> bytes:

@@ -59,7 +59,7 @@ def unquoted_etag(raw: str | None) -> str:
     return (raw or "").strip('"')
 
 
-def _object(key: str, answer: dict[str, Any]) -> SourceObject:
+def source_object(key: str, answer: dict[str, Any]) -> SourceObject:
     """A HEAD or GET answer's description of the object."""
     headers = {h: str(answer[f]) for f, h in _HEADER_FIELDS.items() if answer.get(f)}
     expires = answer.get("ExpiresString") or answer.get("Expires")  # the header as sent, where known
@@ -89,7 +89,7 @@ class SourceBucket(S3Store):
         answer = await self.call(
             "head_object", key, self.client().head_object, Bucket=self.bucket, Key=self._key(key)
         )
-        return _object(key, answer)
+        return source_object(key, answer)
 
     async def first(self, key: str, length: int) -> tuple[SourceObject, bytes]:
         """The object's description and its first ``length`` bytes in one
@@ -112,7 +112,7 @@ class SourceBucket(S3Store):
 
         answer, data = await self.call("get_object", key, fetch)
         self.stats.bytes_read += len(data)
-        return _object(key, answer), data
+        return source_object(key, answer), data
 
     async def page(self, prefix: str, delimiter: str, start_after: str, max_keys: int) -> SourcePage:
         """One ListObjectsV2 page of keys under ``prefix`` after

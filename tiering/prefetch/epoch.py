@@ -33,6 +33,7 @@ class Entry:
     extents: tuple[Extent, ...] = ()  # managed objects: what a fetch brings
     resolved: bool = False
     missing: bool = False
+    elsewhere: bool = False  # hot on the node that owns it (a cluster): a read here asks that node
 
 
 @dataclass(slots=True)

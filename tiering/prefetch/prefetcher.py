@@ -400,14 +400,18 @@ class Prefetcher:
         if position in epoch.consumed:
             return False  # a reader got there first: a second GET of it would only cost the source
         outcome = await self._mounts.warm(epoch.bucket, entry.key, room)
+        entry.elsewhere = outcome.elsewhere  # fetched ahead once, by its owner: not planned again
         if not entry.resolved or not entry.names:
             await self._named(epoch, entry)
         return outcome.hot
 
 
 def is_hot(hot: HotTier, entry: Entry) -> bool:
-    """Every byte of the object in the hot tier (a managed object with no
-    extents is staged: hot too; a mounted one not resolved yet is not)."""
+    """Every byte of the object in the hot tier, or in the hot tier of the
+    node that owns it (a managed object with no extents is staged: hot too;
+    a mounted one not resolved yet is not)."""
+    if entry.elsewhere:
+        return True
     if not entry.resolved or entry.missing:
         return False
     names = entry.names

@@ -151,19 +151,22 @@ class ExtentReader:
         """The extent's raw bytes from the capacity tier (shared by
         concurrent callers), verified; queued for the hot-tier cache
         (pinned there when ``pin``). ``peer`` is asked first: checked bytes
-        from another gateway, or None to read the store. An extent whose
+        from the gateway that owns the extent's segment, or None to read the
+        store; what the owner sent is not kept here (its owner keeps it: the
+        nodes' hot tiers add up to one cache), unless ``pin``. An extent whose
         fill is still being written (a read right after the miss that
         fetched it) is served from those bytes: a hit, no second GET."""
         if not pin and (filling := self._fills.held(ext.cache_name)) is not None:
             self.hits += 1
             return filling
+        peered: list[bool] = []  # marked by this call's own _fetch when a peer sent the bytes
         while True:
             try:
-                (data, filling), leader = await self._flight.run(ext.place, lambda: self._fetch(ext, pin, peer))
+                (data, filling), leader = await self._flight.run(ext.place, lambda: self._fetch(ext, pin, peer, peered))
                 break
             except _Abandoned:
                 continue  # the run we waited for was cancelled: fetch it ourselves
-        if leader and filling is None:
+        if leader and filling is None and (pin or not peered):
             self._start_fill(ext, data, pin)
         return data
 
@@ -202,13 +205,16 @@ class ExtentReader:
         return await asyncio.shield(self._start_fill(ext, data, False))
 
     async def _fetch(
-        self, ext: Extent, pin: bool, peer: PeerSource | None = None
+        self, ext: Extent, pin: bool, peer: PeerSource | None = None, peered: list[bool] | None = None,
     ) -> tuple[bytes, asyncio.Future[bool] | None]:
         """The extent's verified bytes, and the fill that caches them when
-        it started with the check (from the store; a peer's bytes are not)."""
+        it started with the check (from the store; a peer's bytes are not:
+        ``peered`` is marked then)."""
         self.misses += 1
         if peer is not None and (data := await peer()) is not None:
             self.from_peers += 1
+            if peered is not None:
+                peered.append(True)
             return data, None
         data = await self._verified(ext, fill=pin)
         return data, self._fills.task(ext.cache_name)

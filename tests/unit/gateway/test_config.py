@@ -13,6 +13,7 @@ import pytest
 from gateway.config import (
     REDACTED,
     Config,
+    check_serving,
     default_hot_size,
     load_config,
     redacted,
@@ -224,6 +225,35 @@ def test_scale_out_settings(tmp_path: Path) -> None:
     table = _toml(tmp_path, 'node_id = "a"\n[peers]\na = "http://a:9100"\nb = "http://b:9100"\n')
     assert _load(tmp_path, config_file=table).peers == {"a": "http://a:9100", "b": "http://b:9100"}
     assert tier_settings(config).node_id == "node-a.1"
+
+
+def test_advertise_url_and_the_node_registry(tmp_path: Path) -> None:
+    # A node id without peers joins the registry, at http(s)://host:port by default.
+    config = _load(tmp_path, env={"TIERSTORE_NODE_ID": "a", "TIERSTORE_HOST": "10.0.0.5", "TIERSTORE_PORT": "9200"})
+    assert config.registry and config.advertised_url == "http://10.0.0.5:9200"
+    assert tier_settings(config).advertise_url == "http://10.0.0.5:9200"
+    check_serving(config)
+    assert _load(tmp_path, env={"TIERSTORE_NODE_ID": "a", "TIERSTORE_HOST": "fd00::5"}).advertised_url == \
+        "http://[fd00::5]:9100"
+    # On a wildcard address it must be given.
+    wildcard = _load(tmp_path, env={"TIERSTORE_NODE_ID": "a", "TIERSTORE_HOST": "0.0.0.0"})
+    assert wildcard.advertised_url is None
+    with pytest.raises(ValueError, match="advertise_url is not set.*0.0.0.0"):
+        check_serving(wildcard)
+    given = _load(tmp_path, cli={"host": "::", "advertise_url": "https://node-a.example:9100"},
+                  env={"TIERSTORE_NODE_ID": "a"})
+    assert given.advertised_url == "https://node-a.example:9100"
+    check_serving(given)
+    table = _toml(tmp_path, 'node_id = "a"\nhost = "0.0.0.0"\nadvertise_url = "http://10.1.1.1:9100"\n')
+    assert tier_settings(_load(tmp_path, config_file=table)).advertise_url == "http://10.1.1.1:9100"
+    # With peers (or without a node id) there is no registry, and nothing to check.
+    static = _load(tmp_path, env={"TIERSTORE_NODE_ID": "a", "TIERSTORE_HOST": "0.0.0.0",
+                                  "TIERSTORE_PEERS": "a=http://a:9100,b=http://b:9100"})
+    assert not static.registry and tier_settings(static).advertise_url is None
+    check_serving(static)
+    check_serving(_load(tmp_path, env={"TIERSTORE_HOST": "0.0.0.0"}))
+    with pytest.raises(ValueError, match="advertise_url"):
+        _load(tmp_path, env={"TIERSTORE_ADVERTISE_URL": "node-a:9100"})
 
 
 @pytest.mark.parametrize(("env", "problem"), [

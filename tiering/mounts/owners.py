@@ -1,0 +1,78 @@
+"""Which node of a cluster keeps a mounted object's bytes, and asking it.
+
+With peers, every mounted object has one owner: the node that rendezvous
+hashing of (mount, key) picks among the live nodes (``PeerGroup.owner``).
+The owner reads the source once (single flight) and keeps the pieces; any
+other node asks the owner for them, over the S3 API with
+``x-tierstore-peer: fetch`` (the owner reads through its own tier and asks no
+third node), and keeps no copy: the cluster's hot tiers add up to one cache.
+The key, not the version, is what is placed, so the node that probes an
+object it has never seen asks the node that will hold it.
+
+Bytes from the owner are held to the same checks as the source's: a whole
+small object against its MD5 ETag, a piece by its length and ``If-Match`` on
+the version. An owner that refuses or cannot be reached is skipped: the read
+goes to the source, as without peers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tiering.cluster.peers import FETCH, PeerClient, PeerRefused
+from tiering.meta import ObjectMeta
+from tiering.mounts.source import SourceObject, source_object
+
+__all__ = ["MountOwners", "PeerRefused"]
+
+log = logging.getLogger("tierstore.mounts")
+
+
+class MountOwners:
+    """The owners of mounted objects among this node's peers."""
+
+    def __init__(self, peers: PeerClient) -> None:
+        self._peers = peers
+        self.asked = 0  # reads answered by an owner, for the status
+        self.refused = 0  # owners that did not answer: read from the source
+
+    def of(self, name: str, key: str) -> str | None:
+        """The node that keeps ``key`` of mount ``name``; None when it is this one."""
+        group = self._peers.group
+        node = group.owner(f"{name}\0{key}")
+        return None if node == group.me else node
+
+    async def first(self, node: str, name: str, key: str, length: int) -> tuple[SourceObject, bytes]:
+        """The object's description and first ``length`` bytes, from ``node``.
+        CapacityNotFound when the owner found no such key at the source."""
+        try:
+            answer, data = await self._peers.first(node, name, key, length)
+        except PeerRefused:
+            self.refused += 1
+            raise
+        self.asked += 1
+        return source_object(key, answer), data
+
+    async def piece(self, node: str, meta: ObjectMeta, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of that version, from ``node``."""
+        try:
+            data = await self._peers.get(node, meta.bucket, meta.key, meta.etag, start, end, FETCH)
+        except PeerRefused:
+            self.refused += 1
+            raise
+        if data is None:  # a 503: the owner could not read them now
+            self.refused += 1
+            raise PeerRefused(f"node {node} could not read {meta.bucket}/{meta.key} now")
+        self.asked += 1
+        return data
+
+    async def warm(self, node: str, meta: ObjectMeta, part: int) -> bool:
+        """Have ``node`` bring every piece of ``meta`` in (it reads through
+        its own tier); False when it did not: the caller warms it itself."""
+        try:
+            for start in range(0, max(meta.size, 1), part):
+                await self.piece(node, meta, start, min(start + part, meta.size))
+        except PeerRefused as exc:
+            log.info("owner %s did not warm %s/%s: %s", node, meta.bucket, meta.key, exc)
+            return False
+        return True
