@@ -80,6 +80,12 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
             proc.wait()
 
 
+# asyncio's report of a failed task or future nobody awaited ("Task exception
+# was never retrieved", "Future exception was never retrieved", "_GatheringFuture
+# exception was never retrieved"): checked in every gateway's log at its stop.
+NEVER_RETRIEVED = "exception was never retrieved"
+
+
 @dataclass
 class Gateway:
     """A `tierstore serve` subprocess and how to reach it."""
@@ -140,10 +146,15 @@ class Gateway:
         return self
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the process; then its log must hold no exception that asyncio
+        reports as never retrieved (a task or future whose failure nobody
+        awaited: a bug, whichever test happened to run it)."""
         if self.proc is None:
             return
         stop_process(self.proc, sig)
         self.proc = None
+        unretrieved = [line for line in self.log().splitlines() if NEVER_RETRIEVED in line]
+        assert not unretrieved, f"{self.log_path}: " + "; ".join(unretrieved[:3])
 
     def restart(self) -> Gateway:
         self.stop()
