@@ -35,7 +35,10 @@ app on this stack can reach in this epoch on this machine.
 run (``_common.data_filesystem``: creating a file on this machine's root
 filesystem costs 20 to 40 times what it costs on a new one).
 
-Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4]
+``--uri-keys`` names every object ``s3://mounted/<key>`` (DLIO's way):
+with ``--hinted`` it shows hints taken literally for such keys.
+
+Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys]
 """
 
 from __future__ import annotations
@@ -118,11 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hinted", action="store_true",
                     help="also a cold epoch registered with POST /epochs just before, read from a shared queue "
                          "and then with interleaved readers (each on a new mount of the same source)")
+    ap.add_argument("--uri-keys", action="store_true",
+                    help="name every object by its whole URI, s3://mounted/<key>, as MLPerf Storage's DLIO does: "
+                         "keys the gateway must take literally (hints included)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
     objects = args.objects or (2000 if args.quick else 20000)
-    keys = [key_of(i) for i in range(objects)]
+    keys = [(f"s3://{MOUNTED}/" if args.uri_keys else "") + key_of(i) for i in range(objects)]
     check = checker(args.size)
 
     def same_size(key: str, body: bytes) -> None:  # the bare app's bytes are its own
