@@ -92,7 +92,11 @@ class _BoundedHeads:
         elif self.cycle is not cycle:  # a head is complete: its request runs
             self._stop_head_timer()
             self._head_bytes = 0
-        elif self.cycle is None or self.cycle.response_complete:  # part of a head
+        elif self.cycle is None or (self.cycle.response_complete and not self.cycle.more_body):
+            # Part of a head. (An answer sent before its request's body was
+            # read, as a route that takes none does, leaves the body's late
+            # bytes coming in: the parser reads them as that body, not as a
+            # head, so they count against no head's bound.)
             self._head_bytes += len(data)
             if self._head_bytes > self.config.max_head:
                 self._refuse(_TOO_LARGE)

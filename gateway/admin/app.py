@@ -9,12 +9,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import metrics
 from gateway.admin import buckets, epochs, jobs, mounts, page
+from gateway.admin.bodies import admin_router
 from gateway.admin.context import AdminContext, NodeStatus
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
 from gateway.config import Config, redacted
@@ -69,7 +70,7 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
         body = {"status": "ready" if ok else "unavailable", "checks": checks}
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    api = APIRouter(
+    api = admin_router(
         dependencies=[Depends(_token_checker(config.admin_token))],
         responses=responses("Unauthorized"),
     )

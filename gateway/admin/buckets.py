@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from fastapi import APIRouter, Response
 
+from gateway.admin.bodies import admin_router, printable
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import (
@@ -62,7 +63,7 @@ async def _set_pinned(service: Node, name: str, pinned: bool | None) -> None:
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
+    api = admin_router(responses=responses("Unavailable"))  # every route needs the running service
 
     @api.get("/buckets", tags=["buckets"], response_model=BucketList)
     async def list_buckets() -> BucketList:
@@ -158,7 +159,7 @@ def router(ctx: AdminContext) -> APIRouter:
     async def list_pins() -> PinList:
         """Every pinned bucket/prefix (start a pin with ``POST /jobs/pin``)."""
         pins = ctx.tiering().policies.pins()
-        return PinList(pins=[Pin(bucket=b, prefix=p) for b, p in pins])
+        return PinList(pins=[Pin(bucket=printable(b), prefix=printable(p)) for b, p in pins])
 
     @api.delete("/pins", tags=["pins"], status_code=204, responses=responses("NoSuchPin"))
     async def delete_pin(bucket: str, prefix: str = "") -> Response:

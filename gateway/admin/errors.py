@@ -16,7 +16,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.http import new_request_id
 from tiering.errors import NotWriter, ServiceUnavailable
 
 log = logging.getLogger("tierstore.admin")
@@ -37,6 +39,8 @@ CODES = {
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,
     "JobFinished": 409,
+    # A request body larger than the admin API reads (gateway/admin/bodies.py: MAX_BODY).
+    "EntityTooLarge": 413,
     # One of several gateways, and another holds the bucket's write lease (RFC 9110 421: not
     # the server to ask); the message names the one that holds it.
     "NotWriter": 421,
@@ -73,8 +77,47 @@ class AdminError(Exception):
 def error_response(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
+    # The message may quote what a client sent (a field name, say): text UTF-8
+    # cannot encode is written as \udXXX, so the answer itself never fails.
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     body = {"error": {"code": code, "message": message}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+class CatchAll:
+    """The admin app inside Starlette's ServerErrorMiddleware: an exception
+    no handler took is logged here, once, with a request id, and answered
+    500 InternalError in the one shape. It is not raised further: Starlette
+    would re-raise it after its own handler ran, and uvicorn would log it a
+    second time ("Exception in ASGI application")."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            request_id = new_request_id()
+            log.error("admin request failed: request_id=%s %s %s", request_id, scope.get("method"),
+                      scope.get("path"), exc_info=exc)
+            if started:
+                return  # the answer is under way: the connection closes short of it
+            response = error_response(500, "InternalError",
+                                      f"the gateway failed to answer; see its log (request id {request_id})",
+                                      {"x-request-id": request_id})
+            await response(scope, receive, send)
 
 
 # The statuses Starlette raises by itself, and their codes.
@@ -107,12 +150,9 @@ def install_error_handlers(app: FastAPI) -> None:
         code = "NotWriter" if isinstance(exc, NotWriter) else "Unavailable"
         return error_response(CODES[code], code, str(exc))
 
-    async def on_bug(_: Request, exc: Exception) -> JSONResponse:
-        # Still the one shape: a script sees a code, the log has the traceback.
-        log.error("admin request failed", exc_info=exc)
-        return error_response(500, "InternalError", "the gateway failed to answer; see its log")
-
-    app.add_exception_handler(Exception, on_bug)
+    # Anything else: CatchAll (a handler for Exception would be Starlette's
+    # ServerErrorMiddleware's, which raises the exception again after it).
+    app.add_middleware(CatchAll)
     app.add_exception_handler(AdminError, on_admin_error)
     app.add_exception_handler(NotWriter, on_not_writer)
     app.add_exception_handler(ServiceUnavailable, on_not_writer)
@@ -179,6 +219,11 @@ def fix_schema(app: FastAPI) -> None:
                 if answers.pop("422", None) is not None:
                     answers.setdefault("400", {
                         "description": "InvalidRequest",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+                    })
+                if "requestBody" in operation:  # gateway/admin/bodies.py: MAX_BODY
+                    answers.setdefault("413", {
+                        "description": "EntityTooLarge",
                         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
                     })
         components = schema.get("components", {}).get("schemas", {})  # type: ignore[union-attr]

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Body, Response
 
+from gateway.admin.bodies import admin_router
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import (
@@ -41,7 +42,7 @@ ENDED: dict[int | str, dict[str, Any]] = {
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
+    api = admin_router(responses=responses("Unavailable"))  # every route needs the running service
 
     async def start(kind: str, params: Mapping[str, Any], work: Work, wait: bool, response: Response) -> JobView:
         service = ctx.tiering()

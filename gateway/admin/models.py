@@ -4,11 +4,14 @@ docs/admin-api.md) is generated from these."""
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
+from gateway.admin.bodies import Text, TextList, printable
 from gateway.sizes import parse_size
 from gateway.xml import iso8601
 from tiering.capacity import CapacityStats
@@ -101,7 +104,7 @@ class BucketPolicy(Strict):
 
 
 class NewBucket(BucketPolicy):
-    name: str = Field(description="The bucket name (S3 naming rules).", json_schema_extra=BUCKET_NAME)
+    name: Text = Field(description="The bucket name (S3 naming rules).", json_schema_extra=BUCKET_NAME)
 
 
 class Bucket(BaseModel):
@@ -204,14 +207,14 @@ def location_view(
 class NewMount(Strict):
     """A gateway bucket over an existing S3 bucket/prefix."""
 
-    name: str = Field(description="The gateway bucket name (S3 naming rules).", json_schema_extra=BUCKET_NAME)
-    source: str = Field(
+    name: Text = Field(description="The gateway bucket name (S3 naming rules).", json_schema_extra=BUCKET_NAME)
+    source: Text = Field(
         description="s3://bucket or s3://bucket/prefix", json_schema_extra={"pattern": SOURCE_PATTERN}
     )
-    endpoint: str | None = Field(None, description="http(s) URL of a non-AWS S3 (MinIO, Ceph RGW).")
-    region: str | None = None
-    access_key: Annotated[str, Field(min_length=1)] | None = None
-    secret_key: Annotated[str, Field(min_length=1)] | None = None
+    endpoint: Text | None = Field(None, description="http(s) URL of a non-AWS S3 (MinIO, Ceph RGW).")
+    region: Text | None = None
+    access_key: Annotated[Text, Field(min_length=1)] | None = None
+    secret_key: Annotated[Text, Field(min_length=1)] | None = None
     freshness: Literal["immutable"] | Annotated[float, Field(gt=0, le=86400 * 365)] = Field(
         60.0, description='"immutable", or seconds a validation with the source holds.'
     )
@@ -263,8 +266,8 @@ class MountList(BaseModel):
 
 
 class Pin(Strict):
-    bucket: str
-    prefix: str = ""
+    bucket: Text
+    prefix: Text = ""
 
 
 class PinList(BaseModel):
@@ -278,18 +281,18 @@ class CompactRequest(Strict):
 
 
 class EvictRequest(Strict):
-    bucket: str | None = Field(None, description="Leave out to evict the whole cache.")
-    prefix: str = ""
+    bucket: Text | None = Field(None, description="Leave out to evict the whole cache.")
+    prefix: Text = ""
 
 
 class WarmRequest(Strict):
-    bucket: str
-    prefix: str | None = Field(None, description="Warm every object under this prefix.")
-    keys: list[str] | None = Field(
+    bucket: Text
+    prefix: Text | None = Field(None, description="Warm every object under this prefix.")
+    keys: TextList | None = Field(
         None, max_length=1_000_000,
         description="Warm these keys, each taken literally (see patterns and urls).",
     )
-    manifest: str | None = Field(
+    manifest: Text | None = Field(
         None, description="Key of an object in the bucket listing one key per line (blank lines and lines "
         "starting with # skipped; each line stripped of surrounding white space), read as keys are.",
     )
@@ -301,7 +304,7 @@ class WarmRequest(Strict):
         False, description="Share the work with the other gateways that run the same job: each fetches the "
         "segments it owns from the store and the rest from their owners. The node list is `peers`, or the "
         "gateway's `peers` setting.")
-    peers: dict[str, str] | None = Field(
+    peers: dict[Text, Text] | None = Field(
         None, description="Node id -> S3 endpoint URL of every gateway in the job, this one included "
         "(implies cooperative).")
     peer_wait: float = Field(30.0, gt=0, le=3600, description="Seconds without a byte from a peer before "
@@ -341,14 +344,34 @@ class JobView(BaseModel):
     result: dict[str, Any] | None
 
 
+def plain(value: Any, depth: int = 0) -> Any:
+    """``value`` as JSON can carry it, whatever it is: text UTF-8 cannot
+    encode written as \\udXXX, tuples and sets as lists, other objects as
+    their text. A job's parameters and result pass through it, so one job
+    can never make ``GET /jobs`` fail and hide the others."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return printable(value)
+    if depth >= 32:
+        return "..."
+    if isinstance(value, Mapping):
+        return {printable(str(k)): plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v, depth + 1) for v in value]
+    return printable(str(value))
+
+
 def job_view(job: Job) -> JobView:
-    errors = list(job.errors)
+    errors = [printable(str(e)) for e in job.errors]
     if job.errors_dropped:
         errors.append(f"... and {job.errors_dropped} more")
     return JobView(
         id=job.id,
         kind=job.kind,
-        params=job.params,
+        params=plain(dict(job.params)),
         state=job.state.value,  # type: ignore[arg-type]
         created=iso(job.created) or "",
         started=iso(job.started),
@@ -363,7 +386,7 @@ def job_view(job: Job) -> JobView:
         rate_bytes_per_s=job.rate,
         eta_s=job.eta,
         errors=errors,
-        result=job.result,
+        result=None if job.result is None else plain(job.result),
     )
 
 

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Response
 
+from gateway.admin.bodies import admin_router
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import SOURCE_PATTERN, MountList, MountView, NewMount, mount_view
@@ -39,7 +40,7 @@ def _check_endpoint(url: str) -> None:
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
+    api = admin_router(responses=responses("Unavailable"))  # every route needs the running service
 
     @api.get("/mounts", tags=["mounts"], response_model=MountList)
     async def list_mounts() -> MountList:

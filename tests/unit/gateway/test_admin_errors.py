@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 
 import httpx
+import pytest
 
 from gateway.admin import build_admin_app
 from gateway.config import Config
@@ -26,17 +29,27 @@ class _S3:
     metrics = Metrics()
 
 
-def test_an_unexpected_failure_is_a_500_in_the_error_shape() -> None:
+def test_an_unexpected_failure_is_a_500_in_the_error_shape(caplog: pytest.LogCaptureFixture) -> None:
     app = build_admin_app(Config(admin_token="t"), _S3())
 
     async def ask() -> httpx.Response:
-        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        # raise_app_exceptions left on: the failure must not leave the app
+        # (uvicorn would log it a second time, "Exception in ASGI application").
+        transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
             return await client.get("/tiers", headers={"Authorization": "Bearer t"})
 
-    answer = asyncio.run(ask())
+    with caplog.at_level(logging.ERROR):
+        answer = asyncio.run(ask())
     assert answer.status_code == 500
-    assert answer.json() == {
-        "error": {"code": "InternalError", "message": "the gateway failed to answer; see its log"}
-    }
+    body = answer.json()
+    assert set(body) == {"error"} and body["error"]["code"] == "InternalError"
+    message = body["error"]["message"]
+    assert re.fullmatch(r"the gateway failed to answer; see its log \(request id [0-9A-F]{16}\)", message)
+    request_id = answer.headers["x-request-id"]
+    assert request_id in message
     assert "disk on fire" not in answer.text
+    # Logged once, with the request id and the traceback.
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(failures) == 1, [r.getMessage() for r in failures]
+    assert request_id in failures[0].getMessage() and failures[0].exc_info is not None
