@@ -23,7 +23,7 @@ import bisect
 import itertools
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -65,6 +65,7 @@ _READS = "tierstore_object_reads"
 _SERVED = "tierstore_served_bytes"
 _BATCHED = "tierstore_batch_objects"
 _WORKER_READS = "tierstore_worker_reads"
+_UNMATCHED = "tierstore_epoch_unmatched_reads"
 
 
 def tier_of(tally: ReadTally | None) -> str:
@@ -132,6 +133,8 @@ class Metrics:
         self.served = {HOT: 0, CAPACITY: 0}  # object body bytes by tier
         self.batched = 0  # objects sent in GetBatch tar streams
         self.worker_answers = {"lookup": 0, "kept": 0}
+        # Read at scrape time: the epochs count these on every GET (Node.start sets it).
+        self.unmatched_reads: Callable[[], int] = lambda: 0
         self.registry.register(_Requests(self))
 
     # -- per request ----------------------------------------------------
@@ -285,6 +288,9 @@ class _Requests:
                 family.add_metric((value_label,), value)
             yield family
         yield CounterMetricFamily(_BATCHED, "Objects sent in GetBatch tar streams (docs/batch.md).", value=m.batched)
+        yield CounterMetricFamily(_UNMATCHED, "GETs of a bucket with an active epoch of keys the epoch does "
+                                  "not name: its keys are not the keys read (docs/prefetch.md).",
+                                  value=m.unmatched_reads())
 
 
 class _Scrape:

@@ -60,6 +60,8 @@ class Node:
             raise StartupError(str(exc)) from exc
         self.tiering = tiering
         self.context = Context(self.config, tiering.objects)
+        epochs = tiering.epochs
+        self.metrics.unmatched_reads = lambda: epochs.unmatched_reads
 
     async def stop(self) -> None:
         """Close the object service."""

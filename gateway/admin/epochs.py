@@ -9,26 +9,27 @@ from typing import Annotated
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, model_validator
 
+from gateway.admin.bodies import Text, TextList, admin_router
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import PATTERNS_HELP, URLS_HELP, Strict, iso
 from tiering import pool
-from tiering.prefetch.epoch import Epoch
 from tiering.errors import InvalidArgument, NoSuchBucket
+from tiering.prefetch.epoch import Epoch
 from tiering.prefetch.order import MAX_KEYS, expand_all, shuffled
 
 MiB = 1024 * 1024
 
 
 class NewEpoch(Strict):
-    bucket: str
-    keys: list[str] | None = Field(
+    bucket: Text
+    keys: TextList | None = Field(
         None, max_length=MAX_KEYS,
         description="The keys in the order they will be read, each taken literally (see patterns and urls).",
     )
     patterns: bool = Field(False, description=PATTERNS_HELP)
     urls: bool = Field(False, description=URLS_HELP)
-    prefix: str | None = Field(None, description="Every key under this prefix, in the order `seed` gives.")
+    prefix: Text | None = Field(None, description="Every key under this prefix, in the order `seed` gives.")
     seed: int | None = Field(
         None, description="With prefix: the keys ordered by BLAKE2b-64 of '<seed>:<key>' "
         "(tiering.prefetch.order.shuffled); without a seed, in key order.",
@@ -80,6 +81,14 @@ class EpochView(BaseModel):
                         "retried with a back-off between attempts): no longer prefetched in the epoch; "
                         "readers fetch them themselves.")
     failed_keys: list[str] = Field(description="The first 10 failed keys.")
+    bucket_reads: int = Field(description="GETs of the bucket seen while the epoch was active, of keys in "
+                              "its order or not.")
+    unmatched_reads: int = Field(description="Those of keys the order does not name (a re-read of a key "
+                                 "already read is in the order).")
+    warning: str | None = Field(description="What looks wrong, in words, or null: after at least 100 reads "
+                                "of the bucket fewer than 1% were of keys in the order (the keys named are "
+                                "not the keys read: they are taken literally, see docs/prefetch.md); more "
+                                "than half the positions are missing at the source. Both: joined by '; '.")
     created: str
     started: str | None
     finished: str | None
@@ -97,7 +106,7 @@ def epoch_view(epoch: Epoch) -> EpochView:
 
 
 def router(ctx: AdminContext) -> APIRouter:
-    api = APIRouter(responses=responses("Unavailable"))  # every route needs the running service
+    api = admin_router(responses=responses("Unavailable"))  # every route needs the running service
 
     def find(epoch_id: str) -> Epoch:
         found = ctx.tiering().epochs.get(epoch_id)

@@ -182,7 +182,7 @@ def list_epochs(session: Session) -> None:
 @epochs_app.command("show")
 @admin
 def show_epoch(session: Session, epoch_id: EpochId) -> None:
-    """One epoch: readers' positions, hits, misses, what was prefetched."""
+    """One epoch: readers' positions, hits, misses, what was prefetched, and what looks wrong."""
     session.show(session.api.epoch(epoch_id), render.epoch)
 
 

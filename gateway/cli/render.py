@@ -384,8 +384,16 @@ def epochs(document: Mapping[str, Any]) -> None:
     console = _out()
     if rows:
         console.print(_table(None, columns, rows, numeric=("readers", "hit ratio", "prefetched")))
+        _epoch_warnings(console, document.get("epochs", []))
     else:
         console.print("no epochs")
+
+
+def _epoch_warnings(console: Console, epochs: Iterable[Mapping[str, Any]]) -> None:
+    """Below the table, a line per epoch whose status warns (an older gateway sends none)."""
+    for e in epochs:
+        if e.get("warning"):
+            console.print(Text(f"warning: epoch {e.get('id')}: {e.get('warning')}", style="yellow"))
 
 
 def _named_keys(count: object, keys: object) -> str:
@@ -408,6 +416,8 @@ def epoch(document: Mapping[str, Any]) -> None:
         ("hits", f"{document.get('hits')} ({percent(document.get('hit_ratio'))})"),
         ("late", number(document.get("late"))),
         ("misses", number(document.get("misses"))),
+        ("other reads", (f"{number(document.get('unmatched_reads'))} of {number(document.get('bucket_reads'))} "
+                         "reads of the bucket were of keys not in the order")),
         ("prefetched", f"{document.get('prefetched_objects')} objects, {size(document.get('prefetched_bytes'))}"),
         ("ahead", f"{document.get('ahead_objects')} objects hot, {document.get('in_flight_objects')} in flight"),
         ("lookahead", f"{document.get('lookahead_objects')} objects, {size(document.get('lookahead_bytes'))}"),
@@ -418,7 +428,9 @@ def epoch(document: Mapping[str, Any]) -> None:
         ("started", when(document.get("started"))),
         ("finished", when(document.get("finished"))),
     ]
-    _out().print(_pairs(f"epoch {document.get('id')}", rows))
+    console = _out()
+    console.print(_pairs(f"epoch {document.get('id')}", rows))
+    _epoch_warnings(console, [document])
 
 
 # --------------------------------------------------------------------------

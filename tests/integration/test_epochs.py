@@ -385,3 +385,55 @@ def test_a_failing_prefetch_is_retried_a_bounded_number_of_times(
         assert _source_keys(proxy, "epflaky-src").count("flaky.bin") == tries, "not asked again"
         assert tries <= 3 * 6, "three prefetch attempts, each the store client's retries"
         hints.end(epoch_id)
+
+
+def _unmatched_reads(gw: Gateway) -> float:
+    for line in gw.admin("GET", "/metrics").text.splitlines():
+        if line.startswith("tierstore_epoch_unmatched_reads_total "):
+            return float(line.split()[1])
+    raise AssertionError("no tierstore_epoch_unmatched_reads_total in /metrics")
+
+
+def test_an_epoch_whose_keys_are_not_the_keys_read_warns(gw: Gateway, hints: Hints, moto_endpoint: str) -> None:
+    """Issue 43: DLIO reads ``s3://<bucket>/train/...`` as the literal key;
+    an epoch that names ``train/...`` matches none of its reads. The epoch
+    says so, /metrics counts the reads, and the CLI prints the warning."""
+    src = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                       aws_secret_access_key="testing", region_name="us-east-1")
+    src.create_bucket(Bucket="epdlio-src")
+    names = [f"train/img_{i:04d}.npz" for i in range(120)]
+    for name in names:
+        src.put_object(Bucket="epdlio-src", Key=f"s3://epdlio/{name}", Body=b"n" * 64)
+    gw.admin("POST", "/mounts", json={"name": "epdlio", "source": "s3://epdlio-src", "endpoint": moto_endpoint,
+                                       "access_key": "testing", "secret_key": "testing"})
+    before = _unmatched_reads(gw)
+    epoch_id = hints.epoch("epdlio", names)  # without the s3://epdlio/ the keys hold
+    assert epoch_id is not None
+    assert hints.status(epoch_id)["warning"] is None, "nothing read yet"
+    s3 = make_client(gw.endpoint)
+    for name in names:
+        assert s3.get_object(Bucket="epdlio", Key=f"s3://epdlio/{name}")["Body"].read() == b"n" * 64
+
+    status = gw.admin("GET", f"/epochs/{epoch_id}").json()
+    assert (status["state"], status["consumed"], status["hits"]) == ("active", 0, 0)
+    assert (status["bucket_reads"], status["unmatched_reads"]) == (120, 120)
+    assert status["warning"].startswith("0 of the 120 reads of bucket 'epdlio' since this epoch started")
+    assert "'s3://epdlio/train/img_0000.npz' is not one of them" in status["warning"]
+    assert "keys are taken literally; see docs/prefetch.md" in status["warning"]
+    assert _unmatched_reads(gw) - before == 120
+    # The named keys do not exist: once the prefetch has asked, the epoch says that too.
+    wait_until(lambda: "entries are missing at the source" in (hints.status(epoch_id)["warning"] or ""),
+               "the named keys reported missing")
+    assert "120 of 120 entries are missing at the source" in hints.status(epoch_id)["warning"]
+
+    result = CliRunner().invoke(cli_app, ["epochs", "show", epoch_id, "--admin-url", gw.admin_url,
+                                          "--token", ADMIN_TOKEN], catch_exceptions=False)
+    assert result.exit_code == 0, result.stdout + result.stderr
+    shown = " ".join(result.stdout.split())  # the console wraps long lines
+    assert f"warning: epoch {epoch_id}: 0 of the 120 reads of bucket 'epdlio'" in shown
+    assert "keys are taken literally; see docs/prefetch.md" in shown
+    assert "120 of 120 reads of the bucket were of keys not in the order" in shown
+    listed = CliRunner().invoke(cli_app, ["epochs", "list", "--admin-url", gw.admin_url, "--token", ADMIN_TOKEN],
+                                catch_exceptions=False)
+    assert f"warning: epoch {epoch_id}: 0 of the 120 reads" in " ".join(listed.stdout.split())
+    hints.end(epoch_id)

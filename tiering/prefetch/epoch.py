@@ -21,6 +21,17 @@ MAX_ATTEMPTS = 3
 RETRY_BASE = 1.0
 RETRY_CAP = 30.0
 SHOWN = 10  # missing and failed keys named in an epoch's view
+# An epoch whose readers read keys it does not name is silent otherwise: it
+# stays active with nothing consumed, hit or prefetched (issue 43: DLIO read
+# ``s3://resnet50/train/img_0001.npz`` as the literal key, the hint named
+# ``train/img_0001.npz``). Its view warns once the epoch has seen at least
+# WARN_READS GETs of its bucket and fewer than WARN_SHARE of them were of
+# keys in its order (a trainer that reads a few other objects, a label file
+# or a checkpoint, stays well above 1 %); and when more than WARN_MISSING of
+# its positions are missing at the source.
+WARN_READS = 100
+WARN_SHARE = 0.01
+WARN_MISSING = 0.5
 
 
 @dataclass(slots=True)
@@ -55,6 +66,9 @@ class Epoch:
     hits: int = 0  # reads that found the whole object hot
     late: int = 0  # reads of an object the prefetcher was still fetching: they waited for it
     misses: int = 0  # reads of an object nobody was fetching: the reader fetched it
+    bucket_reads: int = 0  # GETs of the bucket seen while active, in the order or not
+    unmatched_reads: int = 0  # ... of keys the order does not name
+    unmatched_key: str | None = None  # the first of those, for the warning
     prefetched_objects: int = 0  # objects the prefetcher brought in, counted as each lands
     prefetched_bytes: int = 0
     window: int = 0  # current lookahead in objects
@@ -188,6 +202,26 @@ class Epoch:
         failed = [key for key, (attempts, _) in self.failures.items() if attempts >= MAX_ATTEMPTS]
         return len(failed), failed[:SHOWN]
 
+    def names(self, key: str) -> bool:
+        """Whether ``key`` is in the order (consumed or not): one dict lookup."""
+        return key in self._where
+
+    def warning(self, missing_objects: int) -> str | None:
+        """What looks wrong, in words (see WARN_READS): reads that were not
+        of this epoch's keys, most of its keys missing; None when neither."""
+        warnings = []
+        reads, unmatched = self.bucket_reads, self.unmatched_reads
+        if reads >= WARN_READS and reads - unmatched < WARN_SHARE * reads:
+            example = f" ({self.unmatched_key!r} is not one of them)" if self.unmatched_key is not None else ""
+            warnings.append(
+                f"{reads - unmatched} of the {reads} reads of bucket {self.bucket!r} since this epoch started "
+                f"were of keys in its order{example}: check the keys (keys are taken literally; "
+                f"see docs/prefetch.md)"
+            )
+        if self.entries and missing_objects > WARN_MISSING * len(self.entries):
+            warnings.append(f"{missing_objects} of {len(self.entries)} entries are missing at the source")
+        return "; ".join(warnings) or None
+
     def position_of(self, key: str) -> int | None:
         """The position a read of ``key`` stands for: the first not yet consumed."""
         for position in self._where.get(key, ()):
@@ -227,6 +261,8 @@ class Epoch:
             "lookahead_objects": self.window, "lookahead_bytes": self.lookahead_bytes,
             "missing_objects": missing_objects,
             "missing": missing, "missing_keys": missing_keys, "failed": failed, "failed_keys": failed_keys,
+            "bucket_reads": self.bucket_reads, "unmatched_reads": self.unmatched_reads,
+            "warning": self.warning(missing_objects),
             "created": self.created, "started": self.started, "finished": self.finished,
         }
 

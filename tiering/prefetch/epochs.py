@@ -97,6 +97,9 @@ class Epochs:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stale = False  # the future needs recomputing (see _replan)
+        # GETs of a bucket with an active epoch of keys it does not name, over
+        # all epochs (tierstore_epoch_unmatched_reads_total)
+        self.unmatched_reads = 0
         self._prefetch = Prefetcher(
             hot, mounts, reader, settings.fetch_concurrency, wake=self._wake.set, named=self._named
         )
@@ -222,12 +225,21 @@ class Epochs:
 
     def observe(self, bucket: str, key: str) -> None:
         """A GET of ``bucket/key`` began: move its reader's position, count a
-        hit if the object was all in the hot tier."""
+        hit if the object was all in the hot tier. A read of a key the
+        active epoch does not name is counted (``unmatched_reads``, the
+        epoch's warning): every GET comes here, so that is an add and a
+        dict lookup, nothing more."""
         for epoch in self._epochs.values():
             if epoch.state != "active" or epoch.bucket != bucket:
                 continue
+            epoch.bucket_reads += 1
             position = epoch.position_of(key)
             if position is None:
+                if not epoch.names(key):  # else a re-read of a consumed key: in the order
+                    epoch.unmatched_reads += 1
+                    self.unmatched_reads += 1
+                    if epoch.unmatched_key is None:
+                        epoch.unmatched_key = key
                 continue
             entry = epoch.entries[position]
             if is_hot(self._hot, entry):

@@ -420,7 +420,7 @@ function drawEpochs(epochs, now) {
   const shown = recent(epochs, live);
   if (!shown.length) return empty($("epochs"), 7, "no epochs registered");
   $("epochs").replaceChildren(
-    ...shown.map((e) => {
+    ...shown.flatMap((e) => {
       const fraction = e.objects ? e.consumed / e.objects : 1;
       let eta = "";
       if (e.state === "active") {
@@ -443,7 +443,14 @@ function drawEpochs(epochs, now) {
         [eta, "n"],
       ]);
       tr.dataset.epoch = e.id;
-      return tr;
+      if (!e.warning) return [tr];
+      // Under its epoch, across the table: e.g. keys named that are not the keys read.
+      const td = el("td", `⚠ ${e.warning}`, "warning");
+      td.colSpan = 7;
+      const note = el("tr");
+      note.append(td);
+      note.dataset.epochWarning = e.id;
+      return [tr, note];
     }),
   );
 }

@@ -104,6 +104,57 @@ def test_eviction_advice_follows_the_future_over_queued_epochs() -> None:
     run(body)
 
 
+def test_reads_of_keys_the_epoch_does_not_name_make_it_warn_and_are_counted() -> None:
+    def body() -> None:
+        epochs = _epochs()
+        epoch = epochs.adopt(_epoch([f"train/img_{i:04}.npz" for i in range(500)], bucket="resnet50"))
+        # The trainer reads the keys as s3:// URLs, which is what the bucket holds.
+        for i in range(99):
+            epochs.observe("resnet50", f"s3://resnet50/train/img_{i:04}.npz")
+        epochs.observe("other", "train/img_0000.npz")  # another bucket: not this epoch's reads
+        assert epoch.view()["warning"] is None, "too few reads to say yet"
+        epochs.observe("resnet50", "s3://resnet50/train/img_0099.npz")
+        view = epoch.view()
+        assert (view["bucket_reads"], view["unmatched_reads"], view["consumed"]) == (100, 100, 0)
+        assert epochs.unmatched_reads == 100
+        warning = str(view["warning"])
+        assert warning.startswith("0 of the 100 reads of bucket 'resnet50'")
+        assert "'s3://resnet50/train/img_0000.npz' is not one of them" in warning
+        assert "keys are taken literally" in warning and "docs/prefetch.md" in warning
+        # Readers that start reading the named keys lift it, once 1 % are of the order.
+        epochs.observe("resnet50", "train/img_0000.npz")
+        epochs.observe("resnet50", "train/img_0000.npz")  # a re-read: in the order, not unmatched
+        assert epoch.view()["warning"] is None
+        assert (epoch.bucket_reads, epoch.unmatched_reads, epochs.unmatched_reads) == (102, 100, 100)
+    run(body)
+
+
+def test_reads_in_the_order_give_no_warning() -> None:
+    def body() -> None:
+        epochs = _epochs()
+        epoch = epochs.adopt(_epoch([f"k{i}" for i in range(300)]))
+        for i in range(200):
+            epochs.observe("b", f"k{i}")
+            epochs.observe("b", "labels.csv")  # other objects of the bucket read along: fine
+        view = epoch.view()
+        assert (view["bucket_reads"], view["unmatched_reads"], view["warning"]) == (400, 200, None)
+        assert epochs.unmatched_reads == 200
+    run(body)
+
+
+def test_an_epoch_whose_keys_are_mostly_missing_says_so() -> None:
+    def body() -> None:
+        epochs = _epochs()
+        epoch = epochs.adopt(_epoch([f"k{i}" for i in range(500)]))
+        for i in range(250):
+            epoch.mark_missing(f"k{i}")
+        assert epoch.view()["warning"] is None, "half missing: not most"
+        for i in range(250, 412):
+            epoch.mark_missing(f"k{i}")
+        assert epoch.view()["warning"] == "412 of 500 entries are missing at the source"
+    run(body)
+
+
 def _belady_misses(sequence: list[str], capacity: int) -> int:
     cache: set[str] = set()
     misses = 0
@@ -384,7 +435,7 @@ def test_every_prefetch_ends_in_an_answer_missing_and_failed_keys_are_not_asked_
             if key in answers:
                 raise answers[key]
             hot.cached.add(f"file-{key}")
-            return SimpleNamespace(hot=True)
+            return SimpleNamespace(hot=True, elsewhere=False)  # MountWarm's fields
 
     async def named(epoch: Epoch, entry: Entry) -> None:
         entry.resolved, entry.names = True, (f"file-{entry.key}",)
