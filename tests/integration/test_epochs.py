@@ -357,6 +357,28 @@ def test_an_epoch_reports_missing_keys_and_asks_the_source_once(
         hints.end(epoch_id)
 
 
+def test_an_epoch_of_a_thousand_absent_keys_asks_the_source_at_most_once_each(
+    gw: Gateway, hints: Hints, moto_endpoint: str
+) -> None:
+    """1,000 keys that do not exist on a mounted bucket (DLIO's hints with
+    the wrong names): the epoch reports all 1,000 missing, the source sees
+    at most one request per key over the epoch's life, and none after the
+    epoch has reported them (counted at a proxy in front of the source)."""
+    with FaultProxy(moto_endpoint) as proxy:
+        _odd_mount(gw, moto_endpoint, "epthousand", proxy)
+        absent = [f"nothing/{i:04d}.npz" for i in range(1000)]
+        epoch_id = hints.epoch("epthousand", absent)
+        assert epoch_id is not None
+        wait_until(lambda: hints.status(epoch_id)["missing"] == 1000, "all 1,000 reported missing", timeout=120)
+        reported = len(_source_keys(proxy, "epthousand-src") + _source_keys(proxy, "epthousand-src", "HEAD"))
+        time.sleep(2.0)  # many prefetch rounds: none asks again
+        asked = _source_keys(proxy, "epthousand-src") + _source_keys(proxy, "epthousand-src", "HEAD")
+        assert len(asked) <= 1000 and len(set(asked)) == len(asked), f"{len(asked)} requests, {len(set(asked))} keys"
+        assert len(asked) == reported, "no request after the epoch reported them missing"
+        assert hints.status(epoch_id)["missing"] == 1000
+        hints.end(epoch_id)
+
+
 def test_a_failing_prefetch_is_retried_a_bounded_number_of_times(
     gw: Gateway, hints: Hints, moto_endpoint: str
 ) -> None:
