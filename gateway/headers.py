@@ -15,10 +15,10 @@ from urllib.parse import unquote_plus
 
 from gateway.errors import S3Error
 from packer.ranges import ByteRange
-from tiering.model.conditions import Conditions
-from tiering.model.inputs import NewObject
 from tiering.memo import ByIdentity
 from tiering.meta import STORED_HEADERS, ObjectMeta
+from tiering.model.conditions import Conditions
+from tiering.model.inputs import NewObject
 from tiering.reads.plan import RangeSpec
 
 _RANGE = re.compile(r"^\s*bytes\s*=\s*([0-9]*)\s*-\s*([0-9]*)\s*$")

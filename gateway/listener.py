@@ -31,7 +31,6 @@ import uvicorn
 from gateway.client_bounds import MAX_REQUEST_HEAD, BodyDeadline, Limits, bounded_protocol
 from gateway.config import Config
 
-
 # Idle keep-alive connections are kept longer than the clients keep theirs, so
 # a pooled connection is closed by the client, not under a request it is
 # sending (the same 75 s nginx uses; uvicorn's 5 s default causes resets).

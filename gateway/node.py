@@ -14,8 +14,8 @@ from gateway.listener import StartupError
 from gateway.metrics import Metrics
 from gateway.storage import open_node
 from tiering.errors import CapacityError
-from tiering.node import Node as Tiering
 from tiering.maintenance.tiers import ForeignSegments
+from tiering.node import Node as Tiering
 
 
 class Node:

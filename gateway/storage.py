@@ -10,8 +10,8 @@ from gateway.tls import client_tls
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup
 from tiering.index.db import Index
-from tiering.node import Node
 from tiering.maintenance.recover import RecoveryReport, recover
+from tiering.node import Node
 
 
 def capacity_store(config: Config) -> CapacityStore:

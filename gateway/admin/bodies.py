@@ -24,6 +24,7 @@ from pydantic import AfterValidator
 
 from gateway.admin.errors import AdminError
 from tiering import pool
+from tiering.model.names import unencodable
 from tiering.prefetch.order import MAX_KEYS
 
 MiB = 1024 * 1024
@@ -38,18 +39,6 @@ MAX_ELEMENTS = MAX_KEYS + 1024
 
 
 # -- text --------------------------------------------------------------------------------
-
-
-def unencodable(value: str) -> int | None:
-    """The index of the first character of ``value`` that UTF-8 cannot
-    encode (a lone surrogate), or None."""
-    if value.isascii():
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return exc.start
-    return None
 
 
 def _encodable(value: str) -> str:

@@ -36,6 +36,7 @@ from tiering.batch.reads import MAX_KEYS
 from tiering.files import unfilled
 from tiering.memo import ByIdentity
 from tiering.meta import ObjectMeta
+from tiering.model.names import unencodable
 from tiering.reads.plan import ReadTally
 
 MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
@@ -100,20 +101,12 @@ def parse_request(data: bytes) -> tuple[list[str], bool]:
     keys = doc["keys"]
     if not all(isinstance(k, str) for k in keys):
         raise S3Error("InvalidArgument", "Every key of a batch must be a string", ArgumentName="keys")
-    if not all(k.isascii() or _utf8(k) for k in keys):
+    if any(unencodable(k) is not None for k in keys):
         # JSON may spell a lone surrogate ("\ud800"): no S3 key can hold it.
         raise S3Error("InvalidArgument", "Every key of a batch must be valid Unicode text (no lone surrogates)",
                       ArgumentName="keys")
     _check_count(keys)
     return keys, _on_error(doc.get("on_error"))
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def parse_manifest(data: bytes) -> list[str]:

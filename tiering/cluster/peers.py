@@ -47,6 +47,7 @@ from botocore.exceptions import ClientError
 
 from packer import codec
 from tiering import pool
+from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.s3_get import Keys, LeanGetter
 from tiering.errors import CapacityNotFound
 from tiering.meta import Extent
@@ -208,30 +209,36 @@ class PeerClient:
         for getter in due:
             await getter.close()
 
+    async def _ask(self, node: str, bucket: str, key: str, **get: Any) -> tuple[dict[str, Any], bytes]:
+        """One GET of ``node``'s object (``get``: the range, conditions and
+        peer header), body read: the answer and its bytes. ClientError for
+        an answer that is not a success (the caller reads its status);
+        PeerRefused, and a pause, for a node that cannot be reached."""
+        if time.monotonic() < self._down_until.get(node, 0.0):
+            raise PeerRefused(f"node {node} could not be reached lately")
+        self.requests += 1
+        try:
+            answer = await self._getters[node].get_object(Bucket=bucket, Key=key, **get)
+            async with answer["Body"] as body:
+                data: bytes = await body.read()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._down_until[node] = time.monotonic() + _PAUSE
+            raise PeerRefused(f"node {node} cannot be reached: {exc!r}") from None
+        return answer, data
+
     async def get(
         self, node: str, bucket: str, key: str, etag: str, start: int, end: int, mode: str = HOT
     ) -> bytes | None:
         """Bytes ``[start, end)`` of the object from ``node``; None when it
         answers 503 (with HOT: not hot there yet). PeerRefused for any other
         answer, and for a node that could not be reached lately."""
-        if time.monotonic() < self._down_until.get(node, 0.0):
-            raise PeerRefused(f"node {node} could not be reached lately")
-        self.requests += 1
         try:
-            answer = await self._getters[node].get_object(
-                Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", IfMatch=f'"{etag}"',
-                extra={PEER_HEADER: mode},
-            )
-            async with answer["Body"] as body:
-                data: bytes = await body.read()
+            _, data = await self._ask(node, bucket, key, Range=f"bytes={start}-{end - 1}", IfMatch=f'"{etag}"',
+                                      extra={PEER_HEADER: mode})
         except ClientError as exc:
-            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if status == 503:
+            if _status(exc) == 503:
                 return None
             raise PeerRefused(f"node {node}: {exc}") from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._down_until[node] = time.monotonic() + _PAUSE
-            raise PeerRefused(f"node {node} cannot be reached: {exc!r}") from None
         if len(data) != end - start:
             raise PeerRefused(f"node {node}: {len(data)} bytes for a range of {end - start}")
         self.bytes += len(data)
@@ -243,26 +250,19 @@ class PeerClient:
         which reads them through its own tier (``FETCH``): a mounted
         object's cold probe asked of its owner. CapacityNotFound when the
         owner answers 404 (it asked the source); PeerRefused as ``get``."""
-        if time.monotonic() < self._down_until.get(node, 0.0):
-            raise PeerRefused(f"node {node} could not be reached lately")
-        self.requests += 1
         try:
-            answer = await self._getters[node].get_object(
-                Bucket=bucket, Key=key, Range=f"bytes=0-{length - 1}", extra={PEER_HEADER: FETCH},
-            )
-            async with answer["Body"] as body:
-                data: bytes = await body.read()
+            answer, data = await self._ask(node, bucket, key, Range=f"bytes=0-{length - 1}",
+                                           extra={PEER_HEADER: FETCH})
         except ClientError as exc:
-            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404:
+            if _status(exc) == 404:
                 raise CapacityNotFound(f"{bucket}/{key}", node=node) from None
             raise PeerRefused(f"node {node}: {exc}") from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            self._down_until[node] = time.monotonic() + _PAUSE
-            raise PeerRefused(f"node {node} cannot be reached: {exc!r}") from None
-        content_range = answer.get("ContentRange")
-        total = int(content_range.rpartition("/")[2]) if content_range and "/" in content_range else len(data)
-        if len(data) != min(length, total):
-            raise PeerRefused(f"node {node}: {len(data)} bytes for the first {min(length, total)}")
+        try:
+            total = parse_content_range(answer["ContentRange"])[2] if answer.get("ContentRange") else len(data)
+        except BadBody:
+            total = None
+        if total is None or len(data) != min(length, total):
+            raise PeerRefused(f"node {node}: {len(data)} bytes, not the first {length} of the object")
         answer["ContentLength"] = total
         self.bytes += len(data)
         return answer, data
@@ -277,3 +277,7 @@ class PeerClient:
         if data is not None and not await pool.run(stored_matches, ext, data, level):
             raise PeerRefused(f"node {node}: extent {ext.segment}@{ext.offset} does not match its checksum")
         return data
+
+
+def _status(exc: ClientError) -> int | None:
+    return exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

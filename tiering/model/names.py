@@ -37,3 +37,15 @@ def check_key(key: str) -> None:
         raise KeyTooLong("Your key is too long", Size=len(key.encode("utf-8", "surrogatepass")), MaxSizeAllowed=MAX_KEY_BYTES)
     if "\x00" in key:
         raise InvalidArgument("Object key must not contain NUL", ArgumentName="key")
+
+
+def unencodable(value: str) -> int | None:
+    """The index of the first character of ``value`` that UTF-8 cannot
+    encode (a lone surrogate), or None."""
+    if value.isascii():
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None

@@ -465,10 +465,14 @@ class Mounts:
         mount = self._mounts[meta.bucket]
         owner = self._owner(meta.bucket, meta.key) if ask_peers else None
         if owner is not None:
-            with contextlib.suppress(PeerRefused):
-                data = await self.owners.piece(owner, meta, start, start + size)  # type: ignore[union-attr]
-                if size != meta.size or not _is_md5(meta.etag) or _md5(data) == meta.etag:
-                    return data
+
+            def from_owner() -> Awaitable[bytes]:
+                return self.owners.piece(owner, meta, start, start + size)  # type: ignore[union-attr]
+
+            # The owner's bytes are checked as the source's are; whatever fails goes to the source.
+            with contextlib.suppress(PeerRefused, CapacityError):
+                data = await from_owner()
+                return await _whole(data, meta.etag, from_owner) if size == meta.size else data
         try:
             client = await self.client(meta.bucket)
 
