@@ -415,6 +415,8 @@ class DelayProxy:
         self.link_free = 0.0  # loop time when the shared link is next free
         self.counts: collections.Counter[str] = collections.Counter()
         self.operations: collections.Counter[str] = collections.Counter()
+        # (operation, path without the query): which objects were asked for.
+        self.paths: collections.Counter[tuple[str, str]] = collections.Counter()
         self.unparsed = 0  # connections whose requests could not all be counted
         self.connections = 0  # accepted since the start or reset()
         self.bytes_up = 0  # towards the target
@@ -430,7 +432,9 @@ class DelayProxy:
 
     def note_request(self, method: str, target: str) -> None:
         self.counts[method] += 1
-        self.operations[s3_operation(method, target)] += 1
+        operation = s3_operation(method, target)
+        self.operations[operation] += 1
+        self.paths[operation, urlsplit(target).path] += 1
 
     def reset(self) -> None:
         """Zero the counters (from any thread; applied on the proxy's loop)."""
@@ -439,8 +443,14 @@ class DelayProxy:
     def _reset(self) -> None:
         self.counts.clear()
         self.operations.clear()
+        self.paths.clear()
         self.bytes_up = self.bytes_down = 0
         self.connections = 0
+
+    def requests_to(self, operation: str, fragment: str) -> int:
+        """How many ``operation`` requests named a path containing ``fragment``."""
+        return self._call(lambda: sum(n for (op, path), n in self.paths.items()
+                                      if op == operation and fragment in path))
 
     def snapshot(self) -> dict[str, object]:
         """A consistent copy of the counters."""

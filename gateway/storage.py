@@ -28,7 +28,7 @@ def capacity_store(config: Config) -> CapacityStore:
 
 def open_node(config: Config) -> Node:
     """The node's tiering (not started yet), with peers when this gateway
-    is one of several (read misses then ask a segment's owner first): the
+    is one of several (read misses then ask an extent's owner first): the
     fixed ``peers``, or, with a node id and no peers, the live nodes of the
     node registry, this one alone until others are listed."""
     peers = None

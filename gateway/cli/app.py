@@ -174,7 +174,7 @@ FollowInterval = Annotated[
 Peers = Annotated[
     str | None,
     typer.Option(help="The gateways this one shares work with, itself included (with --node-id): read "
-                 "misses ask a segment's owner before the store; cooperative warm jobs split the set. "
+                 "misses ask an extent's owner before the store; cooperative warm jobs split the set. "
                  "node=URL pairs separated by commas, e.g. n1=http://10.0.0.1:9100,n2=http://10.0.0.2:9100."),
 ]
 AdvertiseUrl = Annotated[

@@ -95,10 +95,10 @@ def nodes(moto_endpoint: str, proxy: object, dataset: dict[str, bytes],
             gw.stop()
 
 
-def epoch(gws: list[Gateway], files: dict[str, bytes], seed: int) -> None:
-    """Every object read once, by a node other than last epoch's as often as
-    not: the keys shuffled by ``seed`` and split between the nodes, two
-    readers each. Every byte is checked."""
+def epoch(gws: list[Gateway], files: dict[str, bytes], seed: int, bucket: str = "data") -> None:
+    """Every object of ``bucket`` read once, by a node other than last
+    epoch's as often as not: the keys shuffled by ``seed`` and split between
+    the nodes, two readers each. Every byte is checked."""
     keys = sorted(files)
     random.Random(seed).shuffle(keys)
     share = -(-len(keys) // len(gws))
@@ -111,7 +111,7 @@ def epoch(gws: list[Gateway], files: dict[str, bytes], seed: int) -> None:
         gw, wanted = job
         client = make_client(gw.endpoint)
         for key in wanted:
-            body = client.get_object(Bucket="data", Key=key)["Body"].read()
+            body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
             assert hashlib.md5(body).digest() == hashlib.md5(files[key]).digest(), key
 
     with ThreadPoolExecutor(len(jobs)) as pool:

@@ -1,9 +1,12 @@
 """Other gateways as a source of extents, for cooperative warm.
 
-When several gateways warm the same data set, each segment is given to one
-of them by rendezvous hashing over the node list (``owner``): that node
-fetches it from the capacity store, the others get its extents from that
-node, so the store serves each segment once instead of once per node.
+Every extent of a managed segment is given to one node by rendezvous
+hashing of its name over the node list (``PeerGroup.extent_owner``): that
+node fetches it from the capacity store and keeps it, the others get it from
+that node, so the store serves each extent once instead of once per node.
+The piece is the extent, not the segment: a segment packs many small
+objects and may be larger than one node's hot tier, so placing it whole
+would leave the cluster's tiers unevenly filled.
 
 A peer is asked over its S3 API, like any client would: a ranged GET of the
 object, signed with this gateway's key pair (the nodes of one cluster share
@@ -11,7 +14,7 @@ one), with ``If-Match`` on the ETag so that a different version is refused,
 and with ``x-tierstore-peer``: ``hot`` (a cooperative warm) makes the peer
 answer only from its hot tier, 503 when the bytes are not there yet;
 ``fetch`` (a read that missed here) lets it read through its own tier as
-for any client, so the segment's owner reads the store once for all nodes.
+for any client, so the extent's owner reads the store once for all nodes.
 A request that carries the header is never passed on to a third node, so a
 difference between two nodes' peer lists cannot make requests go round.
 
@@ -63,11 +66,11 @@ _CONNECTIONS = 16
 _GRACE = 5.0  # seconds past the read timeout a node that left keeps its connections
 
 
-def owner(segment: str, nodes: list[str]) -> str:
-    """The node that fetches ``segment`` from the store: the highest hash
-    of (node, segment). Adding or removing a node moves only the segments
-    that node gains or loses."""
-    return max(nodes, key=lambda node: hashlib.blake2b(f"{node}\0{segment}".encode(), digest_size=8).digest())
+def owner(piece: str, nodes: list[str]) -> str:
+    """The node that fetches ``piece`` from the store and keeps it: the
+    highest hash of (node, piece). Adding or removing a node moves only the
+    pieces that node gains or loses."""
+    return max(nodes, key=lambda node: hashlib.blake2b(f"{node}\0{piece}".encode(), digest_size=8).digest())
 
 
 def stored_matches(ext: Extent, raw: bytes, level: int) -> bool:
@@ -95,8 +98,12 @@ class PeerGroup:
     def nodes(self) -> list[str]:
         return sorted(self.endpoints)
 
-    def owner(self, segment: str) -> str:
-        return owner(segment, self.nodes)
+    def owner(self, piece: str) -> str:
+        return owner(piece, self.nodes)
+
+    def extent_owner(self, ext: Extent) -> str:
+        """The node that keeps a managed extent's bytes."""
+        return owner(ext.cache_name, self.nodes)
 
 
 class _Getters(dict[str, LeanGetter]):

@@ -1,7 +1,7 @@
 """Managed buckets: objects this gateway lays out itself.
 
 Reads take each piece from where it is: a staged file, the cache, or the
-capacity tier (through a peer that owns the segment, when there are peers);
+capacity tier (through the peer that owns the extent, when there are peers);
 writes stage through ``tiering.managed.staging`` and are flushed into segments later.
 This is one of the two bucket backends (the other: ``tiering.mounts.backend``);
 ``tiering.objects.ObjectService`` picks one per bucket.
@@ -232,7 +232,7 @@ class ManagedBuckets:
     async def _source(self, chunk: Chunk, pin: bool, origin: ObjectMeta | None, start: int) -> Source:
         """A descriptor on the cached extent, or its bytes after a fetch
         (cached, pinned when ``pin``); ``origin`` and ``start`` (the object
-        and where the chunk starts in it) let a peer that owns the segment
+        and where the chunk starts in it) let the peer that owns the extent
         send them."""
         ext = chunk.extent
         assert ext is not None
@@ -242,7 +242,7 @@ class ManagedBuckets:
             return fd
         ask = None
         if origin is not None and self._peers is not None:
-            node = self._peers.group.owner(ext.segment)
+            node = self._peers.group.extent_owner(ext)
             if node != self._peers.group.me:
                 ask = functools.partial(self._from_peer, node, origin, start, ext)
         return await reader.fetch(ext, pin, ask)

@@ -451,7 +451,7 @@ def _split(meta: ObjectMeta, peers: PeerClient, hot: HotTier, mine: list[Extent]
     for chunk in meta.chunks:
         ext = chunk.extent
         if chunk.file_id is None and ext is not None and not hot.is_cached(ext.cache_name):
-            node = peers.group.owner(ext.segment)
+            node = peers.group.extent_owner(ext)
             if node == me:
                 mine.append(ext)
             else:
