@@ -229,7 +229,9 @@ def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
         raise _query_error("Invalid credential date. Date is not the same as X-Amz-Date.")
     if when - now > MAX_SKEW:
         raise S3Error("AccessDenied", "Request is not valid yet", ServerTime=iso(now))
-    if now > when + timedelta(seconds=expires):
+    # In whole seconds, as X-Amz-Date counts them: a URL is good through the
+    # last second of its lifetime (X-Amz-Expires=0: the second it was signed in).
+    if now.replace(microsecond=0) > when + timedelta(seconds=expires):
         raise S3Error("AccessDenied", "Request has expired", **{"X-Amz-Expires": expires},
                       Expires=iso(when + timedelta(seconds=expires)), ServerTime=iso(now))
     # Presigned URLs carry no payload hash unless the client chose to sign one
@@ -312,13 +314,18 @@ def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
 
 
 def _expires(value: str) -> int:
-    seconds = decimal(value)
+    """X-Amz-Expires as S3 checks it, with S3's messages: a whole number of
+    seconds from 0 (expired once its second has passed: 403, not 400) to a
+    week."""
+    negative = value.startswith("-")
+    seconds = decimal(value[1:] if negative else value)
     if seconds is None:
         raise _query_error("X-Amz-Expires should be a number")
+    if negative and seconds:
+        raise _query_error("X-Amz-Expires must be non-negative")
     if seconds > MAX_EXPIRES:
-        raise _query_error("X-Amz-Expires must be less than a week (in seconds) that is; 604800")
-    if seconds < 1:
-        raise _query_error("X-Amz-Expires must be at least 1 second")
+        raise _query_error("X-Amz-Expires must be less than a week (in seconds); that is, the given "
+                           "X-Amz-Expires must be less than 604800 seconds")
     return seconds
 
 

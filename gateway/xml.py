@@ -163,8 +163,10 @@ def _entries(page: ListPage, enc, owner: Owner | None, tag: str = "Contents", ex
 
 
 def _common(bucket: str, prefix: str, delimiter: str, max_keys: int, encoding_type: str | None, enc) -> str:
+    """Name, Prefix (``prefix`` as given: callers encode it or not), Delimiter,
+    MaxKeys and EncodingType."""
     return (
-        f"{_el('Name', bucket)}{_el('Prefix', enc(prefix))}"
+        f"{_el('Name', bucket)}{_el('Prefix', prefix)}"
         + (_el("Delimiter", enc(delimiter)) if delimiter else "")
         + _el("MaxKeys", max_keys)
         + (_el("EncodingType", encoding_type) if encoding_type else "")
@@ -186,7 +188,7 @@ def list_objects_v2(
 ) -> bytes:
     enc = _key_encoder(encoding_type)
     body = [
-        _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
+        _common(bucket, enc(prefix), delimiter, max_keys, encoding_type, enc),
         _el("KeyCount", len(page.contents) + len(page.prefixes)),
         _el("IsTruncated", "true" if page.truncated else "false"),
     ]
@@ -213,6 +215,9 @@ def list_objects_v1(
 ) -> bytes:
     enc = _key_encoder(encoding_type)
     body = [
+        # S3 echoes a v1 listing's Prefix as sent, even under encoding-type=url
+        # (it encodes Delimiter, Marker, NextMarker and the keys, and botocore,
+        # which asks for url on every listing, decodes just those).
         _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
         _el("Marker", enc(marker)),
         _el("IsTruncated", "true" if page.truncated else "false"),
@@ -241,7 +246,7 @@ def list_versions(
     (key order, newest first), then the common prefixes."""
     enc = _key_encoder(encoding_type)
     body = [
-        _common(bucket, prefix, delimiter, max_keys, encoding_type, enc),
+        _common(bucket, enc(prefix), delimiter, max_keys, encoding_type, enc),
         _el("KeyMarker", enc(key_marker)),
         _el("VersionIdMarker", version_marker),
         _el("IsTruncated", "true" if page.truncated else "false"),

@@ -92,9 +92,10 @@ async def list_objects(ctx: Context, req: S3Request) -> Response:
 async def _list_v2(ctx: Context, req: S3Request) -> Response:
     q = req.query
     prefix, delimiter = q.get("prefix", ""), q.get("delimiter", "")
-    # An empty continuation-token is taken as absent, as S3 does (clients
-    # that start a walk with token="" rely on it).
-    token = q.get("continuation-token") or None
+    # An empty continuation-token lists from the start (clients that begin
+    # a walk with token="" rely on it) and, like any token sent, is echoed:
+    # S3 answers <ContinuationToken></ContinuationToken>.
+    token = q.get("continuation-token")
     start_after = q.get("start-after", "")
     marker = _untoken(token) if token else start_after
     limit = max_keys(req)

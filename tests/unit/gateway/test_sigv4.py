@@ -244,9 +244,23 @@ def test_presigned_not_yet_valid() -> None:
     refused(presigned(), "AccessDenied", now=_now() - timedelta(minutes=20))
 
 
-@pytest.mark.parametrize("expires", [0, 604801])
-def test_presigned_expires_out_of_range(expires: int) -> None:
-    refused(presigned(expires=expires), "AuthorizationQueryParametersError")
+@pytest.mark.parametrize(("expires", "message"), [
+    (604801, ("X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires "
+              "must be less than 604800 seconds")),
+    (-1, "X-Amz-Expires must be non-negative"),
+])
+def test_presigned_expires_out_of_range(expires: int, message: str) -> None:
+    assert refused(presigned(expires=expires), "AuthorizationQueryParametersError").message == message
+
+
+def test_presigned_expires_zero_is_good_for_its_second_only() -> None:
+    wire = presigned(expires=0)
+    stamp = next(p for p in wire[2].split("&") if p.startswith("X-Amz-Date="))
+    signed_at = datetime.strptime(stamp.partition("=")[2], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    auth(wire, now=signed_at + timedelta(microseconds=999_999))
+    error = refused(wire, "AccessDenied", now=signed_at + timedelta(seconds=1))
+    assert error.status == 403 and error.message == "Request has expired"
+    assert error.fields["X-Amz-Expires"] == "0"
 
 
 def test_presigned_expires_max_is_accepted() -> None:
