@@ -96,16 +96,18 @@ def data_filesystem(kind: str, parent: Path, size_gib: int = 8) -> Iterator[Path
 
 @contextlib.contextmanager
 def gateway(
-    data_dir: Path, startup_timeout: float = 300.0, extra_args: tuple[str, ...] = (), root: Path = ROOT
+    data_dir: Path, startup_timeout: float = 300.0, extra_args: tuple[str, ...] = (), root: Path = ROOT,
+    ports: tuple[int, int] | None = None,
 ) -> Iterator[Gateway]:
     """A `tierstore serve` subprocess on free loopback ports.
 
     Like tests.servers.Gateway.start(), but waits longer for /health: with a
     million keys in the index, start-up (the hot-tier sweep reads every
     object record) takes a while, and that time is reported separately.
+    ``ports`` (S3, admin): free ones unless given.
     """
     gw = Gateway(data_dir)
-    gw.port, gw.admin_port = free_ports(2)
+    gw.port, gw.admin_port = ports or free_ports(2)
     gw.log_path = data_dir.parent / f"{data_dir.name}-gateway.log"
     with open(gw.log_path, "ab") as log:
         gw.proc = subprocess.Popen(

@@ -216,16 +216,21 @@ class PeerClient:
         for getter in due:
             await getter.close()
 
-    async def _ask(self, node: str, bucket: str, key: str, **get: Any) -> tuple[dict[str, Any], bytes]:
+    async def _ask(self, node: str, bucket: str, key: str, described: bool = True,
+                   **get: Any) -> tuple[dict[str, Any], bytes]:
         """One GET of ``node``'s object (``get``: the range, conditions and
-        peer header), body read: the answer and its bytes. ClientError for
-        an answer that is not a success (the caller reads its status);
-        PeerRefused, and a pause, for a node that cannot be reached."""
+        peer header), body read: the answer (empty unless ``described``) and
+        its bytes. ClientError for an answer that is not a success (the
+        caller reads its status); PeerRefused, and a pause, for a node that
+        cannot be reached."""
         if time.monotonic() < self._down_until.get(node, 0.0):
             raise PeerRefused(f"node {node} could not be reached lately")
         self.requests += 1
         try:
-            answer = await self._getters[node].get_object(Bucket=bucket, Key=key, **get)
+            getter = self._getters[node]
+            if not described:
+                return {}, await getter.get_bytes(Bucket=bucket, Key=key, **get)
+            answer = await getter.get_object(Bucket=bucket, Key=key, **get)
             async with answer["Body"] as body:
                 data: bytes = await body.read()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -240,8 +245,8 @@ class PeerClient:
         answers 503 (with HOT: not hot there yet). PeerRefused for any other
         answer, and for a node that could not be reached lately."""
         try:
-            _, data = await self._ask(node, bucket, key, Range=f"bytes={start}-{end - 1}", IfMatch=f'"{etag}"',
-                                      extra={PEER_HEADER: mode})
+            _, data = await self._ask(node, bucket, key, described=False, Range=f"bytes={start}-{end - 1}",
+                                      IfMatch=f'"{etag}"', extra={PEER_HEADER: mode})
         except ClientError as exc:
             if _status(exc) == 503:
                 return None

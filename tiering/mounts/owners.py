@@ -9,10 +9,14 @@ third node), and keeps no copy: the cluster's hot tiers add up to one cache.
 The key, not the version, is what is placed, so the node that probes an
 object it has never seen asks the node that will hold it.
 
-Bytes from the owner are held to the same checks as the source's: a whole
-small object against its MD5 ETag, a piece by its length and ``If-Match`` on
-the version. An owner that refuses or cannot be reached is skipped: the read
-goes to the source, as without peers.
+What the owner sends is checked where it is cheap and was checked where it
+came in: the owner verified a whole object's bytes against the source's MD5
+ETag before it cached them, and it answers a piece only for the version the
+reader names (``If-Match``); the reader checks the length. The first bytes
+of an object new to the reader (its description too) are checked against
+the MD5 ETag once more, as a source's answer is, since the description is
+recorded from them. An owner that refuses or cannot be reached is skipped:
+the read goes to the source, as without peers.
 """
 
 from __future__ import annotations
