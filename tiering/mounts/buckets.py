@@ -390,7 +390,10 @@ class Mounts:
         )
         if data is None or (found.size > probe and len(data) < self._settings.part_size):
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
-        return _as_meta(name, found), data if found.size <= probe else None
+        # The whole object, or nothing: a probe shared with a caller that
+        # asked for fewer bytes (a warm on a node that does not own it) may
+        # have brought only some.
+        return _as_meta(name, found), data if found.size <= probe and len(data) == found.size else None
 
     def _owner(self, name: str, key: str) -> str | None:
         """The node that keeps the object's bytes; None for this one."""
@@ -408,8 +411,11 @@ class Mounts:
         larger than ``room`` bytes. A small object costs one ranged GET
         (description and body at once), a large one a probe of its first
         piece and then its other pieces, fetched concurrently."""
-        meta, _ = await self.open_for_read(name, key, self._settings.part_size)
         owner = self._owner(name, key)
+        # Not the owner: its first byte describes the object (the owner
+        # fetches and keeps the whole first piece to answer it); this node
+        # keeps no bytes, so asks for no more.
+        meta, _ = await self.open_for_read(name, key, 1 if owner is not None else self._settings.part_size)
         if owner is not None and await self.owners.warm(owner, meta, self._settings.part_size):  # type: ignore[union-attr]
             return MountWarm(meta.size, hot=True, elsewhere=True)  # hot on its owner, for the whole cluster
         names = self.piece_names(name, meta)

@@ -72,10 +72,13 @@ class MountOwners:
 
     async def warm(self, node: str, meta: ObjectMeta, part: int) -> bool:
         """Have ``node`` bring every piece of ``meta`` in (it reads through
-        its own tier); False when it did not: the caller warms it itself."""
+        its own tier); False when it did not: the caller warms it itself.
+        Each piece is asked for by its first byte: the owner fetches and
+        keeps pieces whole, and this node has no use for the bytes (it keeps
+        none), so the rest would cross the network only to be dropped."""
         try:
-            for start in range(0, max(meta.size, 1), part):
-                await self.piece(node, meta, start, min(start + part, meta.size))
+            for start in range(0, meta.size, part):
+                await self.piece(node, meta, start, start + 1)
         except PeerRefused as exc:
             log.info("owner %s did not warm %s/%s: %s", node, meta.bucket, meta.key, exc)
             return False
