@@ -40,7 +40,8 @@ from botocore.auth import S3SigV4Auth, S3SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-ERRORS = "__errors__/"  # the name prefix of a key's error member (gateway/handlers/batch.py)
+from tiering.model.archive import ERRORS  # the name prefix of a key's error member
+
 MANIFESTS = "__manifests__/"  # where ``virtual_shards`` writes its manifests by default
 
 

@@ -258,13 +258,15 @@ class RemoteObjects:
             raise Elsewhere()
         return await pool.run(_read_files, files)
 
-    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally) -> HotBatch:
+    async def batch(self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally,
+                    etags: Sequence[str] | None = None, peer: str | None = None) -> HotBatch:
         """A batch of at most MAX_BATCH_HERE small objects, all hot
         (Elsewhere otherwise, before any member): every lookup first (each
         a read: hits counted and epoch readers moved by the writer), then
         every file opened before the first member: a ``HotBatch``, whose
-        bodies the handler has read in runs."""
-        if len(keys) > MAX_BATCH_HERE:
+        bodies the handler has read in runs. One read at given ``etags``
+        (another node gathering, ``peer``) is the writer's."""
+        if len(keys) > MAX_BATCH_HERE or etags is not None or peer is not None:
             raise Elsewhere()
         now = self._batch_now(bucket, keys, tally)
         if now is not None:

@@ -24,18 +24,20 @@ from tiering.errors import (
     EntityTooLarge,
     MalformedVersioning,
     NoSuchBucket,
+    PreconditionFailed,
 )
 from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index, ListPage
 from tiering.maintenance.tiers import Tiers
 from tiering.meta import BucketInfo, ObjectMeta, Part, Upload, now_ms
-from tiering.model.conditions import WriteConditions
+from tiering.model.conditions import Conditions, WriteConditions
 from tiering.model.inputs import Integrity, NewObject, Write
 from tiering.model.names import check_bucket_name, check_key
 from tiering.model.tags import check_tags
 from tiering.model.uploads import ChosenPart, check_create, check_part
 from tiering.model.versions import STATUSES, Deletion, VersionPage
 from tiering.mounts.buckets import Mounts
+from tiering.mounts.gather import MountGather
 from tiering.prefetch.epochs import Epochs
 from tiering.reads.plan import Location, Read, ReadPlan, ReadTally
 from tiering.settings import TierSettings
@@ -194,22 +196,35 @@ class ObjectService:
 
     async def batch(
         self, bucket: str, keys: Sequence[str], fail: bool, tally: ReadTally,
+        etags: Sequence[str] | None = None, peer: str | None = None,
     ) -> HotBatch | AsyncIterator[Member]:
         """The objects of ``keys`` in order (``tiering.batch.reads``): a
         :class:`HotBatch` when they are few, small and all hot (every
         member known before the first byte), else members as they are
         read. With ``fail``, a key that cannot be found raises its error
-        here. ``tally`` counts the bytes by tier as they are read."""
+        here. ``tally`` counts the bytes by tier as they are read. With
+        ``etags`` (one a key), each member is read only at that ETag, as a
+        GET with If-Match (else its error is PreconditionFailed); ``peer``:
+        another gateway asking, whose reads are never passed on."""
         await self.bucket(bucket)
         backend = self._backend(bucket)
+        wanted = dict(zip(keys, etags, strict=True)) if etags is not None else None
 
         async def read_one(key: str) -> ReadPlan:
-            return await backend.plan(Read(bucket, key))
+            conditions = Conditions(if_match=f'"{wanted[key]}"') if wanted is not None else Conditions()
+            answer = await backend.plan(Read(bucket, key, conditions=conditions, peer=peer))
+            if answer.status == 412:
+                raise PreconditionFailed("At least one of the pre-conditions you specified did not hold",
+                                         Condition="If-Match")
+            return answer
 
-        if backend is self._mounted:  # no packed neighbours: objects read as GETs, several at once
+        if backend is self._mounted or wanted is not None:  # objects read as GETs, several at once
             if fail:
                 await self._batches.check_all(keys, lambda key: backend.head(bucket, key))
-            return self._batches.mounted(bucket, keys, read_one, tally)
+            owners = self._mounts.owners
+            gather = MountGather(self._mounts, owners) if owners is not None and peer is None and \
+                backend is self._mounted else None
+            return self._batches.mounted(bucket, keys, read_one, tally, gather)
         found, hot = await self._batches.lookup_open(bucket, keys, tally)
         if fail:
             for meta in found:

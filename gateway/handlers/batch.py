@@ -33,14 +33,15 @@ from gateway.process import MALLOC_MMAP_THRESHOLD
 from tiering.batch.hot import HotBatch
 from tiering.batch.member import Member
 from tiering.batch.reads import MAX_KEYS
+from tiering.cluster.peers import PEER_HEADER
 from tiering.files import unfilled
 from tiering.memo import ByIdentity
 from tiering.meta import ObjectMeta
+from tiering.model.archive import ERRORS
 from tiering.model.names import unencodable
 from tiering.reads.plan import ReadTally
 
 MAX_BODY = 2 * 1024 * 1024  # a POST body, or a manifest object, at most
-ERRORS = "__errors__/"  # the name prefix of a key's error member
 CONTENT_TYPE = "application/x-tar"
 # Small members are sent together, up to this many bytes a send: one ASGI
 # send costs about as much as copying 100 KiB, and each send is copied
@@ -86,8 +87,8 @@ def _check_count(keys: Sequence[str]) -> None:
                       ArgumentName="keys", ArgumentValue=str(len(keys)))
 
 
-def parse_request(data: bytes) -> tuple[list[str], bool]:
-    """The keys and the ``fail`` flag of a POST body."""
+def parse_request(data: bytes) -> tuple[list[str], bool, list[str] | None]:
+    """The keys, the ``fail`` flag and the ETags (one a key, or None) of a POST body."""
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -106,7 +107,12 @@ def parse_request(data: bytes) -> tuple[list[str], bool]:
         raise S3Error("InvalidArgument", "Every key of a batch must be valid Unicode text (no lone surrogates)",
                       ArgumentName="keys")
     _check_count(keys)
-    return keys, _on_error(doc.get("on_error"))
+    etags = doc.get("etags")
+    if etags is not None and (not isinstance(etags, list) or len(etags) != len(keys)
+                              or not all(isinstance(e, str) and e.isascii() for e in etags)):
+        raise S3Error("InvalidArgument", "etags must be an array of one ETag (text) for each key",
+                      ArgumentName="etags")
+    return keys, _on_error(doc.get("on_error")), etags
 
 
 def parse_manifest(data: bytes) -> list[str]:
@@ -128,8 +134,8 @@ async def post_batch(ctx: Context, req: S3Request) -> Response:
         if exc.code == "MaxMessageLengthExceeded":
             raise _too_big() from exc
         raise
-    keys, fail = parse_request(data)
-    return await _answer(ctx, req, keys, fail)
+    keys, fail, etags = parse_request(data)
+    return await _answer(ctx, req, keys, fail, etags)
 
 
 async def get_batch(ctx: Context, req: S3Request) -> Response:
@@ -142,10 +148,12 @@ async def get_batch(ctx: Context, req: S3Request) -> Response:
     return await _answer(ctx, req, keys, fail)
 
 
-async def _answer(ctx: Context, req: S3Request, keys: list[str], fail: bool) -> Response:
+async def _answer(ctx: Context, req: S3Request, keys: list[str], fail: bool,
+                  etags: list[str] | None = None) -> Response:
     tally = BatchTally()
+    peer = req.headers.get(PEER_HEADER)  # another gateway gathering what this one keeps
     req.tally = tally  # read by the app once the stream is out: metrics, access log
-    members = await ctx.service.batch(req.bucket, keys, fail, tally)
+    members = await ctx.service.batch(req.bucket, keys, fail, tally, etags, peer)
     if isinstance(members, HotBatch):
         try:
             layout = _Layout(members.members, int(time.time()))
@@ -262,7 +270,7 @@ async def _stream(members: AsyncIterator[Member], fail: bool, tally: BatchTally)
             assert meta is not None
             head = tar.header(member.key, meta.size, meta.last_modified_ms // 1000)
             tally.objects += 1
-            if isinstance(member.body, bytes):
+            if isinstance(member.body, (bytes, memoryview)):  # a view: gathered from the node that keeps it
                 out += (head, member.body, tar.padding(meta.size))
                 size += meta.size
                 if size >= COALESCE:

@@ -119,7 +119,21 @@ def test_a_missing_key_fails_the_request_before_any_byte(http: Sender, bucket: s
     check_error(post(http, "no-such-bucket-here", {"keys": ["a"]}), 404, "NoSuchBucket")
 
 
+def test_members_read_only_at_the_etags_asked(s3, http: Sender, bucket: str,  # type: ignore[no-untyped-def]
+                                              filled: dict[str, bytes]) -> None:
+    """``etags`` (what a node asks of the node that keeps the objects): each
+    member at that version only, else a PreconditionFailed error member."""
+    right = s3.head_object(Bucket=bucket, Key="img/003.jpg")["ETag"].strip('"')
+    response = post(http, bucket, {"keys": ["img/003.jpg", "img/004.jpg"], "etags": [right, "0" * 32]})
+    assert response.status_code == 200
+    assert members(response.content) == [("img/003.jpg", filled["img/003.jpg"]),
+                                         ("__errors__/img/004.jpg", b"PreconditionFailed")]
+
+
 @pytest.mark.parametrize(("body", "code"), [
+    (b'{"keys": ["a", "b"], "etags": ["x"]}', "InvalidArgument"),
+    (b'{"keys": ["a"], "etags": "x"}', "InvalidArgument"),
+    (b'{"keys": ["a"], "etags": [7]}', "InvalidArgument"),
     (b"not json", "InvalidRequest"),
     (b"[]", "InvalidRequest"),
     (b'{"keys": "a"}', "InvalidRequest"),

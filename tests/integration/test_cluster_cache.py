@@ -31,7 +31,9 @@ import pytest
 
 from gateway.hints import Hints
 from tests.conftest import make_client
+from tests.integration.s3raw import Sender
 from tests.servers import ADMIN_TOKEN, Gateway, free_ports
+from tiering.model.archive import members
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 OBJECTS = 200
@@ -202,3 +204,36 @@ def test_a_killed_node_costs_its_share_from_the_source_and_no_error(
     # The dead node's share, about a quarter, each object once (not kept by
     # the readers: they do not own it); the rest stays a hit on its owner.
     assert 0 < gets <= 0.5 * OBJECTS, gets
+
+
+def test_a_batch_gathers_what_other_nodes_keep_in_one_request_each(
+    nodes: list[Gateway], dataset: dict[str, bytes], proxy: object
+) -> None:
+    """A batch on one node of objects the four nodes own: the members the
+    other nodes keep come in one batch request to each owner, not one GET
+    per member; the source is not asked; every byte and the order are right."""
+    epoch(nodes, dataset, seed=20)  # every object hot on its owner
+    keys = sorted(dataset)[:64]
+    reader = nodes[0]
+    epoch([reader], {key: dataset[key] for key in keys}, seed=21)  # and known to the reader
+
+    def requests(gw: Gateway) -> dict[str, int]:
+        counted = gw.admin("GET", "/stats").json()["requests"]
+        return {op: counted.get(op, {"count": 0})["count"] for op in ("GetObject", "GetBatch")}
+
+    before = [requests(gw) for gw in nodes[1:]]
+    proxy.reset()  # type: ignore[attr-defined]
+    raw = Sender(reader)
+    try:
+        answer = raw.signed("POST", "/data?batch", body=json.dumps({"keys": keys}).encode())
+    finally:
+        raw.close()
+    assert answer.status_code == 200, answer.text
+    got = [(name, bytes(body)) for name, body in members(answer.content)]
+    assert got == [(key, dataset[key]) for key in keys]
+    assert source_gets(proxy) == 0
+    after = [requests(gw) for gw in nodes[1:]]
+    batches = sum(a["GetBatch"] - b["GetBatch"] for a, b in zip(after, before, strict=True))
+    gets = sum(a["GetObject"] - b["GetObject"] for a, b in zip(after, before, strict=True))
+    print(f"a batch of {len(keys)}: {batches} batch requests and {gets} GETs to the owners")
+    assert 1 <= batches <= 3 and gets == 0, (batches, gets)

@@ -44,6 +44,7 @@ from typing import TypeVar
 
 from tiering import pool
 from tiering.batch.ahead import Ahead
+from tiering.batch.gathered import Gather, Gathered
 from tiering.batch.hot import HotBatch, Pieces, close_all
 from tiering.batch.member import Member, ReadOne, close_body, planned
 from tiering.errors import NoSuchKey, TierstoreError
@@ -308,21 +309,30 @@ class BatchReads:
 
     async def mounted(
         self, bucket: str, keys: Sequence[str], read_one: ReadOne, tally: ReadTally,
+        gather: Gather | None = None,
     ) -> AsyncIterator[Member]:
         """The members of a mounted bucket's batch, in order: each read as
-        a GET reads it, MOUNT_AHEAD at once."""
+        a GET reads it, MOUNT_AHEAD at once; with ``gather``, those other
+        nodes keep are asked of them in runs (``tiering/batch/gathered.py``)."""
         tasks: dict[int, asyncio.Task[Member]] = {}
+        gathered = Gathered(gather, bucket, keys, read_one, tally) if gather is not None else None
+
+        def read(i: int) -> Awaitable[Member]:
+            return gathered.member(i) if gathered is not None else planned(keys[i], read_one, tally)
+
         try:
             for position, key in enumerate(keys):
                 for i in range(position, min(len(keys), position + MOUNT_AHEAD)):
                     if i not in tasks:
-                        tasks[i] = asyncio.create_task(planned(keys[i], read_one, tally))
+                        tasks[i] = asyncio.create_task(read(i))
                 self._epochs.observe(bucket, key)
                 yield await tasks.pop(position)
         finally:
             for task in tasks.values():
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
+            if gathered is not None:
+                await gathered.close()
             for task in tasks.values():  # a body read ahead and never sent
                 if not task.cancelled() and task.exception() is None:
                     await close_body(task.result().body)

@@ -166,11 +166,14 @@ class HttpGetPool:
         for connection in idle:
             connection.close()
 
-    async def get(self, target: str, headers: Mapping[str, str]) -> tuple[int, dict[str, str], bytes]:
+    async def get(self, target: str, headers: Mapping[str, str], method: str = "GET",
+                  body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
         """GET ``target`` (path and query, encoded) with ``headers`` (Host
-        among them): the status, headers (lower-case names) and body."""
-        request = "".join([f"GET {target} HTTP/1.1\r\n", *(f"{k}: {v}\r\n" for k, v in headers.items()),
-                           "\r\n"]).encode("latin-1")
+        among them): the status, headers (lower-case names) and body. Or
+        another ``method`` with a small ``body`` (sent whole, its length
+        in ``headers``), whose answer is read the same way."""
+        request = "".join([f"{method} {target} HTTP/1.1\r\n", *(f"{k}: {v}\r\n" for k, v in headers.items()),
+                           "\r\n"]).encode("latin-1") + body
         async with self._slots:
             while True:
                 connection, reused = self._take()

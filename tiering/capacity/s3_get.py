@@ -19,6 +19,7 @@ which that policy retries.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import html
 import re
 import ssl
@@ -199,20 +200,36 @@ class LeanGetter:
         _, _, data = await self._get(path, query, headers, "ListObjectsV2")
         return await pool.run(parse_listing, data)
 
+    async def post(self, *, Bucket: str, query: str, body: bytes,  # noqa: N803  botocore's names
+                   extra: Mapping[str, str] | None = None) -> bytes:
+        """``POST /Bucket?query`` (``query`` canonical, e.g. ``batch=``) with
+        a small ``body``, signed: the answer's body (ClientError as a GET's)."""
+        if self._session is None and self._http is None:
+            raise RuntimeError("the capacity getter is not started")
+        path = f"{self._base_path}/{quote(Bucket, safe='')}"
+        headers = self.sign(path, query, None, None, await self._keys(), time.gmtime(),
+                            method="POST", payload=hashlib.sha256(body).hexdigest())
+        headers["content-length"] = str(len(body))
+        if extra:
+            headers.update(extra)
+        return (await self._get(path, query, headers, "POST", method="POST", body=body))[2]
+
     async def _get(self, path: str, query: str, headers: dict[str, str], operation: str,
-                   ) -> tuple[int, Mapping[str, str], bytes]:
-        """One GET: its status, headers and whole body; an answer of 300 or
-        more raises botocore's ClientError with the error document's code."""
+                   method: str = "GET", body: bytes = b"") -> tuple[int, Mapping[str, str], bytes]:
+        """One GET (or another ``method`` with a small ``body``): its
+        status, headers and whole body; an answer of 300 or more raises
+        botocore's ClientError with the error document's code."""
         target = path + (f"?{query}" if query else "")
         received: Mapping[str, str]
         if self._http is not None:
-            status, received, data = await self._http.get(target, headers)  # the framing checked by the parser
+            # The framing checked by the parser.
+            status, received, data = await self._http.get(target, headers, method, body)
             length = None
         else:
             assert self._session is not None
             url = URL(self._origin + target, encoded=True)
-            async with self._session.get(url, headers=headers, allow_redirects=False,
-                                         proxy=self._proxy) as response:
+            async with self._session.request(method, url, headers=headers, data=body or None,
+                                             allow_redirects=False, proxy=self._proxy) as response:
                 data = await response.read()
                 status = response.status
                 received = response.headers
@@ -229,9 +246,10 @@ class LeanGetter:
         return status, received, data
 
     def sign(self, path: str, query: str, byte_range: str | None, if_match: str | None, keys: Keys,
-             now: time.struct_time) -> dict[str, str]:
+             now: time.struct_time, method: str = "GET", payload: str = EMPTY_SHA256) -> dict[str, str]:
         """The headers of one signed GET of ``path`` (already percent-encoded)
-        with ``query`` (canonical: names sorted, names and values encoded)."""
+        with ``query`` (canonical: names sorted, names and values encoded);
+        or of another ``method`` whose body's SHA-256 is ``payload``."""
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", now)
         date = amz_date[:8]
         headers = {"host": self._host}
@@ -239,13 +257,13 @@ class LeanGetter:
             headers["if-match"] = if_match
         if byte_range is not None:
             headers["range"] = byte_range
-        headers["x-amz-content-sha256"] = EMPTY_SHA256
+        headers["x-amz-content-sha256"] = payload
         headers["x-amz-date"] = amz_date
         if keys.token:
             headers["x-amz-security-token"] = keys.token
         signed = ";".join(headers)  # inserted in sorted order
         canonical_headers = "".join(f"{name}:{' '.join(value.split())}\n" for name, value in headers.items())
-        canonical = f"GET\n{path}\n{query}\n{canonical_headers}\n{signed}\n{EMPTY_SHA256}"
+        canonical = f"{method}\n{path}\n{query}\n{canonical_headers}\n{signed}\n{payload}"
         scope = credential_scope(date, self._region)
         key = signing_key(keys.secret_key, date, self._region)
         headers["authorization"] = (

@@ -38,6 +38,7 @@ refused, and the extent is fetched from the store.
 from __future__ import annotations
 
 import hashlib
+import json
 import ssl
 import time
 import zlib
@@ -54,6 +55,7 @@ from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.s3_get import Keys, LeanGetter
 from tiering.errors import CapacityNotFound
 from tiering.meta import Extent
+from tiering.model.archive import ERRORS, BadArchive, members
 
 __all__ = ["FETCH", "HOT", "PEER_HEADER", "Keys", "PeerClient", "PeerGroup", "PeerRefused", "owner",
            "stored_matches"]
@@ -278,6 +280,37 @@ class PeerClient:
         answer["ContentLength"] = total
         self.bytes += len(data)
         return answer, data
+
+    async def batch(self, node: str, bucket: str, wanted: list[tuple[str, str]]) -> dict[str, memoryview | str]:
+        """The objects ``wanted`` (key, ETag) of ``bucket`` from ``node`` in
+        one request: a batch (``POST ?batch``) that the owner reads through
+        its own tier (``FETCH``), each member only at its ETag. Key -> its
+        bytes (a view of the answer), or the S3 error code the owner gave
+        for it. PeerRefused as ``get``, and for an answer that is not a
+        whole archive."""
+        if time.monotonic() < self._down_until.get(node, 0.0):
+            raise PeerRefused(f"node {node} could not be reached lately")
+        self.requests += 1
+        body = json.dumps({"keys": [key for key, _ in wanted], "etags": [etag for _, etag in wanted]}).encode()
+        try:
+            data = await self._getters[node].post(Bucket=bucket, query="batch=", body=body,
+                                                  extra={PEER_HEADER: FETCH})
+        except ClientError as exc:
+            raise PeerRefused(f"node {node}: {exc}") from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            self._down_until[node] = time.monotonic() + _PAUSE
+            raise PeerRefused(f"node {node} cannot be reached: {exc!r}") from None
+        found: dict[str, memoryview | str] = {}
+        try:
+            for name, view in members(data):
+                if name.startswith(ERRORS):
+                    found[name[len(ERRORS):]] = bytes(view).decode("ascii", "replace")
+                else:
+                    found[name] = view
+        except BadArchive as exc:
+            raise PeerRefused(f"node {node}: {exc}") from None
+        self.bytes += len(data)
+        return found
 
     async def extent(
         self, node: str, bucket: str, key: str, etag: str, start: int, ext: Extent, level: int, mode: str

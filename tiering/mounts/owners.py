@@ -70,6 +70,17 @@ class MountOwners:
         self.asked += 1
         return data
 
+    async def batch(self, node: str, bucket: str, wanted: list[tuple[str, str]]) -> dict[str, memoryview | str]:
+        """The objects ``wanted`` (key, ETag) from ``node`` in one request:
+        key -> bytes, or the error code it gave (``PeerClient.batch``)."""
+        try:
+            found = await self._peers.batch(node, bucket, wanted)
+        except PeerRefused:
+            self.refused += 1
+            raise
+        self.asked += 1
+        return found
+
     async def warm(self, node: str, meta: ObjectMeta, part: int) -> bool:
         """Have ``node`` bring every piece of ``meta`` in (it reads through
         its own tier); False when it did not: the caller warms it itself.
