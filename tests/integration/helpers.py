@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@contextlib.contextmanager
+def counting_proxy(moto_endpoint: str) -> Iterator[Any]:
+    """A request-counting proxy in front of moto (benchmarks/delay_proxy.py):
+    ``operations``, ``paths`` and ``requests_to`` say what went through it."""
+    added = str(BENCHMARKS) not in sys.path
+    if added:
+        sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from delay_proxy import DelayProxy
+
+        proxy = DelayProxy(int(moto_endpoint.rsplit(":", 1)[1])).start()
+    finally:
+        if added:
+            sys.path.remove(str(BENCHMARKS))
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
 
 
 def sha256_file(path: Path, block: int = 8 * 1024 * 1024) -> str:

@@ -23,13 +23,13 @@ import boto3
 import httpx
 import pytest
 
+from tests.integration.helpers import counting_proxy
 from tests.integration.test_cluster_cache import epoch
 from tests.integration.test_membership import FOLLOW, live
 from tests.integration.test_scale_out import capacity_bucket, eventually
 from tests.servers import ADMIN_TOKEN, Gateway, free_ports
 from tiering.cluster.peers import owner
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 OBJECTS = 160
 SIZE = 16 * 1024
 HOT = int(OBJECTS * SIZE * 0.45)  # each node's hot tier: 45 % of the set (three nodes hold it)
@@ -39,16 +39,9 @@ BOUND = 30.0
 
 @pytest.fixture(scope="module")
 def proxy(moto_endpoint: str) -> Iterator[object]:
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(BENCHMARKS))
-    from delay_proxy import DelayProxy
-
-    counting = DelayProxy(int(moto_endpoint.rsplit(":", 1)[1])).start()
-    try:
+    """A request-counting proxy in front of moto."""
+    with counting_proxy(moto_endpoint) as counting:
         yield counting
-    finally:
-        counting.stop()
-        mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -16,16 +16,15 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import boto3
 import pytest
 
 from tests.conftest import make_client
+from tests.integration.helpers import counting_proxy
 from tests.integration.test_cluster_cache import epoch
 from tests.servers import Gateway, free_ports
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 OBJECTS = 200
 SIZE = 16 * 1024
 NODES = ("m1", "m2", "m3", "m4")
@@ -35,17 +34,9 @@ BUCKET = "managed-set"
 
 @pytest.fixture(scope="module")
 def proxy(moto_endpoint: str) -> Iterator[object]:
-    """A request-counting proxy in front of moto, the nodes' capacity store."""
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(BENCHMARKS))
-    from delay_proxy import DelayProxy
-
-    counting = DelayProxy(int(moto_endpoint.rsplit(":", 1)[1])).start()
-    try:
+    """A request-counting proxy in front of moto."""
+    with counting_proxy(moto_endpoint) as counting:
         yield counting
-    finally:
-        counting.stop()
-        mp.undo()
 
 
 @pytest.fixture(scope="module")

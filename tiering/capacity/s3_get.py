@@ -151,13 +151,7 @@ class LeanGetter:
         extra: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """``extra`` headers go out unsigned (not ``x-amz-*`` ones: S3 wants those signed)."""
-        if self._session is None and self._http is None:
-            raise RuntimeError("the capacity getter is not started")
-        path = f"{self._base_path}/{quote(Bucket, safe='')}/{quote(Key, safe='/-_.~')}"
-        headers = self.sign(path, "", Range, IfMatch, await self._keys(), time.gmtime())
-        if extra:
-            headers.update(extra)
-        status, received, data = await self._get(path, "", headers, "GetObject")
+        status, received, data = await self._get_object(Bucket, Key, Range, IfMatch, extra)
         answer = _described(received)
         answer["Body"] = _Body(data)
         answer["ResponseMetadata"] = {"HTTPStatusCode": status}
@@ -169,13 +163,17 @@ class LeanGetter:
     ) -> bytes:
         """As ``get_object``, the body alone: nothing of the answer's headers
         is described (a peer's piece of a known version needs none)."""
+        return (await self._get_object(Bucket, Key, Range, IfMatch, extra))[2]
+
+    async def _get_object(self, bucket: str, key: str, byte_range: str, if_match: str | None,
+                          extra: Mapping[str, str] | None) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
-        path = f"{self._base_path}/{quote(Bucket, safe='')}/{quote(Key, safe='/-_.~')}"
-        headers = self.sign(path, "", Range, IfMatch, await self._keys(), time.gmtime())
+        path = f"{self._base_path}/{quote(bucket, safe='')}/{quote(key, safe='/-_.~')}"
+        headers = self.sign(path, "", byte_range, if_match, await self._keys(), time.gmtime())
         if extra:
             headers.update(extra)
-        return (await self._get(path, "", headers, "GetObject"))[2]
+        return await self._get(path, "", headers, "GetObject")
 
     async def list_objects_v2(
         self, *, Bucket: str, Prefix: str = "", MaxKeys: int = 1000, StartAfter: str = "",  # noqa: N803
