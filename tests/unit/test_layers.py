@@ -187,6 +187,7 @@ SERVICE = {"objects", "node"}
 ROOMS: dict[str, set[str]] = {
     "model": set(),
     "capacity": set(),
+    "identity": {"capacity"},
     "index": {"model"},
     "hot": {"model"},
     "reads": {"model", "capacity", "hot"},
