@@ -144,7 +144,33 @@ class NotSupported(TierstoreError):
 
 
 class SlowDown(TierstoreError):
-    """The hot tier cannot take more data right now; the client should retry."""
+    """The node cannot take more data right now, and flushing or eviction
+    will make room: the client should retry. ``cause`` says what is short
+    (``WRITE_REFUSALS``), for the operators' counts; it is not in the
+    answer."""
+
+    def __init__(self, message: str = "", *, cause: str = "budget", **detail: object) -> None:
+        super().__init__(message, **detail)
+        self.cause = cause
+
+
+class InsufficientStorage(TierstoreError):
+    """The node's disk has no room for the write and nothing the gateway
+    can free would make some: what fills it is other data, pinned data or
+    the index itself. A retry does not help until an operator acts (507).
+    ``cause`` as for :class:`SlowDown`."""
+
+    def __init__(self, message: str = "", *, cause: str = "floor", **detail: object) -> None:
+        super().__init__(message, **detail)
+        self.cause = cause
+
+
+# Why a write was refused, as counted in the status and /metrics:
+# budget: staged data fills the hot tier's budget; floor: the write would
+# take the filesystem's free space below the floor; disk: the filesystem
+# refused a hot-tier file write (ENOSPC: other data took the room first);
+# index: the index had no room for its record.
+WRITE_REFUSALS = ("budget", "floor", "disk", "index")
 
 
 class CapacityError(TierstoreError):

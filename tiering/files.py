@@ -1,9 +1,11 @@
-"""Small blocking file helpers shared by the hot tier and the local
-capacity store (callers run them in the pool)."""
+"""Small blocking file helpers shared by the hot tier, the index and the
+local capacity store (callers run them in the pool, except
+:func:`disk_space`, a microsecond)."""
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from pathlib import Path
 
@@ -40,3 +42,34 @@ def sync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_FALLOC_FL_KEEP_SIZE = 1  # linux/falloc.h
+
+
+def allocate_ahead(fd: int, offset: int, length: int) -> None:
+    """Give the file blocks for ``length`` bytes from ``offset`` without
+    changing its size (fallocate(2) with FALLOC_FL_KEEP_SIZE): appends
+    that land there need no new blocks from the filesystem. OSError as
+    fallocate fails (EOPNOTSUPP where the filesystem cannot, ENOSPC)."""
+    fallocate = _libc.fallocate
+    fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong)
+    if fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def disk_space(path: Path | str) -> tuple[int, int]:
+    """(free, size) in bytes of the filesystem holding ``path``: free as an
+    unprivileged process may use it (``f_bavail``: ext4's blocks reserved
+    for root do not count), size as ``df`` shows it. One ``statvfs``,
+    about 1.4 us: cheap enough for every write to ask."""
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` is the filesystem saying it has no room left: ENOSPC,
+    or EDQUOT (a quota counts as a full disk for whoever hits it)."""
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)

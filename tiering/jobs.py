@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tiering.errors import InsufficientStorage, SlowDown
+
 log = logging.getLogger("tierstore.jobs")
 
 KEEP_FINISHED = 100  # finished jobs kept for GET /jobs
@@ -157,7 +159,9 @@ class Jobs:
         except asyncio.CancelledError:
             job.state = JobState.CANCELLED
         except Exception as exc:
-            log.warning("job %s (%s) failed: %s", job.id, job.kind, exc, exc_info=exc)
+            # A full disk's refusal is said in one line; anything else with its traceback.
+            refused = isinstance(exc, (SlowDown, InsufficientStorage))
+            log.warning("job %s (%s) failed: %s", job.id, job.kind, exc, exc_info=None if refused else exc)
             job.error(getattr(exc, "message", None) or str(exc) or type(exc).__name__)
             job.state = JobState.FAILED
         else:

@@ -21,6 +21,7 @@ from tiering.cluster.peers import PeerClient
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index
+from tiering.index.room import IndexRoom
 from tiering.jobs import Jobs
 from tiering.maintenance.tiers import Tiers
 from tiering.managed.backend import ManagedBuckets
@@ -55,8 +56,13 @@ class Node:
         # The other gateways over the same store, asked for an extent before
         # the store on a miss (``tiering/cluster/peers.py``).
         self.peers = peers
-        self.index = index = Index(data_dir / "index", settings.record_cache)
-        self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark)
+        room = IndexRoom(data_dir / "index", settings.index_reserve)
+        self.index = index = Index(data_dir / "index", settings.record_cache, room)
+        self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark,
+                                 settings.free_floor)
+        # A write the index has no room for is a 503 while the hot tier can
+        # make some (evict, flush), else a 507.
+        room.can_free = hot.can_free
         self.policies = policies = Policies(index, settings)
         self.tiers = tiers = Tiers(index, hot, capacity, settings, policies, region)
         self.mounts = mounts = Mounts(index, hot, settings, region, peers)

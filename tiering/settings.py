@@ -11,6 +11,13 @@ MiB = 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class TierSettings:
     hot_size: int = 64 * 1024 * MiB
+    # Free bytes the hot tier leaves on its filesystem: eviction starts below
+    # it and writes that would go below it are refused (0: no floor; the
+    # gateway always sets one, tiering/hot/space.py).
+    free_floor: int = 0
+    # Bytes kept preallocated for the index to open and write on a full disk
+    # (0: none; tiering/index/room.py).
+    index_reserve: int = 0
     small_object_size: int = 4 * MiB  # at most this: packed into shared segments
     part_size: int = 8 * MiB  # larger objects are split into extents of this size
     segment_size: int = 64 * MiB  # target size of a packed segment

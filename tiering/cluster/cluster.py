@@ -60,8 +60,10 @@ from tiering.cluster.members import Membership, MemberStatus
 from tiering.cluster.terms import LEGACY, Seals, Terms, term_prefix
 from tiering.errors import (
     CapacityError,
+    InsufficientStorage,
     NotWriter,
     ServiceUnavailable,
+    SlowDown,
 )
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
@@ -371,7 +373,7 @@ class Cluster:
                     next_follow = time.monotonic() + self._settings.follow_interval
                     await self.follow()
                 self._last_error = None
-            except (CapacityError, OSError) as exc:
+            except (CapacityError, OSError, SlowDown, InsufficientStorage) as exc:  # the last two: a full disk
                 self._errors += 1
                 self._last_error = str(exc) or type(exc).__name__
                 log.warning("cluster round failed (%s); retrying", self._last_error)

@@ -2,7 +2,9 @@
 files until the tier holds at most a target number of bytes, in SIEVE order
 or guided by an ``EvictionAdvisor`` (``tiering.hot.sieve`` has both). Mixed
 into ``HotTier``, which owns the counters, the lock and the SIEVE queue, and
-decides when a pass runs (past the high watermark, down to the low one)."""
+decides when a pass runs (past the high watermark, or below the free-space
+floor of ``tiering.hot.space``; down to the low watermark, or further while
+the filesystem lacks free space)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
 
     from tiering.hot.open_files import OpenFiles
     from tiering.hot.sieve import EvictionAdvisor, Sieve
+    from tiering.hot.space import Floor
 
 
 class CacheEviction:
@@ -31,6 +34,7 @@ class CacheEviction:
     cached: int
     evicted: int
     open_files: OpenFiles
+    disk: Floor
 
     if TYPE_CHECKING:
         def cache_path(self, name: str) -> Path: ...
@@ -38,15 +42,31 @@ class CacheEviction:
 
     # -- eviction ----------------------------------------------------------
 
-    def evict(self, target: int | None = None) -> int:
+    def evict(self, target: int | None = None, room: int = 0) -> int:
         """Evict unpinned cache files until the tier holds at most ``target``
-        bytes (the low watermark by default); bytes freed.
+        bytes (by default the low watermark, or less while the filesystem's
+        free space is short of the floor and its slack, plus ``room`` bytes
+        more); bytes freed.
 
         Without an advisor, in SIEVE order. With one, files no registered
         future read wants go first (in SIEVE order), then wanted files,
         the one needed furthest in the future first (Belady's rule), then,
         if still over, whatever SIEVE picks."""
-        return self._evict_to(self.low if target is None else target)
+        return self._evict_to(self._target(room) if target is None else target)
+
+    def _target(self, room: int = 0) -> int:
+        """Where a pass stops: the low watermark, or lower by the bytes free
+        space lacks to be back at the floor plus its slack once the bytes
+        promised to writes (and ``room`` more) are written."""
+        wanted = self.disk.wanted(self.reserved + room)
+        used = self.staged + self.reserved + self.cached
+        return min(self.low, used - wanted) if wanted else self.low
+
+    def can_free(self) -> bool:
+        """Whether eviction or a flush can give the disk room: unpinned
+        cache, staged data a flush turns into some, or writes under way
+        that will be staged."""
+        return bool(self._sieve) or self.staged + self.reserved > 0
 
     def _evict_to(self, target: int) -> int:
         target = max(target, 0)
@@ -74,7 +94,7 @@ class CacheEviction:
                     break
                 name, size = picked
                 self._account_evicted(size)
-            self._unlink_cached(name)
+            self._unlink_cached(name, size)
             freed += size
         return freed
 
@@ -95,7 +115,7 @@ class CacheEviction:
                     self._account_evicted(size)
                 done = self._done(target)
             if size is not None:
-                self._unlink_cached(name)
+                self._unlink_cached(name, size)
                 freed += size
             if done:
                 break
@@ -106,11 +126,11 @@ class CacheEviction:
         self.cached -= size
         self.evicted += size
 
-    def _unlink_cached(self, name: str) -> None:
+    def _unlink_cached(self, name: str, size: int = 0) -> None:
         path = self._cache_file(name)
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
         finally:
-            self.open_files.forget(path)
+            self.open_files.forget(path, size)

@@ -60,7 +60,9 @@ class OpenFiles:
         self._sizes: dict[str, int] = {}  # a kept file's size, once a read or a hold's fstat showed it
         self._owner: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._gone: deque[str] = deque()  # forgotten by other threads, closed by the owner
+        # Forgotten by other threads, closed by the owner: (path, the bytes
+        # of an unlinked file whose room comes back only then).
+        self._gone: deque[tuple[str, int]] = deque()
         self._drain_due = False
         self._held: dict[int, int] = {}  # descriptor -> holds not yet released
         self._doomed: set[int] = set()  # held descriptors to close at their last release
@@ -142,22 +144,30 @@ class OpenFiles:
             self._doomed.discard(fd)
             os.close(fd)
 
-    def forget(self, path: str) -> None:
-        """The file at ``path`` was unlinked or renamed, or found torn: close
-        its descriptor (now on the owner's thread, else in the owner loop's
-        next turn)."""
+    def forget(self, path: str, size: int = 0) -> None:
+        """The file at ``path`` was unlinked (``size`` bytes, which come back
+        to the filesystem with its last descriptor) or renamed, or found
+        torn: close its descriptor (now on the owner's thread, else in the
+        owner loop's next turn)."""
         if threading.get_ident() == self._owner:
             self._close(path)
             return
         if self._loop is None:
             return  # never bound: nothing is kept
-        self._gone.append(path)
+        # A membership test from another thread may be a moment stale: at
+        # worst a few bytes are counted as coming back twice, or not at all.
+        self._gone.append((path, size if path in self._fds else 0))
         if not self._drain_due:
             self._drain_due = True
             try:
                 self._loop.call_soon_threadsafe(self._drain)
             except RuntimeError:  # the loop is closed: nothing reads any more
                 pass
+
+    def closing(self) -> int:
+        """Bytes of unlinked files whose kept descriptors the owner has yet
+        to close: free on the filesystem in a moment (tiering/hot/space.py)."""
+        return sum(size for _, size in list(self._gone))
 
     def close(self) -> None:
         """Close every kept descriptor (the owner's loop has stopped
@@ -184,7 +194,7 @@ class OpenFiles:
         self._drain_due = False
         gone = self._gone
         while gone:
-            self._close(gone.popleft())
+            self._close(gone.popleft()[0])
 
 
 class TornFile(OSError):

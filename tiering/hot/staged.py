@@ -28,6 +28,8 @@ class StagedRoom(Protocol):
 
     def grow_staged(self, size: int, reserved: int) -> None: ...
 
+    def shrink_staged(self, size: int) -> None: ...
+
     def path_of(self, file_id: str) -> Path: ...
 
     def sync_dir(self, path: Path) -> None: ...
@@ -66,7 +68,14 @@ class StagingWriter:
             piece = view[:room]
             self._tier.grow_staged(len(piece), self._reserved)
             self._reserved = max(0, self._reserved - len(piece))
-            write_all(self._fd, piece)  # type: ignore[arg-type]
+            try:
+                write_all(self._fd, piece)  # type: ignore[arg-type]
+            except BaseException:
+                # A full disk, say: back to what was counted, so the file
+                # and the tier's count agree when ``abort`` removes it.
+                self._tier.shrink_staged(len(piece))
+                os.ftruncate(self._fd, self._file_size)  # type: ignore[arg-type]
+                raise
             self._file_size += len(piece)
             view = view[len(piece):]
 
@@ -84,7 +93,8 @@ class StagingWriter:
         finally:
             os.close(self._fd)
             self._fd = None
-        self._chunks.append(Chunk(self._file_size, self._file_id))
+            # Even when the fsync failed (a full disk): ``abort`` removes it.
+            self._chunks.append(Chunk(self._file_size, self._file_id))
 
     def finish(self) -> tuple[Chunk, ...]:
         """Make every file durable (data and directory entries)."""

@@ -12,7 +12,8 @@ Two kinds of files, in two trees:
   capacity-tier extents (raw bytes), named by the extent (``Extent.cache_name``:
   offset and stored length in hex) so no index record is needed; ``xx`` is
   the low byte of the name's crc32, in hex.
-  Evictable when the tier passes its high watermark, in SIEVE order
+  Evictable when the tier passes its high watermark or the filesystem's
+  free space falls below the floor (``tiering.hot.space``), in SIEVE order
   (``tiering.hot.sieve``: files read only once go before files read again),
   or by an ``EvictionAdvisor``'s hints when one is set. A flushed staged
   file is renamed into this tree.
@@ -27,37 +28,35 @@ from __future__ import annotations
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tiering.errors import SlowDown
-from tiering.files import sync_dir, write_all
+from tiering.files import write_all
 from tiering.hot.eviction import CacheEviction
 from tiering.hot.open_files import OpenFiles, capacity, read_files_now
+from tiering.hot.restart import FANOUT, TMP, Restart
 from tiering.hot.sieve import EvictionAdvisor, Sieve
+from tiering.hot.space import Floor
 from tiering.hot.staged import StagingWriter
 from tiering.meta import Chunk
 from tiering.model.digests import Digests
 
-_FANOUT = 256  # subdirectories, so no directory holds millions of entries
-_CLEAN = "clean-shutdown"  # marker file: written at close, removed at start
-_BOOT = "boot-id"  # the kernel boot the cache was last written under
-_TMP = ".tmp"
 
-
-class HotTier(CacheEviction):
+class HotTier(CacheEviction, Restart):
     """Staged and cached bytes under ``root`` within a byte budget.
 
     Eviction passes (``evict``) are ``CacheEviction``'s, in
-    ``tiering.hot.eviction``; this class decides when one runs."""
+    ``tiering.hot.eviction``; this class decides when one runs. Start and
+    stop (the clean-shutdown marker, the sweep) are ``Restart``'s, in
+    ``tiering.hot.restart``."""
 
-    def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8) -> None:
+    def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8, floor: int = 0) -> None:
         self.root = root
         self.cache_root = root / "cache"
         self._root_str, self._cache_root_str = str(root), str(self.cache_root)
         # Each cache subdirectory's path with its slash: a cache file's path
         # is then one concatenation (os.path.join and a format took 1.2 us).
-        self._cache_dirs = [f"{self._cache_root_str}/{i:02x}/" for i in range(_FANOUT)]
+        self._cache_dirs = [f"{self._cache_root_str}/{i:02x}/" for i in range(FANOUT)]
         # Descriptors kept for hot reads on the event loop (bound by the node at start).
         self.open_files = OpenFiles(capacity())
         self.budget = budget
@@ -76,9 +75,12 @@ class HotTier(CacheEviction):
         self._filling: set[str] = set()  # cache files being written
         self._pin_when_filled: set[str] = set()
         self._lock = threading.Lock()
-        for i in range(_FANOUT):
+        for i in range(FANOUT):
             (root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
             (self.cache_root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+        # The free space the tier leaves on its filesystem (0: none); files
+        # unlinked but still open come back soon, and count as free.
+        self.disk = Floor(root, floor, self.open_files.closing)
 
     @property
     def used(self) -> int:
@@ -105,18 +107,27 @@ class HotTier(CacheEviction):
 
     def reserve(self, size: int) -> bool:
         """Promise ``size`` bytes to a write; False when staged and pinned
-        data and other writes leave no room. Accounting only (cheap enough
-        for the event loop); call ``evict`` in the pool when ``over_high``
-        says so."""
+        data and other writes leave no room, in the budget or above the
+        free-space floor (``shortage`` says which). Accounting and one
+        statvfs (cheap enough for the event loop); call ``evict`` in the
+        pool when ``over_high`` says so."""
         with self._lock:
-            if self.fixed + size > self.budget:
+            if self.fixed + size > self.budget or self.disk.short(self.reserved + size):
                 return False
             self.reserved += size
             return True
 
+    def shortage(self, size: int) -> str | None:
+        """What a write of ``size`` bytes lacks now: room in the budget
+        (``"budget"``), free space above the floor (``"floor"``), or None."""
+        if self.fixed + size > self.budget:
+            return "budget"
+        return "floor" if self.disk.short(self.reserved + size) else None
+
     @property
     def over_high(self) -> bool:
-        return self.staged + self.reserved + self.cached > self.high
+        """Time to evict: past the high watermark, or free space below the floor."""
+        return self.staged + self.reserved + self.cached > self.high or self.disk.low
 
     def release(self, size: int) -> None:
         if size:
@@ -130,11 +141,18 @@ class HotTier(CacheEviction):
         with self._lock:
             extra = size - from_reserve
             if extra and self.fixed + extra > self.budget:
-                raise SlowDown("The hot tier is full of data not yet flushed; retry later")
+                raise self.disk.refuse("budget", True)
+            if extra and self.disk.short(self.reserved + extra):
+                raise self.disk.refuse("floor", self.can_free())
             self.reserved -= from_reserve
             self.staged += size
-        if self.used > self.high:
-            self._evict_to(self.low)
+        if self.over_high:
+            self._evict_to(self._target())
+
+    def shrink_staged(self, size: int) -> None:
+        """A write counted by ``grow_staged`` failed: ``size`` bytes less."""
+        with self._lock:
+            self.staged -= size
 
     def writer(self, part_size: int, digests: Digests, reserved: int = 0) -> StagingWriter:
         return StagingWriter(self, part_size, digests, reserved)
@@ -176,7 +194,7 @@ class HotTier(CacheEviction):
             except FileNotFoundError:
                 continue
             finally:
-                self.open_files.forget(path)
+                self.open_files.forget(path, size)
             with self._lock:
                 self.staged -= size
 
@@ -305,13 +323,20 @@ class HotTier(CacheEviction):
             self.reserved += size
             self._filling.add(name)
         try:
-            if self.over_high:
+            if self.over_high or self.disk.short(self.reserved):
                 # Down to the low watermark, not just below the high one: one
                 # eviction pass (a hinted one sorts the future) serves the
                 # next ~10% of the tier's fills instead of one.
-                self._evict_to(self.low)
+                self._evict_to(self._target())
+            if self.disk.short(self.reserved):
+                # Not cached: the disk has no room for it above the floor
+                # (the read that fetched the bytes is answered all the same).
+                self.disk.fills_skipped += 1
+                with self._lock:
+                    self._filled(name, size)
+                return False
             path = self.cache_path(name)
-            tmp = path.with_name(name + _TMP)
+            tmp = path.with_name(name + TMP)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 write_all(fd, memoryview(data))
@@ -374,8 +399,9 @@ class HotTier(CacheEviction):
                 if keep_pinned and name in self._pinned:
                     kept += self._pinned[name]
                     continue
-                dropped += self._forget(name) or 0
-            self._unlink_cached(name)
+                size = self._forget(name) or 0
+                dropped += size
+            self._unlink_cached(name, size)
         return dropped, kept
 
     def rename_cached(self, old: str, new: str) -> None:
@@ -391,109 +417,6 @@ class HotTier(CacheEviction):
             size = self._forget(old)
             if size is not None:
                 self._insert(new, size, pinned)
-
-    # -- start and stop ----------------------------------------------------
-
-    def mark_clean(self) -> None:
-        """Record a clean shutdown: no write in flight, and the staged bytes.
-
-        Called after the index is closed; ``resume`` consumes it."""
-        tmp = self.root / (_CLEAN + _TMP)
-        tmp.write_text(str(self.staged))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.root / _CLEAN)
-        self.sync_dir(self.root)
-
-    def resume(self, referenced: Callable[[], set[str]]) -> tuple[bool, int]:
-        """Prepare the tier for serving; return (was clean, staged files removed).
-
-        After a clean shutdown the staged byte count was saved. Otherwise
-        ``referenced()`` (every staged file id the index knows) is consulted to
-        remove files a crash left behind. Cache files are not fsynced, so
-        after a machine crash (a new kernel boot id) they are all dropped:
-        their contents may be torn. After a process crash they are intact.
-        The marker is removed, durably, before serving: a crash from here on
-        must lead to a sweep at the next start."""
-        marker = self.root / _CLEAN
-        clean = True
-        try:
-            staged = int(marker.read_text())
-        except (FileNotFoundError, ValueError):
-            clean = False
-            staged = 0
-        marker.unlink(missing_ok=True)
-        self.sync_dir(self.root)
-        removed = 0
-        if clean:
-            with self._lock:
-                self.staged = staged
-        else:
-            removed = self.sweep(referenced())
-        self._load_cache(drop=not clean and self._rebooted())
-        return clean, removed
-
-    def _rebooted(self) -> bool:
-        boot = _boot_id()
-        path = self.root / _BOOT
-        try:
-            previous = path.read_text()
-        except FileNotFoundError:
-            previous = None
-        if previous != boot:
-            path.write_text(boot)
-        return previous is not None and previous != boot
-
-    def _load_cache(self, drop: bool) -> None:
-        """Rebuild the SIEVE queue from the cache tree: oldest mtime queued
-        first, so the newest files end up at the head. Visited bits are lost."""
-        found: list[tuple[int, str, int]] = []
-        for i in range(_FANOUT):
-            with os.scandir(self.cache_root / f"{i:02x}") as entries:
-                for entry in entries:
-                    if drop or entry.name.endswith(_TMP):
-                        os.unlink(entry.path)
-                        continue
-                    st = entry.stat()
-                    found.append((st.st_mtime_ns, entry.name, st.st_size))
-        found.sort()
-        with self._lock:
-            # Pins are the index's; the service pins these again after start.
-            self._sieve = Sieve()
-            for _, name, size in found:
-                self._sieve.insert(name, size)
-            self._pinned = {}
-            self.pinned = 0
-            self.cached = sum(size for _, _, size in found)
-
-    def sweep(self, referenced: set[str]) -> int:
-        """Remove staged files no index record references (left by a crash
-        between writing a file and committing it, or between an index delete
-        and the unlink). Recount the staged bytes. Return files removed."""
-        removed = 0
-        staged = 0
-        for i in range(_FANOUT):
-            with os.scandir(self.root / f"{i:02x}") as entries:
-                for entry in entries:
-                    if entry.name in referenced:
-                        staged += entry.stat().st_size
-                    else:
-                        os.unlink(entry.path)
-                        removed += 1
-        with self._lock:
-            self.staged = staged
-        return removed
-
-    @staticmethod
-    def sync_dir(path: Path) -> None:
-        sync_dir(path)
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:

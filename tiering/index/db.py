@@ -11,6 +11,11 @@ All methods are blocking; callers on the event loop use ``tiering.pool``.
 Mutations that read before they write hold one lock, so every swap is atomic;
 reads take no lock. Every write batch is synced to the WAL before returning:
 an acknowledged write survives a crash of the process or the machine.
+
+A full disk refuses writes (503 SlowDown or 507, ``tiering/index/room.py``)
+before RocksDB's log sees them; a write the disk fails anyway is answered
+the same, after the database is opened again (a failed log writer refuses
+every later write until then), while reads go on from a read-only handle.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import msgpack
-from rocksdict import Options, Rdict, WriteOptions
 
 from tiering.errors import BucketNotEmpty, NoSuchBucket, NoSuchKey, NoSuchUpload, PreconditionFailed
 from tiering.index.keys import (
@@ -43,6 +47,7 @@ from tiering.index.keys import (
 )
 from tiering.index.local import LocalRecords
 from tiering.index.record_cache import Batch, RecordCache
+from tiering.index.room import Database, IndexRoom
 from tiering.index.tiers import Ledger, TierRecords
 from tiering.index.uploads import UploadRecords
 from tiering.index.versions import VersionRecords, kept_as_noncurrent, new_version
@@ -82,24 +87,21 @@ class ListPage:
     last: str | None = None  # last key or common prefix returned (the next marker)
 
 
-class Index(TierRecords, UploadRecords, LocalRecords, VersionRecords):
+class Index(Database, TierRecords, UploadRecords, LocalRecords, VersionRecords):
     """rocksdict-backed namespace: buckets, objects, uploads and parts.
 
     The records of multipart uploads and their parts are kept by
     ``UploadRecords`` (``tiering.index.uploads``), those of the capacity
     tier by ``TierRecords`` (``tiering.index.tiers``), noncurrent versions
     and delete markers by ``VersionRecords`` (``tiering.index.versions``);
-    this class owns the
-    database, its lock and the sequence counters they share."""
+    opening, writing and closing the database, whatever room its disk has,
+    is ``Database``'s (``tiering.index.room``). This class owns the lock
+    and the sequence counters they share."""
 
-    def __init__(self, path: Path, cached_records: int = 0) -> None:
+    def __init__(self, path: Path, cached_records: int = 0, room: IndexRoom | None = None) -> None:
         # Owner only: the index holds mounts' source credentials.
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self._db = Rdict(str(path), options)
-        self._sync = WriteOptions()
-        self._sync.sync = True
+        self._open(path, room if room is not None else IndexRoom(path))
         self._lock = threading.Lock()
         # Decoded object and mounted-object records (tiering/index/record_cache.py).
         self.records = RecordCache(cached_records)
@@ -107,9 +109,6 @@ class Index(TierRecords, UploadRecords, LocalRecords, VersionRecords):
         self._seq = int.from_bytes(raw, "big") if raw else 0
         raw = self._db.get(SEG_KEY)
         self._segments = int.from_bytes(raw, "big") if raw else 0
-
-    def close(self) -> None:
-        self._db.close()
 
     @property
     def last_seq(self) -> int:
@@ -122,10 +121,7 @@ class Index(TierRecords, UploadRecords, LocalRecords, VersionRecords):
     def _write(self, batch: Batch, sync: bool = True) -> None:
         """Commit ``batch`` (synced to the WAL unless ``sync`` is False);
         the records it wrote leave the record cache once it is in."""
-        if sync:
-            self._db.write(batch.raw, self._sync)
-        else:
-            self._db.write(batch.raw)
+        self._store(batch.raw, sync, batch.seq)
         if batch.touched:
             self.records.drop(batch.touched)
 
@@ -135,6 +131,7 @@ class Index(TierRecords, UploadRecords, LocalRecords, VersionRecords):
     def _next_seq(self, batch: Batch) -> int:
         self._seq += 1
         batch.put(SEQ_KEY, self._seq.to_bytes(8, "big"))
+        batch.seq = self._seq
         return self._seq
 
     def _apply(self, batch: Batch, ledger: Ledger) -> None:

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from rocksdict import WriteBatch
 
-from tiering.errors import NoSuchBucket
+from tiering.errors import InsufficientStorage, NoSuchBucket, ServiceUnavailable, SlowDown
 from tiering.index.keys import SEP, bkey, hkey, mkey, nkey
 from tiering.meta import Mount, MountedObject
 
 if TYPE_CHECKING:
-    from rocksdict import Rdict, WriteOptions
+    from rocksdict import Rdict
 
     from tiering.index.record_cache import Batch, RecordCache
 
@@ -27,12 +27,12 @@ class LocalRecords:
 
     _db: Rdict
     _lock: object
-    _sync: WriteOptions
     records: RecordCache
 
     if TYPE_CHECKING:
         def _batch(self) -> Batch: ...
         def _write(self, batch: Batch, sync: bool = True) -> None: ...
+        def _store(self, raw: WriteBatch, sync: bool = True, seq: int = 0) -> None: ...
         def _scan(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
         def _cached_read(self, raw_key: bytes, decode: Callable[[bytes], object]) -> object | None: ...
 
@@ -43,7 +43,7 @@ class LocalRecords:
         with self._lock:
             if self._db.get(bkey(mount.name)) is not None or self._db.get(mkey(mount.name)) is not None:
                 return False
-            self._db.put(mkey(mount.name), mount.to_bytes(), self._sync)
+            self._store(_one(mkey(mount.name), mount.to_bytes()))
             return True
 
     def get_mount(self, name: str) -> Mount | None:
@@ -81,7 +81,8 @@ class LocalRecords:
         them decoded in the record cache: the next read of each key (an
         epoch's next, say) then stays on the event loop instead of reading
         the database in the pool. Not synced: a lost record costs one
-        revalidation, never data."""
+        revalidation, never data; nor is one the disk has no room for
+        (the read that learnt it is answered all the same)."""
         batch = WriteBatch(raw_mode=True)
         records: dict[bytes, MountedObject] = {}
         for obj in objects:
@@ -89,11 +90,22 @@ class LocalRecords:
             batch.put(raw_key, obj.to_bytes())
             records[raw_key] = obj
         if records:
-            self.records.write_through(lambda: self._db.write(batch), records)
+            try:
+                self.records.write_through(lambda: self._store(batch, sync=False), records)
+            except _NO_ROOM:
+                pass
 
     def delete_mounted(self, mount: str, key: str) -> None:
+        """Forget what the index knew of a mounted key. On a full disk the
+        record stays: its ETag no longer matches the source's, so the
+        next read drops it again."""
         raw_key = nkey(mount, key)
-        self._db.delete(raw_key)
+        batch = WriteBatch(raw_mode=True)
+        batch.delete(raw_key)
+        try:
+            self._store(batch, sync=False)
+        except _NO_ROOM:
+            return
         self.records.drop((raw_key,))
 
     # -- pins (node-local cache policy: not in footers) ----------------------
@@ -105,7 +117,7 @@ class LocalRecords:
                 raise NoSuchBucket(BucketName=bucket)
             if self._db.get(hkey(bucket, prefix)) is not None:
                 return False
-            self._db.put(hkey(bucket, prefix), b"", self._sync)
+            self._store(_one(hkey(bucket, prefix), b""))
             return True
 
     def remove_pin(self, bucket: str, prefix: str) -> bool:
@@ -113,7 +125,9 @@ class LocalRecords:
         with self._lock:
             if self._db.get(hkey(bucket, prefix)) is None:
                 return False
-            self._db.delete(hkey(bucket, prefix), self._sync)
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(hkey(bucket, prefix))
+            self._store(batch)
             return True
 
     def list_pins(self) -> list[tuple[str, str]]:
@@ -123,3 +137,13 @@ class LocalRecords:
             bucket, _, prefix = raw[1:].partition(SEP)
             pins.append((bucket.decode(), prefix.decode()))
         return pins
+
+
+# What a write the disk has no room for raises (tiering/index/room.py).
+_NO_ROOM = (SlowDown, InsufficientStorage, ServiceUnavailable)
+
+
+def _one(key: bytes, value: bytes) -> WriteBatch:
+    batch = WriteBatch(raw_mode=True)
+    batch.put(key, value)
+    return batch

@@ -103,11 +103,12 @@ class RecordCache:
 class Batch:
     """A rocksdict WriteBatch that remembers which cached records it writes."""
 
-    __slots__ = ("raw", "touched")
+    __slots__ = ("raw", "touched", "seq")
 
     def __init__(self) -> None:
         self.raw = WriteBatch(raw_mode=True)
         self.touched: list[bytes] = []
+        self.seq = 0  # the sequence number it stores, if any
 
     def put(self, key: bytes, value: bytes) -> None:
         self.raw.put(key, value)

@@ -27,7 +27,13 @@ from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import read_footer, segment_path
 from tiering.cluster.writing import SoleWriter, Writing
-from tiering.errors import CapacityNotFound, NotWriter, ServiceUnavailable
+from tiering.errors import (
+    CapacityNotFound,
+    InsufficientStorage,
+    NotWriter,
+    ServiceUnavailable,
+    SlowDown,
+)
 from tiering.hot.tier import HotTier
 from tiering.index.db import Index
 from tiering.jobs import Job
@@ -81,6 +87,8 @@ class Compactor:
                 await self.compact()
             except (NotWriter, ServiceUnavailable):
                 continue  # a writer that lost its lease: the new one compacts
+            except (SlowDown, InsufficientStorage) as exc:
+                log.warning("compaction deferred: %s", exc)  # a full disk: the next pass tries again
             except Exception:
                 log.exception("compaction failed")
 

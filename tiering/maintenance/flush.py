@@ -26,7 +26,7 @@ from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.cluster.writing import SoleWriter, Writing
-from tiering.errors import CapacityError, ServiceUnavailable
+from tiering.errors import CapacityError, InsufficientStorage, ServiceUnavailable, SlowDown
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index
@@ -221,7 +221,8 @@ class Flusher:
                 self.last_error = str(exc) or type(exc).__name__
                 self._fail(waiting, exc)
                 delay = min(_MAX_BACKOFF, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
-                if isinstance(exc, (CapacityError, OSError)):
+                # A store that failed, or a disk without room for the index's commit.
+                if isinstance(exc, (CapacityError, OSError, SlowDown, InsufficientStorage)):
                     log.warning("flush failed (%s); retrying in %.1fs", exc, delay)
                 else:
                     log.exception("flush failed unexpectedly; retrying in %.1fs", delay)

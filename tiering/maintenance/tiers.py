@@ -29,6 +29,7 @@ from tiering.jobs import Job
 from tiering.maintenance.compact import CompactionReport, Compactor
 from tiering.maintenance.flush import Flusher
 from tiering.maintenance.residency import Residency
+from tiering.maintenance.space import DiskStatus, SpaceKeeper
 from tiering.reads.fetch import ExtentReader
 from tiering.settings import TierSettings
 
@@ -68,6 +69,7 @@ class TierStatus:
     capacity_bytes_read: int
     capacity_bytes_written: int
     cluster: ClusterStatus | None = None  # one of several gateways (tiering/cluster/cluster.py)
+    disk: DiskStatus | None = None  # the filesystem against the free-space floor (tiering/maintenance/space.py)
 
 
 class Tiers:
@@ -97,7 +99,9 @@ class Tiers:
         self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.writing)
         self.compactor = Compactor(index, hot, capacity, settings, layout, self.writing)
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
+        self.space = SpaceKeeper(index, hot, self.flusher)
         self._tasks: list[asyncio.Task[None]] = []
+        self._keeper: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
     async def writing_to(self, bucket: str) -> AsyncIterator[None]:
@@ -117,6 +121,8 @@ class Tiers:
         return self.cluster.status() if self.cluster is not None else None
 
     async def start(self) -> None:
+        # First: a full disk at start needs room made before anything else.
+        self._keeper = asyncio.create_task(self.space.run(), name="tierstore space keeper")
         await self.capacity.start()
         if self.cluster is None:
             await self._refuse_a_cluster_store()
@@ -160,12 +166,13 @@ class Tiers:
                 await self._layout.acquire()
         except TimeoutError:
             log.warning("a flush or compaction round did not finish in %.0fs; cancelling it", grace)
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._keeper] if self._keeper is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._tasks = []
+        self._tasks, self._keeper = [], None
         if self._layout.locked():
             self._layout.release()
         await self.reader.drain()
@@ -267,4 +274,5 @@ class Tiers:
             capacity_bytes_read=stats.bytes_read,
             capacity_bytes_written=stats.bytes_written,
             cluster=self.cluster_status(),
+            disk=self.space.status(),
         )

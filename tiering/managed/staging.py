@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
-from tiering.errors import SlowDown
+from tiering.files import no_space
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index
@@ -98,32 +98,51 @@ class Stager:
             # The writer hashes each block in the same pool call as its write.
             _, checksum = await ingest(body, integrity, lambda b: pool.run(writer.write, b), digests=digests)
             chunks = await pool.run(writer.finish)
-        except BaseException:
+        except BaseException as exc:
             await pool.run(writer.abort)
+            if no_space(exc):
+                # The filesystem had less room than it showed: another process
+                # took it meanwhile. A refusal, and the room is made now.
+                self._flusher.request()
+                raise self._hot.disk.refuse("disk", self._hot.can_free()) from None
             raise
         return Staged(chunks, digests.md5.hexdigest(), checksum)
 
     async def _make_room(self, size: int, small: int) -> bool:
         """Reserve staging room; False means: stream this body past the hot
-        tier (it is large). A small body waits for the flusher to free room,
-        then gets SlowDown: staged data is never evicted, and the disk is
-        never filled past the budget."""
-        if self._hot.reserve(size):
-            if self._hot.over_high:
-                await pool.run(self._hot.evict)
+        tier (it is large). A small body waits for the flusher and eviction
+        to free room (in the budget, or above the free-space floor), then
+        gets SlowDown; or 507 at once when nothing the gateway can free
+        would make room. Staged data is never evicted, and the disk is never
+        filled past the budget or below the floor."""
+        hot = self._hot
+        if hot.reserve(size):
+            if hot.over_high:
+                await pool.run(hot.evict)
             return True
         if size > small:
             return False
         loop = asyncio.get_running_loop()
         deadline = loop.time() + _ROOM_WAIT
+        cause = hot.shortage(size) or "budget"
         while loop.time() < deadline:
+            if cause == "floor":
+                await pool.run(hot.evict, None, size)  # clean cache first: no need to wait for that
+                if hot.reserve(size):
+                    return True
+                if not hot.can_free():
+                    # Pinned data, or other data than the gateway's: no
+                    # flush or eviction will make room, so no wait either.
+                    raise hot.disk.refuse(cause, False)
             self._flusher.request()
             await asyncio.sleep(0.05)
-            if self._hot.reserve(size):
-                if self._hot.over_high:
-                    await pool.run(self._hot.evict)
+            if hot.reserve(size):
+                if hot.over_high:
+                    await pool.run(hot.evict)
                 return True
-        raise SlowDown("The hot tier is full of data not yet in the capacity tier; retry later")
+            cause = hot.shortage(size) or cause
+        # The budget (the gateway's own setting) always waits, then SlowDown.
+        raise hot.disk.refuse(cause, cause == "budget" or hot.can_free())
 
     async def _stream(
         self, body: AsyncIterator[bytes], integrity: Integrity, label: Piece, settings: TierSettings

@@ -17,7 +17,14 @@ from tiering import pool
 from tiering.capacity import LocalDirStore
 from tiering.capacity.layout import SEGMENTS
 from tiering.cluster.terms import SEALS
-from tiering.errors import NoSuchBucket, NoSuchKey, NotWriter, ServiceUnavailable
+from tiering.errors import (
+    InsufficientStorage,
+    NoSuchBucket,
+    NoSuchKey,
+    NotWriter,
+    ServiceUnavailable,
+    SlowDown,
+)
 from tiering.index.db import Index
 from tiering.index.keys import TERM_SHIFT, term_of
 from tiering.maintenance.recover import recover
@@ -547,5 +554,52 @@ def test_a_segment_of_an_ended_term_never_counts_though_the_node_took_the_bucket
             assert await get(b, "data", "k") == b"written once, flushed twice"
             meta = await b.objects.head("data", "k")
             assert all(term_of(c.extent.segment) == term(a, "data") for c in meta.chunks if c.extent)
+
+    asyncio.run(go())
+
+
+
+def test_a_full_disk_during_a_follow_round_is_counted_and_the_rounds_go_on(tmp_path: Path) -> None:
+    """A round whose index write is refused for lack of room (SlowDown, or
+    InsufficientStorage) is an error of that round, as a store's failure
+    is: the background task keeps running and follows once there is room."""
+
+    async def go() -> None:
+        settings = {"lease_ttl": TTL, "flush_delay": 3600.0}
+        a = Node(tmp_path / "a", TierSettings(node_id="a", follow_interval=3600.0, **settings),
+                 LocalDirStore(tmp_path / "capacity"))
+        b = Node(tmp_path / "b", TierSettings(node_id="b", follow_interval=0.05, **settings),
+                 LocalDirStore(tmp_path / "capacity"))
+        await a.start()
+        await b.start()
+        try:
+            await a.objects.create_bucket("data", write_through=True)
+            cluster = b.tiers.cluster
+            real_follow = cluster.follow
+            refusals = [SlowDown("no room", cause="disk"), InsufficientStorage("no room", cause="floor")]
+
+            async def full() -> int:
+                if refusals:
+                    raise refusals.pop(0)
+                return await real_follow()
+
+            cluster.follow = full  # type: ignore[method-assign]
+            await put(a, "data", "k", b"followed once there is room")
+            await a.tiers.flush()
+            for _ in range(400):
+                status = cluster.status()
+                if not refusals and status.errors >= 2 and status.last_error is None:
+                    break
+                await asyncio.sleep(0.05)
+            status = cluster.status()
+            assert status.errors >= 2 and status.last_error is None, status
+            for _ in range(400):
+                if "k" in [m.key for m in (await b.objects.list("data", "", "", "", 10)).contents]:
+                    break
+                await asyncio.sleep(0.05)
+            assert await get(b, "data", "k") == b"followed once there is room"
+        finally:
+            await a.close()
+            await b.close()
 
     asyncio.run(go())

@@ -62,7 +62,7 @@ def test_cache_survives_a_process_crash_but_not_a_reboot(tmp_path: Path, monkeyp
     again = HotTier(tmp_path, budget=1000)  # no clean-shutdown marker: a crash
     again.resume(set)
     assert again.read_cached("kept", 10) == b"z" * 10
-    monkeypatch.setattr("tiering.hot.tier._boot_id", lambda: "another boot")
+    monkeypatch.setattr("tiering.hot.restart._boot_id", lambda: "another boot")
     rebooted = HotTier(tmp_path, budget=1000)
     rebooted.resume(set)
     assert rebooted.read_cached("kept", 10) is None
