@@ -84,7 +84,7 @@ class Gathered:
         if body is None:
             return await planned(key, self._read_one, self._tally)
         self.gathered += 1
-        self._tally.hot += len(body)  # from the cluster's hot tiers
+        self._tally.peer += len(body)  # from the hot tier of the node that keeps it
         return Member(key, run.metas[at], body)  # type: ignore[arg-type]
 
     async def close(self) -> None:

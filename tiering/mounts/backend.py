@@ -28,6 +28,7 @@ from tiering.reads.plan import (
     plan,
     plan_from_memory,
 )
+from tiering.reads.readahead import Peered
 
 
 class MountedBuckets:
@@ -63,8 +64,12 @@ class MountedBuckets:
         if not (read.body and decision.sends_body):
             return plan(meta, read, decision, tally=tally)
         wanted = decision.wanted
-        if data is not None:  # fetched from the source just now
-            tally.capacity += wanted.length
+        if data is not None:  # fetched just now: from the source, or from the node that keeps it
+            if isinstance(data, Peered):
+                data = data.data
+                tally.peer += wanted.length
+            else:
+                tally.capacity += wanted.length
             body = data if wanted.length == len(data) else data[wanted.start : wanted.end]
             return plan(meta, read, decision, body, tally)
         if read.peer == HOT:  # a peer's cooperative warm asks for hot bytes only

@@ -65,7 +65,7 @@ from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.reads.flight import SingleFlight
 from tiering.reads.plan import Location, ReadTally
-from tiering.reads.readahead import Held, stream
+from tiering.reads.readahead import Held, Peered, Source, stream
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")
@@ -74,7 +74,8 @@ _WHOLE_ATTEMPTS = 3  # fetches of a whole object whose bytes do not match its MD
 
 
 # How a read asks the source about a key: its description, and bytes when it brought some.
-_Ask = Callable[[], Awaitable[tuple[SourceObject, bytes | None]]]
+# An object's description and first bytes (Peered: the node that keeps it sent them).
+_Ask = Callable[[], Awaitable[tuple[SourceObject, bytes | Peered | None]]]
 
 
 def piece_name(mount: str, key: str, etag: str, index: int) -> str:
@@ -291,9 +292,12 @@ class Mounts:
         if known is not None and known.etag != found.etag:
             await self._forget(name, known)
         fresh = _described(found)
-        if again is not None and data is not None and (len(data) == found.size
-                                                      or len(data) >= self._settings.part_size):
-            return fresh, await self._record_first_piece(name, fresh, data, again)
+        peer = isinstance(data, Peered)  # the owner's answer: passed on as such
+        raw = data.data if isinstance(data, Peered) else data
+        if again is not None and raw is not None and (len(raw) == found.size
+                                                     or len(raw) >= self._settings.part_size):
+            body = await self._record_first_piece(name, fresh, raw, again)
+            return fresh, Peered(body) if peer and body is raw else body
         await pool.run(self._index.put_mounted, name, fresh)
         return fresh, data
 
@@ -349,7 +353,7 @@ class Mounts:
             await self._forget(name, known)
 
     async def open_for_read(self, name: str, key: str, small: int,
-                            ask_peers: bool = True) -> tuple[ObjectMeta, bytes | None]:
+                            ask_peers: bool = True) -> tuple[ObjectMeta, bytes | Peered | None]:
         """``head`` for a GET, and the body when it is at most ``small``
         bytes and had to be fetched anyway: an object not validated (or
         expired) is described by one ranged GET of its first ``small`` bytes,
@@ -367,10 +371,11 @@ class Mounts:
 
         owner = self._owner(name, key) if ask_peers else None
 
-        async def ask() -> tuple[SourceObject, bytes | None]:
+        async def ask() -> tuple[SourceObject, bytes | Peered | None]:
             if owner is not None:
                 with contextlib.suppress(PeerRefused):
-                    return await self.owners.first(owner, name, key, probe)  # type: ignore[union-attr]
+                    found, data = await self.owners.first(owner, name, key, probe)  # type: ignore[union-attr]
+                    return found, Peered(data)
             client = await self.client(name)
             try:
                 found, data = await client.first(key, probe)
@@ -388,12 +393,13 @@ class Mounts:
         (found, data), _ = await self._probes.run(
             (name, key), lambda: self._revalidate(name, key, known, ask, again)
         )
-        if data is None or (found.size > probe and len(data) < self._settings.part_size):
+        raw = data.data if isinstance(data, Peered) else data
+        if raw is None or (found.size > probe and len(raw) < self._settings.part_size):
             return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
         # The whole object, or nothing: a probe shared with a caller that
         # asked for fewer bytes (a warm on a node that does not own it) may
         # have brought only some.
-        return _as_meta(name, found), data if found.size <= probe and len(data) == found.size else None
+        return _as_meta(name, found), data if found.size <= probe and len(raw) == found.size else None
 
     def _owner(self, name: str, key: str) -> str | None:
         """The node that keeps the object's bytes; None for this one."""
@@ -453,7 +459,7 @@ class Mounts:
         ):
             yield block
 
-    async def _piece(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> int | bytes:
+    async def _piece(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> Source:
         """A descriptor on the cached piece, or its bytes after a fetch."""
         name = piece_name(meta.bucket, meta.key, meta.etag, index)
         held = self._fills.held(name)
@@ -462,11 +468,11 @@ class Mounts:
         if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size, ask_peers))
-        if leader:
+        if leader and not isinstance(data, Peered):  # what the owner sent, its owner keeps
             self._fill_behind(meta.bucket, meta.key, name, data)
         return data
 
-    async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes:
+    async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes | Peered:
         start = index * self._settings.part_size
         mount = self._mounts[meta.bucket]
         owner = self._owner(meta.bucket, meta.key) if ask_peers else None
@@ -481,7 +487,7 @@ class Mounts:
             # the rest of a peer hit (docs/scale-out.md). Whatever fails
             # goes to the source.
             with contextlib.suppress(PeerRefused, CapacityError):
-                return await from_owner()
+                return Peered(await from_owner())
         try:
             client = await self.client(meta.bucket)
 

@@ -451,7 +451,10 @@ def _split(meta: ObjectMeta, peers: PeerClient, hot: HotTier, mine: list[Extent]
     for chunk in meta.chunks:
         ext = chunk.extent
         if chunk.file_id is None and ext is not None and not hot.is_cached(ext.cache_name):
-            node = peers.group.extent_owner(ext)
+            # By segment: a cooperative warm ends with the whole set on every
+            # node, so each segment is best read whole, in one GET, by one
+            # node (reads place extents one by one instead: one cache).
+            node = peers.group.owner(ext.segment)
             if node == me:
                 mine.append(ext)
             else:

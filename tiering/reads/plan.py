@@ -86,11 +86,14 @@ class Read:
 @dataclass(slots=True)
 class ReadTally:
     """Bytes a read produced, by the tier they came from: the hot tier
-    (staged files and cached extents) or the capacity side (the capacity
-    store or a mount's source). A streamed body counts as it is produced."""
+    (staged files and cached extents), another node's hot tier (``peer``:
+    the node that keeps them, ``tiering/cluster/``) or the capacity side
+    (the capacity store or a mount's source). A streamed body counts as it
+    is produced."""
 
     hot: int = 0
     capacity: int = 0
+    peer: int = 0
 
 
 @dataclass(slots=True)

@@ -30,7 +30,14 @@ class Held(NamedTuple):
     data: bytes
 
 
-Source = int | bytes | Held  # an open descriptor (the caller's to close), fetched bytes, or held ones
+class Peered(NamedTuple):
+    """A piece's bytes as the node that keeps them sent them: counted peer."""
+
+    data: bytes
+
+
+# An open descriptor (the caller's to close), fetched bytes, held ones, or a peer's.
+Source = int | bytes | Held | Peered
 
 
 async def stream(
@@ -52,8 +59,11 @@ async def stream(
                     ahead[later] = asyncio.create_task(open_piece(later))
             task = ahead.pop(index, None)
             source = await task if task is not None else await open_piece(index)
-            if isinstance(source, Held):
-                tally.hot += wanted.end - wanted.start
+            if isinstance(source, (Held, Peered)):
+                if isinstance(source, Held):
+                    tally.hot += wanted.end - wanted.start
+                else:
+                    tally.peer += wanted.end - wanted.start
                 source = source.data
                 yield source if wanted.start == 0 and wanted.end == len(source) else source[wanted.start : wanted.end]
                 continue
