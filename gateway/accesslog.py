@@ -182,9 +182,12 @@ class AccessLog:
         tier: str,
         seconds: float,
         objects: int | None = None,
+        user: str | None = None,
     ) -> None:
         """Log one request (nothing when the format is off); ``objects``:
-        the objects a batch sent (GetBatch only)."""
+        the objects a batch sent (GetBatch only); ``user``: who asked (a
+        user's name, ``root`` or ``anonymous``; None or "" when the request
+        was refused before anyone was recognised)."""
         logger = self._logger
         if not self.enabled or not logger.isEnabledFor(logging.INFO):
             return
@@ -194,6 +197,7 @@ class AccessLog:
         if self.format == "json":
             line = (
                 f'{{"time":"{self._now()}","request_id":"{request_id}","remote":{_json(remote)},'
+                f'"user":{_json(user or None)},'
                 f'"op":{_json(op)},"bucket":{_json(bucket or None)},"key":{_json(key or None)},'
                 f'"status":{status},"error":{_json(error)},"bytes_in":{bytes_in},"bytes_out":{bytes_out},'
                 f'"tier":"{tier}","duration_ms":{ms}'
@@ -201,7 +205,8 @@ class AccessLog:
             )
         else:
             line = (
-                f"time={self._now()} request_id={request_id} remote={text_value(remote)} op={text_value(op)} "
+                f"time={self._now()} request_id={request_id} remote={text_value(remote)} "
+                f"user={text_value(user or None)} op={text_value(op)} "
                 f"bucket={text_value(bucket or None)} key={text_value(key or None)} status={status} "
                 f"error={text_value(error)} bytes_in={bytes_in} bytes_out={bytes_out} tier={tier} "
                 f"duration_ms={ms}" + (f" objects={objects}" if objects is not None else "")

@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from gateway.access import Access
 from gateway.config import Config
 from gateway.http import S3Request
 from gateway.xml import Owner
+from tiering.identity.store import Identities
 from tiering.objects import ObjectService
 
 
@@ -15,6 +17,12 @@ from tiering.objects import ObjectService
 class Context:
     config: Config
     service: ObjectService
+    # Who may do what (gateway/access.py): asked before every handler, and by
+    # the handlers of operations on many objects.
+    access: Access
+    # The identities a handler changes (bucket policies, ACLs); None in a read
+    # worker, which serves no such operation.
+    identities: Identities | None = None
 
 
 def owner_ids(req: S3Request) -> tuple[str, str]:

@@ -41,7 +41,8 @@ class S3Request:
     request_id: str
     bucket: str = ""
     key: str = ""
-    auth: Any = None  # gateway.sigv4.AuthContext once authenticated
+    auth: Any = None  # gateway.sigv4.AuthContext once authenticated (None: anonymous)
+    caller: Any = None  # gateway.access.Caller once recognised: who asks, what they may do
     body_consumed: bool = False
     op: str = "Unknown"  # the S3 operation name once routed (gateway.routes)
     # Bytes of object body read per tier, for a GET: set by the handler,

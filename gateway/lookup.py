@@ -26,9 +26,14 @@ writer about those reads instead: ``["reads", [[bucket, key, names], ...]]``
 
 The same connection carries, the other way round and unanswered,
 ``["ready"]`` once the worker listens, and the requests a worker served,
-``["served", [[op, status, tier, seconds, received, sent, hot, capacity],
-...]]`` about once a second, which the writer adds to its metrics:
-``/metrics`` and ``/stats`` count every process.
+``["served", [[op, status, tier, seconds, received, sent, hot, capacity,
+batched, user], ...]]`` about once a second, which the writer adds to its
+metrics: ``/metrics`` and ``/stats`` count every process.
+
+The writer pushes the identities document (``tiering/identity``: users,
+keys, policies, secrets still sealed) as ``["identities", document]`` when
+a worker connects and whenever it changes, so a worker authorises a GET as
+the writer would, a change included at once.
 """
 
 from __future__ import annotations
@@ -38,12 +43,14 @@ import contextlib
 import itertools
 import logging
 import struct
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgpack
 
 from gateway.metrics import Metrics
 from tiering.errors import TierstoreError
+from tiering.identity.store import Identities
 from tiering.objects import ObjectService
 from tiering.reads.plan import Location
 
@@ -104,9 +111,12 @@ class LookupServer:
     pipelines many, and a pool handoff each would cost the writer more than
     the index reads themselves."""
 
-    def __init__(self, service: ObjectService, metrics: Metrics) -> None:
+    def __init__(self, service: ObjectService, metrics: Metrics, identities: Identities | None = None) -> None:
         self._service = service
         self._metrics = metrics
+        self._identities = identities
+        if identities is not None:
+            identities.subscribe(self._push_identities)
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[_Connection] = set()
         self.ready = 0  # workers that said they listen, since the start
@@ -121,6 +131,14 @@ class LookupServer:
         """GETs a worker answered from lookups it kept."""
         self._service.observe_reads(reads)
         self._metrics.worker_reads(0, len(reads))
+
+    def _push_identities(self, document: bytes) -> None:
+        for connection in list(self._connections):
+            connection.push_identities(document)
+
+    def identities(self) -> bytes | None:
+        """The identities document a new connection is sent first (None: none kept here)."""
+        return self._identities.raw if self._identities is not None else None
 
     def worker_ready(self) -> None:
         self.ready += 1
@@ -169,6 +187,13 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self._server._connections.add(self)  # noqa: SLF001
+        document = self._server.identities()
+        if document is not None:
+            self.push_identities(document)
+
+    def push_identities(self, document: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(_frame(["identities", document]))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server._connections.discard(self)  # noqa: SLF001
@@ -210,8 +235,9 @@ class _Connection(asyncio.Protocol):
 class LookupClient:
     """The worker's side: one connection to the writer, requests pipelined."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, on_identities: Callable[[bytes], None] | None = None) -> None:
         self._path = path
+        self._on_identities = on_identities  # called with each identities document the writer pushes
         self._ids = itertools.count()
         self._waiting: dict[int, asyncio.Future[list[Any]]] = {}
         self._writer: asyncio.StreamWriter | None = None
@@ -235,6 +261,10 @@ class LookupClient:
             frames = _Frames()
             while data := await reader.read(_READ_SIZE):
                 for answer in frames.feed(data):
+                    if answer[0] == "identities":
+                        if self._on_identities is not None:
+                            self._on_identities(answer[1])
+                        continue
                     future = self._waiting.pop(answer[0], None)
                     if future is not None and not future.done():
                         future.set_result(answer)

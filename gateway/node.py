@@ -7,15 +7,24 @@ one.
 
 from __future__ import annotations
 
+import logging
+
+from gateway.access import Access
 from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context
 from gateway.listener import StartupError
 from gateway.metrics import Metrics
 from gateway.storage import open_node
+from tiering import pool
 from tiering.errors import CapacityError
+from tiering.identity.errors import SecretsKeyMismatch
+from tiering.identity.sealing import Sealer, load_key, loose_permissions
+from tiering.identity.store import Identities
 from tiering.maintenance.tiers import ForeignSegments
 from tiering.node import Node as Tiering
+
+log = logging.getLogger("tierstore.node")
 
 
 class Node:
@@ -35,6 +44,8 @@ class Node:
         self.access_log = AccessLog(config.access_log)
         self.tiering: Tiering | None = None
         self.context: Context | None = None
+        # Users, keys and policies (tiering/identity), in the capacity store.
+        self.identities: Identities | None = None
         # With read workers, nothing answers on the S3 port until they
         # listen (gateway/server.py says when).
         self._workers_listening = config.workers <= 1
@@ -58,16 +69,45 @@ class Node:
             # Not serving is the safe answer; say why in one line.
             await tiering.close()
             raise StartupError(str(exc)) from exc
-        self.tiering = tiering
-        self.context = Context(self.config, tiering.objects)
+        try:
+            identities = await self._identities(tiering)
+        except BaseException:
+            await tiering.close()
+            raise
+        self.tiering, self.identities = tiering, identities
+        access = Access(self.config.credentials, lambda: identities.directory)
+        self.context = Context(self.config, tiering.objects, access, identities)
         epochs = tiering.epochs
         self.metrics.unmatched_reads = lambda: epochs.unmatched_reads
+
+    async def _identities(self, tiering: Tiering) -> Identities:
+        """The identities document of the capacity store, read, and followed
+        every follow interval when other nodes may change it."""
+        path = self.config.secrets_key_path
+        try:
+            key = await pool.run(load_key, path)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from exc
+        if await pool.run(loose_permissions, path):
+            log.warning("the secrets key file %s may be read by others than its owner: chmod 600 it", path)
+        interval = self.config.follow_interval if self.config.node_id is not None else None
+        identities = Identities(tiering.tiers.capacity, Sealer(key), interval)
+        try:
+            await identities.start()
+        except SecretsKeyMismatch as exc:
+            raise StartupError(f"{exc} (this node's: {path})") from exc
+        except (CapacityError, ValueError) as exc:
+            raise StartupError(f"cannot read the identities document from the capacity store: {exc}") from exc
+        return identities
 
     async def stop(self) -> None:
         """Close the object service."""
         # Dropped first: while the service closes, the S3 app and the admin
         # API answer 503 rather than reach into an index being closed.
         self.context = None
+        identities, self.identities = self.identities, None
+        if identities is not None:
+            await identities.stop()
         tiering, self.tiering = self.tiering, None
         if tiering is not None:
             await tiering.close()

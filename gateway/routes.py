@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from gateway.context import Context
 from gateway.errors import S3Error
-from gateway.handlers import batch, buckets, listing, multipart, objects, tagging
+from gateway.handlers import batch, buckets, listing, multipart, objects, permissions, tagging
 from gateway.http import Response, S3Request
 
 Handler = Callable[[Context, S3Request], Awaitable[Response]]
@@ -49,8 +49,11 @@ TABLE: dict[tuple[str, str, str | None], Route] = {
     ("bucket", "GET", "versioning"): Route("GetBucketVersioning", buckets.get_versioning),
     ("bucket", "PUT", "versioning"): Route("PutBucketVersioning", buckets.put_versioning),
     ("bucket", "GET", "versions"): Route("ListObjectVersions", listing.list_versions),
-    ("bucket", "GET", "acl"): Route("GetBucketAcl", buckets.get_acl),
-    ("bucket", "PUT", "acl"): Route("PutBucketAcl", buckets.put_acl),
+    ("bucket", "GET", "acl"): Route("GetBucketAcl", permissions.get_acl),
+    ("bucket", "PUT", "acl"): Route("PutBucketAcl", permissions.put_acl),
+    ("bucket", "GET", "policy"): Route("GetBucketPolicy", permissions.get_policy),
+    ("bucket", "PUT", "policy"): Route("PutBucketPolicy", permissions.put_policy),
+    ("bucket", "DELETE", "policy"): Route("DeleteBucketPolicy", permissions.delete_policy),
     ("bucket", "GET", "uploads"): Route("ListMultipartUploads", multipart.list_uploads),
     ("bucket", "POST", "delete"): Route("DeleteObjects", objects.delete_objects),
     ("object", "GET", None): Route("GetObject", objects.get_object),
@@ -59,8 +62,8 @@ TABLE: dict[tuple[str, str, str | None], Route] = {
     ("object", "HEAD", "partNumber"): Route("HeadObject", objects.head_object),
     ("object", "PUT", None): Route("PutObject", objects.put_object),
     ("object", "DELETE", None): Route("DeleteObject", objects.delete_object),
-    ("object", "GET", "acl"): Route("GetObjectAcl", buckets.get_acl),
-    ("object", "PUT", "acl"): Route("PutObjectAcl", buckets.put_acl),
+    ("object", "GET", "acl"): Route("GetObjectAcl", permissions.get_acl),
+    ("object", "PUT", "acl"): Route("PutObjectAcl", permissions.put_acl),
     ("object", "GET", "tagging"): Route("GetObjectTagging", tagging.get_tagging),
     ("object", "PUT", "tagging"): Route("PutObjectTagging", tagging.put_tagging),
     ("object", "DELETE", "tagging"): Route("DeleteObjectTagging", tagging.delete_tagging),

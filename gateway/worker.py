@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
 import sys
@@ -42,7 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gateway import listener, process, routes
+from gateway import listener, process, routes, sigv4
+from gateway.access import Access
 from gateway.accesslog import AccessLog
 from gateway.app import S3App
 from gateway.config import Config, tier_settings
@@ -59,6 +61,9 @@ from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
 from tiering.hot.open_files import read_files_now
 from tiering.hot.tier import HotTier
+from tiering.identity.directory import EMPTY, Directory
+from tiering.identity.sealing import Sealer, load_key
+from tiering.identity.state import State
 from tiering.index.generations import Generations, slot_of
 from tiering.meta import ObjectMeta, now_ms
 from tiering.model.names import check_key
@@ -73,6 +78,8 @@ from tiering.reads.plan import (
     plan,
 )
 from tiering.reads.readahead import stream
+
+log = logging.getLogger("tierstore.workers")
 
 # Seconds between two reports of the requests served here to the writer.
 REPORT_EVERY = 1.0
@@ -385,6 +392,17 @@ class _Relayed:
         self.rows.append(row)
 
 
+def _directory(document: bytes, sealer: Sealer) -> Directory:
+    """The snapshot of an identities document the writer pushed."""
+    return Directory(State.decode(document) if document else State(), sealer)
+
+
+# Refusals a worker leaves to the writer: a key it does not know yet (the
+# writer pushes every change at once, but may not have yet) and AccessDenied,
+# which the writer answers, logs and counts under the caller's name.
+_PASSED_REFUSALS = frozenset({"InvalidAccessKeyId", "AccessDenied"})
+
+
 class WorkerApp(S3App):
     """The S3 app of a read worker: GetObject and HeadObject of hot objects
     here, everything else passed to the writer."""
@@ -399,20 +417,62 @@ class WorkerApp(S3App):
         super().__init__(setup.config, self, self._relayed, AccessLog(setup.config.access_log))
         self._setup = setup
         self._generations: Generations | None = None
-        self._lookups = LookupClient(setup.lookup_socket)
+        self._lookups = LookupClient(setup.lookup_socket, self._identities_pushed)
+        # Users, keys and policies as the writer last pushed them.
+        self._sealer: Sealer | None = None
+        self._directory: Directory = EMPTY
+        self._document: bytes | None = None  # the latest pushed, not yet made a snapshot
+        self._building: asyncio.Future[None] | None = None
         self._forwarder = Forwarder(setup.writer_socket)
         self._reporting: asyncio.Task[None] | None = None
 
     async def startup(self) -> None:
+        # The writer made the key file before it started any worker.
+        self._sealer = Sealer(await pool.run(load_key, self.config.secrets_key_path))
         await self._lookups.start()
         await self._forwarder.start()
         self._generations = Generations(Path(self._setup.generations))
         objects = RemoteObjects(self._lookups, self._generations, tier_settings(self.config).record_cache)
-        self.context = Context(self.config, objects)  # type: ignore[arg-type]
+        access = Access(self.config.credentials, lambda: self._directory)
+        self.context = Context(self.config, objects, access)  # type: ignore[arg-type]
+
+    def _identities_pushed(self, document: bytes) -> None:
+        self._document = document
+        if self._building is None or self._building.done():
+            self._building = asyncio.ensure_future(self._build())
+
+    async def _build(self) -> None:
+        """Snapshots of the pushed documents, in the pool, the latest last."""
+        while self._document is not None and self._sealer is not None:
+            document, self._document = self._document, None
+            try:
+                self._directory = await pool.run(_directory, document, self._sealer)
+            except ValueError as exc:  # the writer serves nothing it cannot read: never
+                log.error("read worker: identities document not usable: %s", exc)
+
+    def _authenticate(self, access: Access, req: S3Request, virtual_host: bool) -> sigv4.AuthContext:
+        try:
+            return super()._authenticate(access, req, virtual_host)
+        except S3Error as exc:
+            if exc.code in _PASSED_REFUSALS:
+                raise Elsewhere() from None
+            raise
+
+    def _authorize(self, access: Access, req: S3Request, op: str) -> None:
+        try:
+            super()._authorize(access, req, op)
+        except S3Error as exc:
+            if exc.code in _PASSED_REFUSALS:
+                raise Elsewhere() from None
+            raise
         self._reporting = asyncio.create_task(self._report(), name="served-request reports")
 
     async def shutdown(self) -> None:
         self.context = None
+        if self._building is not None:
+            self._building.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._building
         if self._reporting is not None:
             self._reporting.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -27,6 +27,7 @@ from gateway.listener import StartupError
 from gateway.lookup import LookupServer
 from gateway.metrics import Metrics
 from gateway.worker import WorkerSetup
+from tiering.identity.store import Identities
 from tiering.objects import ObjectService
 
 log = logging.getLogger("tierstore.workers")
@@ -112,11 +113,12 @@ class WorkerPool:
 
 @contextlib.asynccontextmanager
 async def read_workers(
-    setup: WorkerSetup, service: ObjectService, metrics: Metrics, count: int
+    setup: WorkerSetup, service: ObjectService, metrics: Metrics, count: int, identities: Identities | None = None
 ) -> AsyncIterator[WorkerPool]:
     """Answer lookups on ``setup.lookup_socket`` (and count the requests the
-    workers report in ``metrics``), and run ``count`` workers."""
-    lookups = LookupServer(service, metrics)
+    workers report in ``metrics``; push them ``identities`` as it changes),
+    and run ``count`` workers."""
+    lookups = LookupServer(service, metrics, identities)
     await lookups.start(setup.lookup_socket)
     pool = WorkerPool(setup, count, lookups)
     try:

@@ -128,13 +128,43 @@ def versioning(status: str | None) -> bytes:
     return _doc("VersioningConfiguration", _el("Status", status) if status else "")
 
 
-def acl(owner: Owner) -> bytes:
+ALL_USERS = "http://acs.amazonaws.com/groups/global/AllUsers"
+
+
+def acl(owner: Owner, public: bool = False) -> bytes:
+    """An ACL: the owner's FULL_CONTROL, and with ``public`` (the canned
+    public-read) the AllUsers group's READ."""
     grant = (
         '<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="CanonicalUser">'
         f"{_el('ID', owner.id)}{_el('DisplayName', owner.display_name)}</Grantee>"
         "<Permission>FULL_CONTROL</Permission></Grant>"
     )
+    if public:
+        grant += ('<Grant><Grantee xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xsi:type="Group">'
+                  f"{_el('URI', ALL_USERS)}</Grantee><Permission>READ</Permission></Grant>")
     return _doc("AccessControlPolicy", f"{owner.xml()}<AccessControlList>{grant}</AccessControlList>")
+
+
+def parse_acl(body: bytes) -> list[tuple[str, str]]:
+    """PutBucketAcl's and PutObjectAcl's AccessControlPolicy: its grants as
+    (grantee, permission); the grantee is a group's URI, ``id:<canonical
+    id>`` or ``email:<address>``."""
+    root = _parse(body, 100)
+    lists = _children(root, "AccessControlList")
+    if _local(root.tag) != "AccessControlPolicy" or len(lists) != 1:
+        raise S3Error("MalformedACLError", "The XML you provided was not well-formed or did not validate "
+                      "against our published schema")
+    grants = []
+    for grant in _children(lists[0], "Grant"):
+        grantees, permission = _children(grant, "Grantee"), _text(grant, "Permission")
+        if len(grantees) != 1 or permission is None:
+            raise S3Error("MalformedACLError", "The XML you provided was not well-formed or did not validate "
+                          "against our published schema")
+        uri, ident, email = (_text(grantees[0], name) for name in ("URI", "ID", "EmailAddress"))
+        who = uri.strip() if uri is not None else f"id:{ident.strip()}" if ident is not None else \
+            f"email:{(email or '').strip()}"
+        grants.append((who, permission.strip()))
+    return grants
 
 
 # -- listings ----------------------------------------------------------------

@@ -8,6 +8,7 @@ from typing import Protocol
 from gateway.admin.errors import AdminError
 from gateway.config import Config
 from gateway.metrics import Metrics
+from tiering.identity.store import Identities
 from tiering.node import Node
 
 
@@ -22,6 +23,10 @@ class NodeStatus(Protocol):
 
     @property
     def metrics(self) -> Metrics: ...
+
+    @property
+    def identities(self) -> Identities | None:
+        """Users, keys and policies (None while the gateway starts or stops)."""
 
 
 @dataclass(frozen=True, slots=True)

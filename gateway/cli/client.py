@@ -129,6 +129,54 @@ class AdminClient:
     def unmount(self, name: str) -> None:
         self._call("DELETE", f"/mounts/{quote(name, safe='')}")
 
+    # -- users and policies --------------------------------------------------
+
+    def users(self) -> JSON:
+        return self._call("GET", "/users")
+
+    def user(self, name: str) -> JSON:
+        return self._call("GET", f"/users/{quote(name, safe='')}")
+
+    def create_user(self, name: str, policies: list[str], key: bool) -> JSON:
+        return self._call("POST", "/users", json={"name": name, "policies": policies, "key": key})
+
+    def update_user(self, name: str, change: JSON) -> JSON:
+        return self._call("PATCH", f"/users/{quote(name, safe='')}", json=change)
+
+    def delete_user(self, name: str) -> None:
+        self._call("DELETE", f"/users/{quote(name, safe='')}")
+
+    def attach(self, name: str, policy: str) -> JSON:
+        return self._call("PUT", f"/users/{quote(name, safe='')}/policies/{quote(policy, safe='')}")
+
+    def detach(self, name: str, policy: str) -> JSON:
+        return self._call("DELETE", f"/users/{quote(name, safe='')}/policies/{quote(policy, safe='')}")
+
+    def add_key(self, name: str) -> JSON:
+        return self._call("POST", f"/users/{quote(name, safe='')}/keys")
+
+    def rotate_key(self, name: str, access_key: str) -> JSON:
+        return self._call("POST", f"/users/{quote(name, safe='')}/keys/{quote(access_key, safe='')}/rotate")
+
+    def set_key(self, name: str, access_key: str, enabled: bool) -> JSON:
+        return self._call("PATCH", f"/users/{quote(name, safe='')}/keys/{quote(access_key, safe='')}",
+                          json={"enabled": enabled})
+
+    def revoke_key(self, name: str, access_key: str) -> None:
+        self._call("DELETE", f"/users/{quote(name, safe='')}/keys/{quote(access_key, safe='')}")
+
+    def policies(self) -> JSON:
+        return self._call("GET", "/policies")
+
+    def policy(self, name: str) -> JSON:
+        return self._call("GET", f"/policies/{quote(name, safe='')}")
+
+    def put_policy(self, name: str, document: JSON) -> JSON:
+        return self._call("PUT", f"/policies/{quote(name, safe='')}", json=document)
+
+    def delete_policy(self, name: str) -> None:
+        self._call("DELETE", f"/policies/{quote(name, safe='')}")
+
     # -- jobs ----------------------------------------------------------------
 
     def flush(self) -> JSON:

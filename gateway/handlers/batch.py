@@ -34,6 +34,7 @@ from tiering.batch.hot import HotBatch
 from tiering.batch.member import Member
 from tiering.batch.reads import MAX_KEYS
 from tiering.cluster.peers import PEER_HEADER
+from tiering.errors import AccessDenied
 from tiering.files import unfilled
 from tiering.memo import ByIdentity
 from tiering.meta import ObjectMeta
@@ -148,11 +149,33 @@ async def get_batch(ctx: Context, req: S3Request) -> Response:
     return await _answer(ctx, req, keys, fail)
 
 
+def _refused(req: S3Request, keys: list[str]) -> set[int]:
+    """The members the caller may not read (``s3:GetObject`` on each, as a
+    GET of it would ask, gateway/access.py); AccessDenied when that is all
+    of them, or any of them with ``on_error=fail``."""
+    caller = req.caller
+    if caller is None or caller.principal.kind == "root":
+        return set()
+    bucket = req.bucket
+    refused = {i for i, key in enumerate(keys) if not caller.allows("s3:GetObject", bucket, key, keep=False)}
+    return refused
+
+
 async def _answer(ctx: Context, req: S3Request, keys: list[str], fail: bool,
                   etags: list[str] | None = None) -> Response:
     tally = BatchTally()
     peer = req.headers.get(PEER_HEADER)  # another gateway gathering what this one keeps
     req.tally = tally  # read by the app once the stream is out: metrics, access log
+    refused = _refused(req, keys)
+    if refused:
+        if fail or len(refused) == len(keys):
+            raise S3Error("AccessDenied", "Access Denied")
+        # Rare (a batch across what a caller may read): the others are read
+        # and sent member by member, the refused ones as error members.
+        allowed = [key for i, key in enumerate(keys) if i not in refused]
+        kept = None if etags is None else [etag for i, etag in enumerate(etags) if i not in refused]
+        found = await ctx.service.batch(req.bucket, allowed, fail, tally, kept, peer)
+        return Response(body=_stream(_with_refused(found, keys, refused), fail, tally), content_type=CONTENT_TYPE)
     members = await ctx.service.batch(req.bucket, keys, fail, tally, etags, peer)
     if isinstance(members, HotBatch):
         try:
@@ -163,6 +186,43 @@ async def _answer(ctx: Context, req: S3Request, keys: list[str], fail: bool,
         return Response(headers=[("content-length", str(layout.size))], body=_sized(members, layout, tally),
                         content_type=CONTENT_TYPE)
     return Response(body=_stream(members, fail, tally), content_type=CONTENT_TYPE)
+
+
+async def _with_refused(found: HotBatch | AsyncIterator[Member], keys: list[str],
+                        refused: set[int]) -> AsyncIterator[Member]:
+    """The members of ``keys`` in order: AccessDenied ones at the positions
+    refused, the others from ``found`` (the batch of the keys allowed)."""
+    members = _one_by_one(found)
+    try:
+        for i, key in enumerate(keys):
+            if i in refused:
+                yield Member(key, error=AccessDenied("Access Denied"))
+            else:
+                yield await anext(members)
+    finally:
+        await members.aclose()
+
+
+async def _one_by_one(found: HotBatch | AsyncIterator[Member]) -> AsyncIterator[Member]:
+    """Members as they are read; a hot batch's bodies read one at a time."""
+    if not isinstance(found, HotBatch):
+        try:
+            async for member in found:
+                yield member
+        finally:
+            await found.aclose()  # type: ignore[attr-defined]
+        return
+    try:
+        for i, member in enumerate(found.members):
+            if member.error is not None or member.meta is None:
+                await found.read(i, [None])
+                yield member
+                continue
+            buffer = bytearray(member.meta.size)
+            await found.read(i, [memoryview(buffer)])
+            yield Member(member.key, member.meta, bytes(buffer))
+    finally:
+        found.close()
 
 
 @dataclass(slots=True)

@@ -1,10 +1,12 @@
-"""Bucket operations: create, delete, head, location, list, ACL, versioning."""
+"""Bucket operations: create, delete, head, location, list, versioning
+(ACLs and policies: ``gateway/handlers/permissions.py``)."""
 
 from __future__ import annotations
 
 from gateway import body, xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
+from gateway.handlers import permissions
 from gateway.http import Response, S3Request
 from tiering.errors import BucketAlreadyOwnedByYou
 
@@ -23,6 +25,7 @@ async def create_bucket(ctx: Context, req: S3Request) -> Response:
     xml.parse_location_constraint(await body.read_small(req, MAX_XML_BODY))
     if req.headers.get("x-amz-bucket-object-lock-enabled", "").strip().lower() == "true":
         raise S3Error("NotImplemented", "Object lock is not implemented by this gateway")
+    acl = permissions.canned(req)
     try:
         await ctx.service.create_bucket(req.bucket)
     except BucketAlreadyOwnedByYou:
@@ -31,11 +34,14 @@ async def create_bucket(ctx: Context, req: S3Request) -> Response:
         # keeps the bucket as it is; every other region answers 409.
         if ctx.config.region != "us-east-1":
             raise
+        return Response(headers=[("location", f"/{req.bucket}")])
+    await permissions.bucket_created(ctx, req, acl)
     return Response(headers=[("location", f"/{req.bucket}")])
 
 
 async def delete_bucket(ctx: Context, req: S3Request) -> Response:
     await ctx.service.delete_bucket(req.bucket)
+    await permissions.bucket_deleted(ctx, req.bucket)
     return Response(status=204)
 
 
@@ -64,23 +70,4 @@ async def put_versioning(ctx: Context, req: S3Request) -> Response:
     if mfa:
         raise S3Error("NotImplemented", "MFA delete is not supported by this gateway: it has no MFA devices")
     await ctx.service.set_versioning(req.bucket, status)
-    return Response()
-
-
-async def get_acl(ctx: Context, req: S3Request) -> Response:
-    """Every bucket and object is private to its owner; tools still ask."""
-    if req.key:
-        await ctx.service.head(req.bucket, req.key)
-    else:
-        await ctx.service.bucket(req.bucket)
-    return Response(body=xml.acl(owner_of(req)), content_type=XML)
-
-
-async def put_acl(ctx: Context, req: S3Request) -> Response:
-    """Accepted and ignored: access is decided by the gateway's key pairs."""
-    await body.read_small(req, MAX_XML_BODY)
-    if req.key:
-        await ctx.service.head(req.bucket, req.key)
-    else:
-        await ctx.service.bucket(req.bucket)
     return Response()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway import body, headers, xml
 from gateway.context import Context, owner_of
 from gateway.errors import S3Error
+from gateway.handlers import permissions
 from gateway.handlers.listing import MAX_INT32, encoding_type, max_keys
 from gateway.handlers.objects import copy_source, version_header, write_conditions
 from gateway.http import Response, S3Request
@@ -34,10 +35,13 @@ async def create_upload(ctx: Context, req: S3Request) -> Response:
         if algorithm not in checksums.ALGORITHMS:
             raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported")
     checksum_type = req.headers.get("x-amz-checksum-type")
+    acl = permissions.for_write(ctx, req)
     upload = await ctx.service.create_upload(
         req.bucket, req.key, headers.new_object(req.headers), algorithm,
         checksum_type.strip().upper() if checksum_type else None,
     )
+    if acl == "public-read":  # the key's ACL from now on (docs/users-and-policies.md)
+        await permissions.object_written(ctx, req.bucket, req.key, acl)
     out = [headers.SSE]
     if upload.checksum_algorithm:
         out += [("x-amz-checksum-algorithm", upload.checksum_algorithm),

@@ -7,6 +7,7 @@ from urllib.parse import parse_qs, unquote_to_bytes
 from gateway import body, headers, xml
 from gateway.context import Context
 from gateway.errors import S3Error, to_s3_error
+from gateway.handlers import permissions
 from gateway.http import Response, S3Request
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import PreconditionFailed, TierstoreError
@@ -120,8 +121,10 @@ async def put_object(ctx: Context, req: S3Request) -> Response:
         return await copy_object(ctx, req)
     new = headers.new_object(req.headers)
     conditions = write_conditions(req)
+    acl = permissions.for_write(ctx, req)
     stream, integrity = body.prepare(req)
     meta = await ctx.service.put(req.bucket, req.key, stream, new, integrity, conditions)
+    await permissions.object_written(ctx, req.bucket, req.key, acl)
     out = [("etag", meta.quoted_etag), headers.SSE] + _checksum_headers(meta) + version_header(meta)
     return Response(headers=out)
 
@@ -167,6 +170,7 @@ def _directive(req: S3Request, name: str) -> str:
 async def copy_object(ctx: Context, req: S3Request) -> Response:
     headers.check_write(req.headers)
     conditions = write_conditions(req)
+    acl = permissions.for_write(ctx, req)  # an ACL is never copied: the one asked for, else private
     source = await copy_source(ctx, req)
     replace_meta = _directive(req, "x-amz-metadata-directive") == "REPLACE"
     new = headers.new_object(req.headers) if replace_meta else copied_meta(source)
@@ -198,6 +202,7 @@ async def copy_object(ctx: Context, req: S3Request) -> Response:
     else:
         meta = await ctx.service.copy(source, req.bucket, req.key, new, algorithm.upper() if algorithm else None,
                                       conditions)
+    await permissions.object_written(ctx, req.bucket, req.key, acl)
     out = [headers.SSE] + version_header(meta)
     if source.version is not None:
         out.append(("x-amz-copy-source-version-id", source.version))
@@ -209,6 +214,8 @@ async def delete_object(ctx: Context, req: S3Request) -> Response:
     match = req.headers.get("if-match")
     conditions = WriteConditions(if_match=match.strip()) if match is not None else None
     deletion = await ctx.service.delete(req.bucket, req.key, conditions, version)
+    if version is None and not deletion.marker:
+        await permissions.object_deleted(ctx, req.bucket, req.key)
     out = []
     if deletion.version is not None:
         out.append(("x-amz-version-id", deletion.version))
@@ -223,10 +230,18 @@ async def delete_objects(ctx: Context, req: S3Request) -> Response:
     await ctx.service.bucket(req.bucket)
     outcomes: list[xml.DeleteOutcome | None] = []
     batch: list[tuple[str, str | None]] = []  # deleted together, in one call
+    caller = req.caller
+    refused = 0
     for key, version, etag in targets:
         try:
             check_key(key)
             version = parse_version(version) if version is not None else None
+            # Each key is authorised on its own (gateway/access.py), as S3 does.
+            if caller is not None and not caller.allows(
+                    "s3:DeleteObjectVersion" if version is not None else "s3:DeleteObject", req.bucket, key,
+                    keep=False):
+                refused += 1
+                raise S3Error("AccessDenied", "Access Denied")
             if etag is not None:  # a conditional delete of its own (If-Match)
                 outcomes.append(_outcome(key, version, await ctx.service.delete(
                     req.bucket, key, WriteConditions(if_match=etag), version)))
@@ -236,11 +251,15 @@ async def delete_objects(ctx: Context, req: S3Request) -> Response:
         except (TierstoreError, S3Error) as exc:
             err = to_s3_error(exc)
             outcomes.append(xml.DeleteOutcome(key, version, err.code, err.message))
+    if targets and refused == len(targets):
+        raise S3Error("AccessDenied", "Access Denied")  # none of it: the request is refused whole
     # In a bucket never versioned, one synced index batch for the whole
     # request instead of one per key.
     done = iter(await ctx.service.delete_many(req.bucket, batch))
     pending = iter(batch)
     answered = [o if o is not None else _outcome(*next(pending), next(done)) for o in outcomes]
+    await permissions.objects_deleted(ctx, req.bucket, [a.key for a in answered
+                                                        if a.code is None and not a.marker and a.version_id is None])
     return Response(body=xml.delete_result(answered, quiet), content_type=XML)
 
 

@@ -59,10 +59,12 @@ class RawReader:
     are written and read back on a 2-CPU machine. The gateway verifies every
     signature (and the payload hash), so a signing mistake shows as a 403."""
 
-    def __init__(self, gw: Gateway, region: str = "us-east-1") -> None:
+    def __init__(self, gw: Gateway, region: str = "us-east-1", access_key: str = ACCESS_KEY,
+                 secret_key: str = SECRET_KEY) -> None:
         self.host = f"127.0.0.1:{gw.port}"
         self.port = gw.port
         self.region = region
+        self.access_key, self.secret_key = access_key, secret_key
         self._local = threading.local()
         self._keys: dict[str, bytes] = {}
 
@@ -75,7 +77,7 @@ class RawReader:
     def _signing_key(self, date: str) -> bytes:
         key = self._keys.get(date)
         if key is None:
-            key = ("AWS4" + SECRET_KEY).encode()
+            key = ("AWS4" + self.secret_key).encode()
             for part in (date, self.region, "s3", "aws4_request"):
                 key = hmac.new(key, part.encode(), hashlib.sha256).digest()
             self._keys[date] = key
@@ -126,7 +128,7 @@ class RawReader:
             "Host": self.host,
             "x-amz-date": amz_date,
             "x-amz-content-sha256": payload,
-            "Authorization": f"AWS4-HMAC-SHA256 Credential={ACCESS_KEY}/{scope}, "
+            "Authorization": f"AWS4-HMAC-SHA256 Credential={self.access_key}/{scope}, "
             f"SignedHeaders={signed}, Signature={signature}",
         }
         if method == "PUT":

@@ -573,11 +573,11 @@ def test_list_real_continuation_token_still_works(s3r: RecordingClient, bucket: 
     "method, path",
     [
         ("GET", "/{b}?tagging"),
-        ("GET", "/{b}?policy"),
+        ("GET", "/{b}?policyStatus"),  # ?policy itself is served (gateway/handlers/permissions.py)
         ("GET", "/{b}?lifecycle"),
         ("GET", "/{b}?cors"),
         ("PUT", "/{b}?tagging"),
-        ("DELETE", "/{b}?policy"),
+        ("DELETE", "/{b}?website"),
         ("DELETE", "/{b}?versioning"),
         ("DELETE", "/{b}?tagging"),
     ],

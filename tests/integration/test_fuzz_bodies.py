@@ -11,12 +11,15 @@ Routes: on the S3 port CreateBucket, DeleteObjects (on a plain and on a
 versioned bucket), CompleteMultipartUpload (a new upload per example, with
 and without a CRC32 checksum, so that a body can complete it),
 PutObjectTagging, PutBucketVersioning, PutBucketAcl, PutObjectAcl, GetBatch
-(JSON), and body-taking operations the gateway does not implement
-(PutBucketTagging, PutBucketLifecycleConfiguration, RestoreObject,
-PutBucketPolicy); on the admin port every route whose OpenAPI schema has a
+(JSON), PutBucketPolicy, and body-taking operations the gateway does not
+implement (PutBucketTagging, PutBucketLifecycleConfiguration,
+RestoreObject); on the admin port every route whose OpenAPI schema has a
 request body (POST /buckets, PATCH /buckets/{name}, POST /mounts, POST
-/jobs/warm|pin|evict|compact, POST /epochs) and POST /jobs/flush, which
-takes none. S3 bodies are sent signed (SHA-256 of the body, or
+/jobs/warm|pin|evict|compact, POST /epochs, POST /users, PATCH
+/users/{name}, PUT /policies/{name}) and POST /jobs/flush, which takes
+none. Policy documents (PutBucketPolicy, PUT /policies/{name}) are also
+drawn statement by statement (``test_policy_documents``): taken, or
+MalformedPolicy, never a 500. S3 bodies are sent signed (SHA-256 of the body, or
 UNSIGNED-PAYLOAD), some with Content-MD5 or x-amz-checksum-crc32.
 
 Bodies: JSON (the admin API, GetBatch) and XML (the S3 bodies), each built
@@ -92,6 +95,7 @@ S3_BUCKET = "fuzz-s3"  # holds the tagged object and the multipart upload
 VERSIONED = "fuzz-ver"  # PutBucketVersioning's
 CREATED = "fuzz-create"  # CreateBucket's (re-created: 200 in us-east-1)
 ADMIN_BUCKET = "fuzz-admin"  # what the admin bodies name
+FUZZ_USER = "fz-user"  # the user PATCH /users/{name} changes
 OBJECT = "tagged"
 UPLOAD_KEY = "mpu"
 CLOSED = "http://127.0.0.1:1"  # a mount source that never answers (a privileged port nothing listens on)
@@ -154,6 +158,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
             assert s3.signed("PUT", f"/{VERSIONED}/{key}", body=b"v1").status_code == 200
             assert s3.signed("DELETE", f"/{VERSIONED}/{key}").status_code == 204
         made = admin.post("/buckets", json={"name": ADMIN_BUCKET})
+        assert made.status_code == 201, made.text
+        made = admin.post("/users", json={"name": FUZZ_USER, "key": False})
         assert made.status_code == 201, made.text
         yield World(gw, s3, admin)
     finally:
@@ -559,9 +565,10 @@ S3_ROUTES = {
                                                       ("Expiration", [("Days", "1")])])])), md5=True),
     "RestoreObject": S3Route("POST", lambda w: f"/{S3_BUCKET}/{OBJECT}?restore", xml_bodies(
         lambda: ("RestoreRequest", [("Days", "1")]))),
+    # A valid policy of the bucket, its top-level fields damaged; the
+    # statements themselves are drawn by test_policy_documents below.
     "PutBucketPolicy": S3Route("PUT", lambda w: f"/{S3_BUCKET}?policy", json_bodies(
-        lambda _: {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*"}]},
-        ("Version", "Statement"))),
+        lambda _: _policy_template(S3_BUCKET), ("Version", "Statement", "Id"))),
     "GetBatch": S3Route("POST", lambda w: f"/{S3_BUCKET}?batch", json_bodies(
         lambda _: {"keys": [OBJECT, "missing", "a/b"], "on_error": "skip"}, ("keys", "on_error"))),
 }
@@ -600,6 +607,18 @@ class AdminRoute:
     fields: tuple[str, ...]
 
 
+def _policy_template(bucket: str | None) -> dict:
+    """A valid policy document: a bucket's (with a Principal) or a user's."""
+    statement: dict[str, Any] = {
+        "Sid": "read", "Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{bucket or ADMIN_BUCKET}", f"arn:aws:s3:::{bucket or ADMIN_BUCKET}/*"],
+        "Condition": {"StringLike": {"s3:prefix": ["team/*"]}},
+    }
+    if bucket is not None:
+        statement["Principal"] = "*"
+    return {"Version": "2012-10-17", "Id": "p", "Statement": [statement]}
+
+
 def _mount(n: str) -> dict:
     return {"name": f"fz-m-{n}", "source": "s3://src/prefix", "endpoint": CLOSED,
             "access_key": "ak", "secret_key": "sk", "freshness": 60.0}
@@ -627,6 +646,12 @@ ADMIN_ROUTES = {
     "POST /epochs": AdminRoute("POST", "/epochs", lambda _: {"bucket": ADMIN_BUCKET, "keys": ["a", "b"]}, (
         "bucket", "keys", "patterns", "urls", "prefix", "seed", "readers", "lookahead_bytes",
         "lookahead_objects", "idle_timeout")),
+    "POST /users": AdminRoute("POST", "/users", lambda n: {"name": f"fz-u-{n}", "policies": ["read-only"],
+                                                           "key": False}, ("name", "policies", "key")),
+    "PATCH /users/{name}": AdminRoute("PATCH", f"/users/{FUZZ_USER}", lambda _: {
+        "enabled": True, "policies": [f"read-write:{ADMIN_BUCKET}"]}, ("enabled", "policies")),
+    "PUT /policies/{name}": AdminRoute("PUT", "/policies/fz-policy", lambda _: _policy_template(None),
+                                       ("Version", "Statement", "Id")),
 }
 
 
@@ -660,6 +685,61 @@ def test_admin_bodies(world: World, name: str, data: st.DataObject) -> None:
     resp = world.admin.request(route.method, route.path, content=body,
                                headers={"Content-Type": "application/json"})
     check_admin(route.method, route.path, body, resp)
+
+
+# -- policy documents ----------------------------------------------------------------
+
+# Statements put together from IAM's words and hostile values, so that the
+# evaluator's parser meets near-misses (a known field holding the wrong
+# type, an operator it lacks, a resource of another bucket), not only noise.
+POLICY_WORDS = st.sampled_from([
+    "*", "s3:*", "s3:GetObject", "S3:getobject", "s3:Get*", "ec2:RunInstances", "s3:", "",
+    "arn:aws:s3:::", "arn:aws:s3:::*", f"arn:aws:s3:::{S3_BUCKET}", f"arn:aws:s3:::{S3_BUCKET}/*",
+    f"arn:aws:s3:::{ADMIN_BUCKET}/a*b?c", "arn:aws:s3:::other/*", "arn:aws:iam::1:user/x", "arn:aws:iam::1:root",
+    "Allow", "Deny", "allow", "2012-10-17", "2008-10-17", "true", "false", "[", "\ud800",
+])
+POLICY_VALUES = st.recursive(
+    st.one_of(POLICY_WORDS, TEXT, st.integers(), st.booleans(), st.none(), st.floats(allow_nan=False)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.one_of(POLICY_WORDS, TEXT), inner,
+                                                                          max_size=3)),
+    max_leaves=12,
+)
+STATEMENT_FIELDS = st.sampled_from([
+    "Sid", "Effect", "Action", "NotAction", "Resource", "NotResource", "Principal", "NotPrincipal", "Condition",
+    "Extra",
+])
+CONDITIONS = st.dictionaries(
+    st.sampled_from(["StringEquals", "StringLike", "StringNotLike", "StringLikeIfExists", "Null", "IpAddress",
+                     "NullIfExists", "StringEqualsIgnoreCase", "Bool"]),
+    st.dictionaries(st.sampled_from(["s3:prefix", "s3:delimiter", "aws:SourceIp", ""]), POLICY_VALUES, max_size=2),
+    max_size=3,
+)
+STATEMENTS = st.dictionaries(STATEMENT_FIELDS, st.one_of(POLICY_VALUES, CONDITIONS), max_size=7)
+POLICIES = st.builds(
+    lambda version, statements, single: {"Version": version, "Statement": statements[0] if single and statements
+                                         else statements},
+    st.one_of(POLICY_WORDS, st.none()), st.lists(STATEMENTS, max_size=4), st.booleans(),
+)
+
+
+@pytest.mark.parametrize("where", ["PutBucketPolicy", "PUT /policies/{name}"])
+@FUZZ
+@given(document=POLICIES)
+def test_policy_documents(world: World, where: str, document: dict) -> None:
+    """Random policy documents: taken (204, 200) or MalformedPolicy (S3's
+    400, the admin API's), never anything else."""
+    body = json.dumps(document).encode()
+    TRIED[f"{where} (documents)"] += 1
+    if where == "PutBucketPolicy":
+        resp = world.s3.signed("PUT", f"/{S3_BUCKET}?policy", {}, body)
+        check_s3("PUT", f"/{S3_BUCKET}?policy", body, resp)
+        assert resp.status_code == 204 or ET.fromstring(resp.content).findtext("Code") == "MalformedPolicy", \
+            describe("PUT", "?policy", body, resp)
+    else:
+        resp = world.admin.put("/policies/fz-doc", content=body, headers={"Content-Type": "application/json"})
+        check_admin("PUT", "/policies/fz-doc", body, resp)
+        assert resp.status_code == 200 or resp.json()["error"]["code"] in ("MalformedPolicy", "InvalidRequest"), \
+            describe("PUT", "/policies/fz-doc", body, resp)
 
 
 # -- every route, the classic hostile bodies ----------------------------------------
@@ -762,7 +842,7 @@ def test_zz_gateway_still_answers(world: World) -> None:
     listed = world.s3.signed("GET", "/")
     assert listed.status_code == 200, listed.text
     assert ET.fromstring(listed.content).find(f".//{{{NS}}}Bucket") is not None
-    for path in ("/jobs", "/epochs", "/buckets", "/mounts"):
+    for path in ("/jobs", "/epochs", "/buckets", "/mounts", "/users", "/policies"):
         resp = world.admin.get(path)
         assert resp.status_code == 200, (path, resp.text[:2000])
     log = world.gw.log()

@@ -405,3 +405,47 @@ def test_a_kept_mounted_lookup_ends_with_its_validation(gw: Gateway, moto_endpoi
         assert reader.get("fresh-mnt", "obj") == (200, first)
     source.put_object(Bucket="fresh-src", Key="obj", Body=second)
     wait_for(lambda: reader.get("fresh-mnt", "obj") == (200, second), timeout=15)
+
+
+def test_workers_authorise_users_and_learn_a_change_at_once(gw: Gateway, moto_endpoint: str) -> None:
+    """A user's hot GETs are authorised and served by the workers; a
+    revoked key and a disabled user are refused by every process within
+    1 s (the writer pushes each change to the workers); a mounted bucket is
+    held to the same policies."""
+    import boto3
+
+    s3 = make_client(gw.endpoint)
+    s3.create_bucket(Bucket="w-users")
+    data = os.urandom(32 * 1024)
+    s3.put_object(Bucket="w-users", Key="k", Body=data)
+    source = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    source.create_bucket(Bucket="w-users-src")
+    source.put_object(Bucket="w-users-src", Key="m", Body=b"mounted")
+    assert gw.admin("POST", "/mounts", json={
+        "name": "w-users-mnt", "source": "s3://w-users-src", "endpoint": moto_endpoint,
+        "access_key": "testing", "secret_key": "testing", "freshness": "immutable"}).status_code == 201
+    key = gw.admin("POST", "/users", json={"name": "w-reader", "policies": ["read-only:w-users"]}).json()["key"]
+    reader = RawReader(gw, access_key=key["access_key"], secret_key=key["secret_key"])
+
+    assert reader.get("w-users", "k") == (200, data)
+    before = writer_and_workers_cpu(gw)
+    for _ in range(600):  # on one connection: one worker's, and enough CPU ticks to compare
+        assert reader.get("w-users", "k") == (200, data)
+    assert_served_by_workers(gw, before)
+    assert reader.get("w-users-mnt", "m")[0] == 403  # not in the user's policy
+    assert reader.request("PUT", "w-users", "k", b"x")[0] == 403
+    gw.admin("PUT", "/users/w-reader/policies/read-only:w-users-mnt")
+    assert reader.get("w-users-mnt", "m") == (200, b"mounted")
+
+    def refused_everywhere() -> bool:  # new connections: the kernel spreads them over the workers
+        return all(RawReader(gw, access_key=key["access_key"], secret_key=key["secret_key"]).get(
+            "w-users", "k")[0] == 403 for _ in range(2 * WORKERS))
+
+    gw.admin("PATCH", "/users/w-reader", json={"enabled": False})
+    wait_for(refused_everywhere, timeout=1.0)
+    gw.admin("PATCH", "/users/w-reader", json={"enabled": True})
+    wait_for(lambda: reader.get("w-users", "k") == (200, data), timeout=1.0)
+    gw.admin("DELETE", f"/users/w-reader/keys/{key['access_key']}")
+    wait_for(refused_everywhere, timeout=1.0)
+    gw.admin("DELETE", "/users/w-reader")

@@ -24,7 +24,7 @@ from gateway.accesslog import (
     text_value,
 )
 
-FIELDS = ["time", "request_id", "remote", "op", "bucket", "key", "status", "error",
+FIELDS = ["time", "request_id", "remote", "user", "op", "bucket", "key", "status", "error",
           "bytes_in", "bytes_out", "tier", "duration_ms"]
 _PAIR = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s"]+)(?: |$)')
 # Every character Python (str.splitlines) or a terminal takes as a line break.

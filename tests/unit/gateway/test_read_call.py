@@ -59,7 +59,7 @@ def test_a_read_is_one_call_into_tiering(tmp_path: Path, method: str, headers: d
             await node.objects.create_bucket("bkt")
             await node.objects.put("bkt", "k", _body(b"x" * 100), NewObject(), Integrity(expected_size=100))
             spy = Spy(node.objects)
-            ctx = Context(None, spy)  # type: ignore[arg-type]
+            ctx = Context(None, spy, None)  # type: ignore[arg-type]
             handler = get_object if method == "GET" else head_object
             response = await handler(ctx, _request(method, headers, query))
             assert response.status == status
