@@ -176,7 +176,10 @@ def status(document: Mapping[str, Any]) -> None:
         ("jobs running", str(sum(1 for job in jobs if job.get("state") == "running"))),
         ("uptime", duration(stats.get("uptime_s"))),
     ]
-    sections = [("hot tier", hot), ("capacity tier", capacity), ("gateway", traffic)]
+    sections = [("hot tier", hot)]
+    if isinstance(disk := tiers.get("disk"), Mapping):
+        sections.append(("disk", _disk_rows(disk)))
+    sections += [("capacity tier", capacity), ("gateway", traffic)]
     if isinstance(cluster := tiers.get("cluster"), Mapping):
         sections.append(("cluster", _cluster_rows(cluster)))
         if isinstance(members := cluster.get("members"), list) and members:
@@ -184,6 +187,24 @@ def status(document: Mapping[str, Any]) -> None:
     console = _out()
     for title, rows in sections:
         console.print(_pairs(title, rows))
+
+
+def _disk_rows(disk: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The hot tier's filesystem against the free-space floor (docs/operations.md#a-full-disk)."""
+    free, floor, total = disk.get("free"), disk.get("floor"), disk.get("size")
+    below = isinstance(free, int) and isinstance(floor, int) and free < floor
+    refusals = disk.get("refusals") if isinstance(disk.get("refusals"), Mapping) else {}
+    rows = [
+        ("free", f"{size(free)} of {size(total)}" + (", BELOW THE FLOOR" if below else "")),
+        ("floor", size(floor)),
+        ("index reserve", f"{size(disk.get('reserve'))} " + ("held" if disk.get("reserve_held") else "GIVEN TO THE INDEX")
+         + ("" if disk.get("index_writable", True) else "; index READ-ONLY until there is room")),
+        ("refused writes", ", ".join(f"{cause} {number(n)}" for cause, n in sorted(refusals.items())) or NONE),
+        ("fills skipped", number(disk.get("fills_skipped"))),
+    ]
+    if disk.get("warning"):
+        rows.append(("warning", str(disk["warning"])))
+    return rows
 
 
 def _member_rows(members: list[Any]) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from http.client import HTTPConnection
 from pathlib import Path
@@ -20,12 +21,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import smallfs
 from tests.conftest import assert_consistent
 from tests.integration.oracle import (
     Entry,
     MiB,
     Oracle,
+    RawReader,
     blob,
+    error_code,
     flush,
     kill,
     rebuild_offline,
@@ -432,3 +436,60 @@ def _check_rebuild(node: Node, tmp_path: Path, name: str, write: bool = False) -
     finally:
         gw.stop()
     assert_consistent(gw)
+
+
+# ---------------------------------------------------------------------------
+# 6. a full disk: ENOSPC at the index, at the hot tier
+
+FULL_FS = {"index": 16 * MiB, "hot": 48 * MiB}  # a filesystem of its own, mounted there
+FLOOR = ["--free-floor", "8M"]
+
+
+def _writes_on_a_full_disk(node: Node, gw: Gateway, prefix: str, count: int) -> Counter[tuple[int, str]]:
+    """Small and large PUTs while the disk is full: each is acknowledged
+    (the oracle has it from then on) or refused with a 503 or 507, never
+    a 500."""
+    reader = RawReader(gw)
+    answers: Counter[tuple[int, str]] = Counter()
+    for i in range(count):
+        key = f"{prefix}/{i:03d}"
+        data = blob(key, 2 * MiB + i if i % 8 == 0 else 20_000 + i * 4_001)
+        status, _, body = reader.put("full", key, data)
+        answers[(status, error_code(body) if status != 200 else "")] += 1
+        if status == 200:
+            node.oracle.entries[("full", key)] = Entry(data)
+    assert set(answers) <= {(200, ""), (503, "SlowDown"), (503, "ServiceUnavailable"),
+                            (507, "InsufficientStorage")}, answers
+    return answers
+
+
+@pytest.mark.parametrize("where", ["index", "hot"])
+def test_kill_and_stop_on_a_full_disk(node: Node, where: str) -> None:
+    """ENOSPC where the index or the hot tier writes (a small filesystem
+    mounted there, which another tenant fills): writes meanwhile are taken
+    or refused as S3 refuses, never a 500; a SIGKILL and then a SIGTERM
+    (exit 0), each with that filesystem full, are followed by starts that
+    succeed and hold every acknowledged write; once the room comes back,
+    the flush, the clean stop and fsck as always."""
+    fs = node.gw.data_dir / where
+    with smallfs.tmpfs(fs, FULL_FS[where]):
+        gw = node.start(*SMALL, *FLOOR)
+        s3_client(gw).create_bucket(Bucket="full")
+        node.oracle.put_many(gw, [("full", f"before/{i:03d}", blob(f"b{i}", 30_000 + i)) for i in range(40)])
+        wait_for(lambda: tiers(gw)["disk"]["reserve_held"], what="the index's reserve")
+        smallfs.fill(fs)
+        answers = _writes_on_a_full_disk(node, gw, "during", 40)
+        print(f"\n{where} full: {dict(answers)}")
+        node.crash()
+        node.start(*SMALL, *FLOOR)  # on the full filesystem
+        node.check_restart()
+        smallfs.fill(fs, name="ballast-2")
+        proc = node.gw.proc
+        node.gw.stop()
+        assert proc is not None and proc.returncode == 0, node.gw.log()[-3000:]
+        node.start(*SMALL, *FLOOR)
+        node.check_restart()
+        smallfs.empty(fs)
+        smallfs.empty(fs, "ballast-2")
+        wait_for(lambda: tiers(node.gw)["disk"]["index_writable"], 30, "the index taking writes again")
+        node.finish()

@@ -6,6 +6,9 @@ corrupted bodies. The gateway must retry what is transient, refetch what
 fails verification, answer 5xx with a message when retries run out (never
 wrong bytes, never a hang), and never lose an acknowledged write.
 
+The last test adds a full disk (ENOSPC at the index and the hot tier) to
+the store's failures, under the same oracles.
+
 ``TIERSTORE_FAULT_ROUNDS`` (default 1) repeats the tests with random faults
 (write, flush, evict, read) for a longer release check, and
 ``TIERSTORE_FAULT_SEED`` picks another sequence of faults; each test prints the faults it injected, and
@@ -19,14 +22,18 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import boto3
 import pytest
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError, ResponseStreamingError
 
-from tests.conftest import make_client, running_gateway
+from tests import smallfs
+from tests.conftest import assert_consistent, make_client, running_gateway
 from tests.faults import FaultProxy, Rates, get_object, multipart, put
+from tests.integration.fullness import Writers
+from tests.integration.oracle import kill
 from tests.integration.s3raw import RecordingClient, boto_error
 from tests.integration.test_capacity import CAPACITY_KEYS, pattern
 from tests.servers import Gateway
@@ -398,3 +405,48 @@ def test_a_cold_small_object_costs_the_store_one_request(
     assert [(method, bool(range_)) for method, _, range_ in asked] == [("GET", True)], asked
     assert client.get_object(Bucket=f"{fbucket}-m", Key="one")["Body"].read() == data
     assert reads(before) == asked
+
+
+def test_a_full_disk_under_store_faults(proxy: FaultProxy, moto_endpoint: str, tmp_path: Path) -> None:
+    """ENOSPC at the index and the hot tier at once (the data dir is a small
+    filesystem another tenant fills) while the store fails transiently: the
+    same oracles as above. No answer is a 500; every acknowledged object
+    reads back byte-identical, after a SIGKILL too; a mounted bucket's reads
+    are answered, uncached; nothing is logged as an unexpected error."""
+    name = f"fullfaults-{os.getpid()}"
+    store = boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
+                         aws_secret_access_key="testing", region_name="us-east-1")
+    store.create_bucket(Bucket=name)
+    store.create_bucket(Bucket=f"{name}-src")
+    sources = {f"m/{i}": pattern(300_000 + i, i) for i in range(6)}
+    for key, data in sources.items():
+        store.put_object(Bucket=f"{name}-src", Key=key, Body=data)
+    args = ["--capacity", f"s3://{name}/tier", "--capacity-endpoint", proxy.endpoint, *CAPACITY_KEYS, *LAYOUT,
+            "--flush-delay", "1", "--free-floor", "12M", "--hot-size", "1G"]
+    with smallfs.tmpfs(tmp_path / "data", 64 * MiB) as disk:
+        gw = Gateway(disk, extra_args=args).start()
+        try:
+            s3 = make_client(gw.endpoint, read_timeout=60)
+            s3.create_bucket(Bucket="faulty")
+            gw.admin("POST", "/mounts", json={"name": "mounted", "source": f"s3://{name}-src",
+                                              "endpoint": proxy.endpoint, "access_key": "testing",
+                                              "secret_key": "testing"})
+            proxy.rates = FLAKY
+            writers = Writers(gw, "faulty", 2 * 64 * MiB, threads=4, seed=SEED)
+            writers.run(during=lambda: smallfs.fill(disk))
+            print(f"\n{writers.tally.summary()}")
+            assert writers.tally.count(500) == 0, writers.tally.summary()
+            assert {s for s, _ in writers.tally.refusals()} <= {503, 507}, writers.tally.summary()
+            assert set(writers.tally.reads) == {200} and writers.tally.wrong_reads == 0
+            for key, data in sources.items():  # the disk is full: answered, not cached
+                assert s3.get_object(Bucket="mounted", Key=key)["Body"].read() == data
+            proxy.rates = Rates()
+            kill(gw)
+            gw.start()  # on the full disk
+            writers.verify(gw)
+            smallfs.empty(disk)
+        finally:
+            gw.stop()
+        log = gw.log()
+        assert "Traceback" not in log and " ERROR " not in log, log[-5000:]
+        assert_consistent(gw)

@@ -210,3 +210,21 @@ def test_a_gateway_among_several_shows_its_role(tmp_path: Path, page: Any) -> No
         facts = wait_for("the node's role", lambda: "node-a" in text(page, "#capacity-facts") and
                          text(page, "#capacity-facts"))
         assert "node-a: writes shards" in facts
+
+
+def test_a_full_disk_shows_with_its_floor(tmp_path: Path, page: Any) -> None:
+    """The hot tier card shows free space against the floor, the index's
+    reserve and refused writes, and warns when free space is below the
+    floor and when the budget is more than the filesystem can hold."""
+    floor = "1000T"  # more than any disk here: free space is always below it
+    with running_gateway(tmp_path / "data", "--hot-size", "1024T", "--free-floor", floor) as gw:
+        s3 = make_client(gw.endpoint)
+        s3.create_bucket(Bucket="full")
+        with pytest.raises(Exception, match="InsufficientStorage"):  # nothing of the gateway's to free
+            s3.put_object(Bucket="full", Key="k", Body=b"x")
+        page.goto(f"{gw.admin_url}/status#token={ADMIN_TOKEN}")
+        signed_in(page)
+        disk = wait_for("the disk", lambda: "floor 1000" in text(page, "#hot-disk") and text(page, "#hot-disk"))
+        assert "writes refused: floor 1" in disk
+        warning = text(page, "#hot-disk-warning")
+        assert "below the floor" in warning and "more than its filesystem can hold" in warning

@@ -308,6 +308,26 @@ function drawHot(t) {
   $("hot-legend").replaceChildren(...legend);
   $("hot-summary").textContent =
     `${size(t.hot_used)} of ${size(t.hot_budget)} (${percent(t.hot_used / budget)})`;
+  drawDisk(t.disk);
+}
+
+// The filesystem against the free-space floor (docs/operations.md#a-full-disk).
+function drawDisk(d) {
+  if (!d) return;
+  const refused = Object.entries(d.refusals || {}).filter(([, n]) => n)
+    .map(([cause, n]) => `${cause} ${count(n)}`);
+  $("hot-disk").textContent =
+    `disk: ${size(d.free)} free of ${size(d.size)}, floor ${size(d.floor)}` +
+    ` · index reserve ${size(d.reserve)} ${d.reserve_held ? "held" : "given to the index"}` +
+    ` · writes refused: ${refused.length ? refused.join(", ") : "none"}` +
+    ` · fills skipped ${count(d.fills_skipped)}`;
+  const warnings = [];
+  if (d.free < d.floor) warnings.push("free space is below the floor: evicting, and refusing writes that do not fit");
+  if (!d.index_writable) warnings.push("the index is read-only until the disk has room");
+  if (d.warning) warnings.push(d.warning);
+  const warning = $("hot-disk-warning");
+  warning.textContent = warnings.join(" · ");
+  warning.hidden = !warnings.length;
 }
 
 function drawTraffic(stats) {
