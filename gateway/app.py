@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from gateway import routes, sigv4, xml
+from gateway.access import Access, signed
 from gateway.accesslog import AccessLog
 from gateway.config import Config
 from gateway.context import Context, owner_ids
@@ -40,6 +41,41 @@ log = logging.getLogger("tierstore.s3")
 # Recorded for a request that ended before any response went out (the client
 # disconnected, or the server was cancelling): nginx's "client closed request".
 CLIENT_CLOSED = 499
+
+
+# The largest unread body read and dropped after a full disk's early
+# refusal rather than the connection closed: the default small-object size,
+# the bodies refused before they are read (larger ones stream to the store).
+DRAIN_MAX = 4 * 1024 * 1024
+_DRAINED = ("SlowDown", "InsufficientStorage")
+
+
+def _drainable(scope: dict[str, Any]) -> bool:
+    """A body of a known length of at most DRAIN_MAX, which the client is
+    sending (not waiting for a 100 Continue first)."""
+    length = None
+    for name, value in scope["headers"]:
+        name = name.lower()
+        if name == b"expect" or name == b"transfer-encoding":
+            return False
+        if name == b"content-length":
+            length = value.strip()
+    return length is not None and length.isdigit() and int(length) <= DRAIN_MAX
+
+
+async def _drain(receive: Any) -> bool:
+    """Read the rest of the request body and drop it; True once it ended
+    (False: the client left, or sent more than it announced)."""
+    read = 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return False
+        read += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return True
+        if read > DRAIN_MAX:
+            return False
 
 
 def _remote(scope: dict[str, Any], req: S3Request | None) -> str | None:
@@ -65,7 +101,8 @@ class Recorder(Protocol):
     read worker's relay to the writer)."""
 
     def observe(self, op: str, status: int, tier: str, seconds: float, received: int, sent: int,
-                served_hot: int, served_capacity: int, batched: int = 0, /) -> None: ...
+                served_hot: int, served_capacity: int, batched: int = 0, user: str = "",
+                served_peer: int = 0, /) -> None: ...
 
 
 class S3App:
@@ -142,6 +179,14 @@ class S3App:
             except Exception as exc:
                 response, error = self._error(exc, resource, request_id, method)
             response.headers += [("x-amz-request-id", request_id), ("x-amz-id-2", request_id), ("server", "tierstore")]
+            if not body_done and error in _DRAINED and _drainable(scope):
+                # A full disk's refusal, made before a small body was read:
+                # the client sends it all the same, and a close with its
+                # bytes unread resets the connection, often before the
+                # client reads the answer. Read and drop it instead (not for
+                # other early errors: an unauthenticated client waits for no
+                # body of its own to be read before it learns its answer).
+                body_done = await _drain(tracked_receive)
             if not body_done:
                 # Answered before the body was read (an early error, often under
                 # Expect: 100-continue, when the client never sends it): the
@@ -172,15 +217,19 @@ class S3App:
                 status = CLIENT_CLOSED
             op, tally = (req.op, req.tally) if req is not None else ("Unknown", None)
             tier = tier_of(tally)
-            hot, capacity = (tally.hot, tally.capacity) if tally is not None else (0, 0)
+            hot, capacity, peer = (tally.hot, tally.capacity, tally.peer) if tally is not None else (0, 0, 0)
             objects = getattr(tally, "objects", None)  # a batch's (gateway/handlers/batch.py)
-            self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity, objects or 0)
+            # Who asked (gateway/access.py): a user's name, root or anonymous;
+            # "" when the request was refused before anyone was recognised.
+            user = req.caller.name if req is not None and req.caller is not None else ""
+            self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity, objects or 0, user,
+                                 peer)
             if self.access_log.enabled:
                 self.access_log.write(
                     request_id=request_id, remote=_remote(scope, req), op=op,
                     bucket=req.bucket if req is not None else "", key=req.key if req is not None else "",
                     status=status, error=error, bytes_in=received, bytes_out=sent, tier=tier, seconds=seconds,
-                    objects=objects,
+                    objects=objects, user=user,
                 )
         except Exception:
             # A bug here must not fail requests, nor flood the log once per request.
@@ -204,20 +253,36 @@ class S3App:
         except S3Error as exc:
             unroutable = exc
         self._pass_on(route, req)
-        req.auth = sigv4.authenticate(
-            req.method, req.raw_path, req.raw_query, req.headers,
-            self.config.credentials.get, datetime.now(UTC),
-            host_bucket=req.bucket if virtual_host else "",
-        )
+        access = ctx.access
+        if signed(req):
+            req.auth = self._authenticate(access, req, virtual_host)
+        elif route is None:  # anonymous and unroutable: refused first, as before a route is known
+            raise S3Error("AccessDenied", "Anonymous access is not allowed; sign the request with AWS4-HMAC-SHA256")
         if route is None:
             assert unroutable is not None
             raise unroutable
+        self._authorize(access, req, route.op)
         expected = req.headers.get("x-amz-expected-bucket-owner")
         if expected is not None and req.bucket and expected not in owner_ids(req):
             # S3 refuses a request whose bucket belongs to another account
             # than the one the client expects, whatever else it asks.
             raise S3Error("AccessDenied", "Access Denied")
         return await route.handler(ctx, req)
+
+    def _authenticate(self, access: Access, req: S3Request, virtual_host: bool) -> sigv4.AuthContext:
+        """The signature checked (SigV4 or SigV2, header or presigned)."""
+        return sigv4.authenticate(
+            req.method, req.raw_path, req.raw_query, req.headers, access.secret_for, datetime.now(UTC),
+            host_bucket=req.bucket if virtual_host else "",
+        )
+
+    def _authorize(self, access: Access, req: S3Request, op: str) -> None:
+        """The one authorisation point (gateway/access.py): who asks
+        (``req.caller``), and may they run ``op`` on this bucket or object?
+        AccessDenied if not. (A read worker passes a refusal on instead: the
+        writer answers, logs and counts it.)"""
+        req.caller = access.caller(req.auth.access_key if req.auth is not None else None)
+        access.authorize(req.caller, req, op)
 
     def _pass_on(self, route: routes.Route | None, req: S3Request) -> None:
         """Raise one of PASS_ON to leave the request, once routed (None:

@@ -54,6 +54,17 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")  # listen addresses that name no host ano
 # (the disk fills before the evictor starts) and too small for an NVMe array.
 HOT_SHARE = 0.5
 HOT_CAP = 1024 * GiB
+# The free space the hot tier leaves on that filesystem when none is
+# configured (docs/operations.md#a-full-disk): FLOOR_SHARE of it, at least
+# FLOOR_MIN (room for the index's own growth and the writes in flight between
+# two passes of the evictor), at most FLOOR_CAP, and never more than a
+# quarter of the filesystem, so a small volume still holds data.
+FLOOR_SHARE = 0.02
+FLOOR_MIN = 256 * MiB
+FLOOR_CAP = 16 * GiB
+# The index's reserve: a quarter of the floor, at most what one reopen of the
+# index can need (RocksDB's 64 MiB memtable, replayed into a table file).
+RESERVE_CAP = 64 * MiB
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,10 @@ class Config:
     hot_size: int = 64 * GiB  # load_config() derives it from the data dir's filesystem
     # The size of that filesystem when hot_size was derived from it; 0 when configured.
     hot_size_from: int = 0
+    # Free bytes the hot tier leaves on its filesystem (load_config() derives
+    # it from the filesystem's size unless configured).
+    free_floor: int = FLOOR_MIN
+    free_floor_from: int = 0  # as hot_size_from
     capacity: str = ""  # "file:///dir" or "s3://bucket[/prefix]"; "" = embedded
     capacity_endpoint: str | None = None
     capacity_region: str | None = None
@@ -119,6 +134,15 @@ class Config:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None
+    # The key users' secrets are sealed under (tiering/identity/sealing.py):
+    # a file apart from the index, <data_dir>/secrets.key unless set; every
+    # node of a cluster needs the same one (docs/security.md).
+    secrets_key_file: Path | None = None
+
+    @property
+    def secrets_key_path(self) -> Path:
+        """``secrets_key_file``, else ``secrets.key`` in the data dir."""
+        return self.secrets_key_file if self.secrets_key_file is not None else self.data_dir / "secrets.key"
 
     @property
     def capacity_url(self) -> str:
@@ -184,27 +208,48 @@ def load_config(
     if "hot_size" not in values:
         budget, filesystem = default_hot_size(config.data_dir)
         config = replace(config, hot_size=budget, hot_size_from=filesystem)
+    if "free_floor" not in values:
+        filesystem = filesystem_size(config.data_dir)
+        config = replace(config, free_floor=default_free_floor(filesystem), free_floor_from=filesystem)
     _check_combinations(config, sources)
     return _with_secrets(config, env, file)
 
 
 def default_hot_size(data_dir: Path) -> tuple[int, int]:
     """The hot tier's default budget for ``data_dir`` (HOT_SHARE of its
-    filesystem, at most HOT_CAP, in whole MiB), and that filesystem's size.
-    The data dir need not exist yet: its nearest existing parent is measured."""
+    filesystem, at most HOT_CAP, in whole MiB), and that filesystem's size."""
+    filesystem = filesystem_size(data_dir)
+    budget = min(HOT_CAP, int(filesystem * HOT_SHARE)) // MiB * MiB
+    return max(budget, MiB), filesystem
+
+
+def filesystem_size(data_dir: Path) -> int:
+    """The size of the filesystem holding ``data_dir``, which need not exist
+    yet: its nearest existing parent is measured."""
     where = Path(os.path.abspath(data_dir))
     while not where.exists() and where != where.parent:
         where = where.parent
     stat = os.statvfs(where)
-    filesystem = stat.f_blocks * stat.f_frsize
-    budget = min(HOT_CAP, int(filesystem * HOT_SHARE)) // MiB * MiB
-    return max(budget, MiB), filesystem
+    return stat.f_blocks * stat.f_frsize
+
+
+def default_free_floor(filesystem: int) -> int:
+    """The free-space floor for a filesystem of ``filesystem`` bytes, in whole MiB."""
+    floor = min(FLOOR_CAP, max(FLOOR_MIN, int(filesystem * FLOOR_SHARE)), filesystem // 4)
+    return max(floor // MiB * MiB, MiB)
+
+
+def index_reserve(floor: int) -> int:
+    """The index's reserve beside a free-space floor of ``floor`` bytes."""
+    return max(MiB, min(RESERVE_CAP, floor // 4) // MiB * MiB)
 
 
 def tier_settings(config: Config) -> TierSettings:
     """What the tiering layer needs of the configuration."""
     return TierSettings(
         hot_size=config.hot_size,
+        free_floor=config.free_floor,
+        index_reserve=index_reserve(config.free_floor),
         small_object_size=config.small_object_size,
         part_size=config.part_size,
         segment_size=config.segment_size,

@@ -28,6 +28,9 @@ STATUS: dict[str, int] = {
     "EntityTooSmall": 400,
     "ExpiredToken": 400,
     "IncompleteBody": 400,
+    # Not an AWS code (S3 never runs out of room): RFC 4918's status, the
+    # one MinIO and Ceph RGW answer for a full disk. docs/s3-compatibility.md.
+    "InsufficientStorage": 507,
     "InternalError": 500,
     "InvalidAccessKeyId": 403,
     "InvalidArgument": 400,
@@ -41,6 +44,8 @@ STATUS: dict[str, int] = {
     "InvalidTag": 400,
     "InvalidURI": 400,
     "KeyTooLongError": 400,
+    "MalformedACLError": 400,
+    "MalformedPolicy": 400,
     "MalformedXML": 400,
     "MaxMessageLengthExceeded": 400,
     "MetadataTooLarge": 400,
@@ -48,6 +53,7 @@ STATUS: dict[str, int] = {
     "MissingContentLength": 411,
     "MissingSecurityHeader": 400,
     "NoSuchBucket": 404,
+    "NoSuchBucketPolicy": 404,
     "NoSuchKey": 404,
     "NoSuchUpload": 404,
     "NoSuchVersion": 404,
@@ -60,6 +66,7 @@ STATUS: dict[str, int] = {
     "ServiceUnavailable": 503,
     "SignatureDoesNotMatch": 403,
     "SlowDown": 503,
+    "UnexpectedContent": 400,
     "XAmzContentSHA256Mismatch": 400,
 }
 
@@ -96,6 +103,7 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     t.InvalidPart: "InvalidPart",
     t.InvalidPartOrder: "InvalidPartOrder",
     t.SlowDown: "SlowDown",
+    t.InsufficientStorage: "InsufficientStorage",
     t.AccessDenied: "AccessDenied",
     # A read replica: writes go to the node named in the error's <Writer>.
     # 405, which S3 clients do not retry; with no live writer (a takeover
@@ -111,8 +119,10 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
 
 DEFAULT_MESSAGE: dict[str, str] = {
     "AccessDenied": "Access Denied",
+    "NoSuchBucketPolicy": "The bucket policy does not exist",
     "BucketAlreadyOwnedByYou": "Your previous request to create the named bucket succeeded and you already own it.",
     "BucketNotEmpty": "The bucket you tried to delete is not empty",
+    "InsufficientStorage": "The gateway's disk has no room for this write, and nothing it can free would make some.",
     "InternalError": "We encountered an internal error. Please try again.",
     "InvalidAccessKeyId": "The AWS Access Key Id you provided does not exist in our records.",
     "InvalidBucketName": "The specified bucket is not valid.",

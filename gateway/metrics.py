@@ -55,7 +55,9 @@ LATENCY_BUCKETS = (
 )
 
 # The tier a request was served from; "none" when it read no object body.
-HOT, CAPACITY, NONE = "hot", "capacity", "none"
+# "peer": the hot tier of the cluster node that keeps the object.
+HOT, PEER, CAPACITY, NONE = "hot", "peer", "capacity", "none"
+TIERS = (HOT, PEER, CAPACITY)
 
 _REQUESTS = "tierstore_s3_requests"
 _DURATION = "tierstore_s3_request_duration_seconds"
@@ -66,15 +68,19 @@ _SERVED = "tierstore_served_bytes"
 _BATCHED = "tierstore_batch_objects"
 _WORKER_READS = "tierstore_worker_reads"
 _UNMATCHED = "tierstore_epoch_unmatched_reads"
+_USERS = "tierstore_s3_user_requests"
 
 
 def tier_of(tally: ReadTally | None) -> str:
     """The tier a request was served from: any byte fetched from the
-    capacity store makes it a capacity read (the request waited on it)."""
+    capacity store makes it a capacity read (the request waited on it),
+    else any byte from another node's hot tier a peer read."""
     if tally is None:
         return NONE
     if tally.capacity:
         return CAPACITY
+    if tally.peer:
+        return PEER
     if tally.hot:
         return HOT
     return NONE
@@ -130,9 +136,10 @@ class Metrics:
         self.started = time.time()
         self._started_monotonic = time.monotonic()
         self._series: dict[tuple[str, int, str], _Series] = {}
-        self.served = {HOT: 0, CAPACITY: 0}  # object body bytes by tier
+        self.served = dict.fromkeys(TIERS, 0)  # object body bytes by tier
         self.batched = 0  # objects sent in GetBatch tar streams
         self.worker_answers = {"lookup": 0, "kept": 0}
+        self.by_user: dict[tuple[str, int], int] = {}  # (user, status) -> requests
         # Read at scrape time: the epochs count these on every GET (Node.start sets it).
         self.unmatched_reads: Callable[[], int] = lambda: 0
         self.registry.register(_Requests(self))
@@ -150,8 +157,13 @@ class Metrics:
         served_hot: int = 0,
         served_capacity: int = 0,
         batched: int = 0,
+        user: str = "",
+        served_peer: int = 0,
     ) -> None:
-        """Record one finished request (``batched``: the objects a GetBatch sent)."""
+        """Record one finished request (``batched``: the objects a GetBatch sent;
+        ``user``: who asked, gateway/access.py, "" when nobody was recognised)."""
+        if user:
+            self.by_user[(user, status)] = self.by_user.get((user, status), 0) + 1
         series = self._series.get((op, status, tier))
         if series is None:
             series = self._series[(op, status, tier)] = _Series()
@@ -166,6 +178,8 @@ class Metrics:
             self.served[HOT] += served_hot
         if served_capacity:
             self.served[CAPACITY] += served_capacity
+        if served_peer:
+            self.served[PEER] += served_peer
         if batched:
             self.batched += batched
 
@@ -205,7 +219,7 @@ class Metrics:
         """The ``/stats`` body of the admin API without its "capacity" part."""
         requests: dict[str, dict[str, int]] = {}
         buckets: dict[str, list[int]] = {}
-        reads = {HOT: 0, CAPACITY: 0}
+        reads = dict.fromkeys(TIERS, 0)
         for (op, status, tier), series in self.series():
             row = requests.setdefault(op, {"count": 0, "errors": 0, "bytes_in": 0, "bytes_out": 0})
             row["count"] += series.count
@@ -229,11 +243,12 @@ class Metrics:
             "since": iso8601(int(self.started * 1000)),
             "uptime_s": round(time.monotonic() - self._started_monotonic, 3),
             "requests": out,
+            # A hit: served from this node's hot tier or the cluster node's that keeps it.
             "hit_ratio": {
-                "objects": _ratio(reads[HOT], reads[HOT] + reads[CAPACITY]),
-                "bytes": _ratio(served[HOT], served[HOT] + served[CAPACITY]),
+                "objects": _ratio(reads[HOT] + reads[PEER], sum(reads.values())),
+                "bytes": _ratio(served[HOT] + served[PEER], sum(served.values())),
             },
-            "served": {tier: {"objects": reads[tier], "bytes": served[tier]} for tier in (HOT, CAPACITY)},
+            "served": {tier: {"objects": reads[tier], "bytes": served[tier]} for tier in TIERS},
             "worker_reads": dict(self.worker_answers),
         }
 
@@ -260,7 +275,7 @@ class _Requests:
                                      seconds + series.seconds)
             received[op] = received.get(op, 0) + series.received
             sent[op] = sent.get(op, 0) + series.sent
-            if tier in (HOT, CAPACITY):
+            if tier in TIERS:
                 reads[tier] = reads.get(tier, 0) + series.count
         family = CounterMetricFamily(_REQUESTS, "S3 requests by operation and HTTP status.",
                                      labels=("operation", "code"))
@@ -278,7 +293,7 @@ class _Requests:
             (_RECEIVED, "Request body bytes received, by S3 operation.", "operation", received),
             (_SENT, "Response body bytes sent, by S3 operation.", "operation", sent),
             (_READS, ("Object GETs by the tier that served them (capacity when any byte came from the "
-                      "capacity store)."), "tier", reads),
+                      "capacity store; peer: from the cluster node that keeps the object)."), "tier", reads),
             (_SERVED, "Object body bytes served, by the tier they came from.", "tier", m.served),
             (_WORKER_READS, ("Hot GETs read workers answered, by where they found the object: a lookup of "
                              "the writer's, or one they kept."), "answer", m.worker_answers),
@@ -288,6 +303,12 @@ class _Requests:
                 family.add_metric((value_label,), value)
             yield family
         yield CounterMetricFamily(_BATCHED, "Objects sent in GetBatch tar streams (docs/batch.md).", value=m.batched)
+        users = CounterMetricFamily(_USERS, "S3 requests by who asked (a user's name, root or anonymous) and "
+                                    "HTTP status; 403 is a refusal (docs/users-and-policies.md).",
+                                    labels=("user", "code"))
+        for (user, status), value in list(m.by_user.items()):
+            users.add_metric((user, str(status)), value)
+        yield users
         yield CounterMetricFamily(_UNMATCHED, "GETs of a bucket with an active epoch of keys the epoch does "
                                   "not name: its keys are not the keys read (docs/prefetch.md).",
                                   value=m.unmatched_reads())
@@ -389,6 +410,7 @@ def _tier_families(status: Mapping[str, object]) -> Iterator[Metric]:
         yield GaugeMetricFamily("tierstore_flush_failing", "1 while the last flush attempt failed.",
                                 value=1 if status["last_flush_error"] else 0)
     yield from _cluster_families(status.get("cluster"))
+    yield from _disk_families(status.get("disk"))
     kinds = status.get("capacity_requests")
     if isinstance(kinds, Mapping):
         requests = CounterMetricFamily(
@@ -404,6 +426,40 @@ def _tier_families(status: Mapping[str, object]) -> Iterator[Metric]:
                 requests.add_metric((str(kind),), value)
         if requests.samples:
             yield requests
+
+
+def _disk_families(disk: object) -> Iterator[Metric]:
+    """The hot tier's filesystem against the free-space floor, and what a
+    full disk cost (tiering/maintenance/space.py, docs/operations.md)."""
+    if not isinstance(disk, Mapping):
+        return
+    for name, doc, key in (
+        ("tierstore_disk_size_bytes", "Size of the hot tier's filesystem.", "size"),
+        ("tierstore_disk_free_bytes", "Free bytes of the hot tier's filesystem.", "free"),
+        ("tierstore_disk_floor_bytes", "Free bytes the hot tier leaves: below them it evicts, and refuses "
+         "writes that would go below.", "floor"),
+    ):
+        if (value := _number(disk.get(key))) is not None:
+            yield GaugeMetricFamily(name, doc, value=value)
+    reserve = (_number(disk.get("reserve")) or 0) if disk.get("reserve_held") else 0
+    yield GaugeMetricFamily("tierstore_index_reserve_bytes", "Bytes the index's reserve holds for it now "
+                            "(0 once given to the index on a full disk, until made again).", value=reserve)
+    yield GaugeMetricFamily("tierstore_index_writable", "0 while the index is open read-only: the disk had "
+                            "no room to open it for writes.", value=1 if disk.get("index_writable", True) else 0)
+    yield GaugeMetricFamily("tierstore_hot_budget_exceeds_disk", "1 when the hot tier's budget is more than its "
+                            "filesystem can hold above the floor.", value=1 if disk.get("warning") else 0)
+    refusals = disk.get("refusals")
+    if isinstance(refusals, Mapping):
+        family = CounterMetricFamily("tierstore_write_refusals", "Writes refused for lack of room, by cause: "
+                                     "budget, floor, disk (the filesystem refused a write), index.",
+                                     labels=("cause",))
+        for cause, count in sorted(refusals.items()):
+            if (value := _number(count)) is not None:
+                family.add_metric((str(cause),), value)
+        yield family
+    if (value := _number(disk.get("fills_skipped"))) is not None:
+        yield CounterMetricFamily("tierstore_hot_fills_skipped", "Cache fills left out because the disk had "
+                                  "no room above the floor (their reads were answered).", value=value)
 
 
 def _cluster_families(cluster: object) -> Iterator[Metric]:

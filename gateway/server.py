@@ -26,7 +26,7 @@ import contextlib
 import socket
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway import listener, process
 from gateway.admin import NodeStatus, build_admin_app
@@ -34,6 +34,9 @@ from gateway.config import HOT_CAP, HOT_SHARE, Config
 from gateway.credentials import stored_secrets
 from gateway.listener import StartupError, authority
 from gateway.version import VERSION
+
+if TYPE_CHECKING:
+    from tiering.identity.store import Identities
 
 
 class Root(NodeStatus, Protocol):
@@ -43,6 +46,10 @@ class Root(NodeStatus, Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     def workers_listening(self) -> None: ...
+
+    @property
+    def identities(self) -> Identities | None:
+        """Users, keys and policies, pushed to the read workers as they change."""
 
 
 # The S3 data plane as serve() runs it: the node, and the ASGI app serving from it.
@@ -144,7 +151,8 @@ async def _start_read_workers(
     stack.callback(records.share, None)
     setup = WorkerSetup(replace(config, port=port), str(sockets / "lookup.sock"), writer_path,
                         str(sockets / "generations"))
-    await stack.enter_async_context(read_workers(setup, tiering.objects, node.metrics, config.workers))
+    await stack.enter_async_context(read_workers(setup, tiering.objects, node.metrics, config.workers,
+                                                 node.identities))
     node.workers_listening()  # /health: 503 until now
     return task
 
@@ -192,9 +200,20 @@ def banner(config: Config, s3_port: int, admin_port: int) -> str:
             f"  data: {config.data_dir}  capacity: {config.capacity_url}"
             + (f" at {config.capacity_endpoint}" if config.capacity_endpoint else ""),
             f"  hot tier: {_hot_tier(config)}",
+            f"  free-space floor: {_floor(config)}",
         ]
         + ([f"  TLS: certificate {config.tls_cert}"] if config.tls_cert is not None else [])
     )
+
+
+def _floor(config: Config) -> str:
+    """The free space the hot tier leaves, and where it came from when nobody set it."""
+    from gateway.cli.render import size
+
+    if not config.free_floor_from:
+        return size(config.free_floor)
+    return (f"{size(config.free_floor)} (of the data dir's {size(config.free_floor_from)} filesystem; "
+            "--free-floor sets it)")
 
 
 def _hot_tier(config: Config) -> str:

@@ -234,6 +234,7 @@ COERCERS: dict[str, Coercer] = {
     "admin_port": _port,
     "data_dir": _path,
     "hot_size": _size,
+    "free_floor": _size,
     "capacity": _capacity,
     "capacity_endpoint": _endpoint,
     "capacity_region": _optional_text,
@@ -262,4 +263,5 @@ COERCERS: dict[str, Coercer] = {
     "tls_cert": _optional_path,
     "tls_key": _optional_path,
     "tls_ca": _optional_path,
+    "secrets_key_file": _optional_path,
 }

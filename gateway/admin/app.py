@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from gateway import metrics
-from gateway.admin import buckets, epochs, jobs, mounts, page
+from gateway.admin import buckets, epochs, jobs, mounts, page, users
 from gateway.admin.bodies import admin_router
 from gateway.admin.context import AdminContext, NodeStatus
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
@@ -117,6 +117,7 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
     api.include_router(jobs.router(ctx))
     api.include_router(mounts.router(ctx))
     api.include_router(epochs.router(ctx))
+    api.include_router(users.router(ctx))
     app.include_router(api)
     app.include_router(page.router())  # no token: a shell without data (see its docstring)
     fix_schema(app)

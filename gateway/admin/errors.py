@@ -19,7 +19,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.http import new_request_id
-from tiering.errors import NotWriter, ServiceUnavailable
+from tiering.errors import InsufficientStorage, NotWriter, ServiceUnavailable, SlowDown
 
 log = logging.getLogger("tierstore.admin")
 
@@ -27,6 +27,7 @@ log = logging.getLogger("tierstore.admin")
 CODES = {
     "InvalidRequest": 400,
     "InvalidBucketName": 400,
+    "MalformedPolicy": 400,
     "Unauthorized": 401,
     "NotFound": 404,
     "NoSuchBucket": 404,
@@ -35,10 +36,15 @@ CODES = {
     "NoSuchPin": 404,
     "NoSuchMount": 404,
     "NoSuchEpoch": 404,
+    "NoSuchUser": 404,
+    "NoSuchAccessKey": 404,
+    "NoSuchPolicy": 404,
     "MethodNotAllowed": 405,
     "BucketAlreadyExists": 409,
     "BucketNotEmpty": 409,
     "JobFinished": 409,
+    "UserAlreadyExists": 409,
+    "PolicyInUse": 409,
     # A request body larger than the admin API reads (gateway/admin/bodies.py: MAX_BODY).
     "EntityTooLarge": 413,
     # One of several gateways, and another holds the bucket's write lease (RFC 9110 421: not
@@ -47,6 +53,9 @@ CODES = {
     "InternalError": 500,
     "SourceUnavailable": 502,
     "Unavailable": 503,
+    # The node's disk has no room and nothing it can free would make some
+    # (docs/operations.md#a-full-disk); while it can, Unavailable (503).
+    "InsufficientStorage": 507,
 }
 
 # RFC 6750 section 3: a 401 for a bearer-protected resource names the scheme.
@@ -148,7 +157,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_not_writer(_: Request, exc: Exception) -> JSONResponse:
         code = "NotWriter" if isinstance(exc, NotWriter) else "Unavailable"
-        return error_response(CODES[code], code, str(exc))
+        if isinstance(exc, InsufficientStorage):
+            code = "InsufficientStorage"
+        return error_response(CODES[code], code, str(exc), {"Retry-After": "1"} if code == "Unavailable" else None)
 
     # Anything else: CatchAll (a handler for Exception would be Starlette's
     # ServerErrorMiddleware's, which raises the exception again after it).
@@ -156,6 +167,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(AdminError, on_admin_error)
     app.add_exception_handler(NotWriter, on_not_writer)
     app.add_exception_handler(ServiceUnavailable, on_not_writer)
+    app.add_exception_handler(SlowDown, on_not_writer)  # a full disk, while room can be made
+    app.add_exception_handler(InsufficientStorage, on_not_writer)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
     app.add_exception_handler(RequestValidationError, on_invalid)
 

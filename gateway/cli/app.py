@@ -26,6 +26,7 @@ import typer
 from gateway.cli import admin as admin_commands
 from gateway.cli import mounts as mount_commands
 from gateway.cli import prefetch as prefetch_commands
+from gateway.cli import users as user_commands
 from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
 from gateway.cli.target import resolve_s3, resolve_target
 from gateway.config import Config, check_serving, load_config
@@ -76,6 +77,12 @@ HotSize = Annotated[
     str | None,
     typer.Option(help="Hot tier budget in bytes, K/M/G/T suffixes. (default: half the size of the "
                  "data dir's filesystem, at most 1T)"),
+]
+FreeFloor = Annotated[
+    str | None,
+    typer.Option(help="Free space the hot tier leaves on its filesystem: below it, cache is evicted "
+                 "and writes that do not fit are refused (503 SlowDown, or 507 when nothing can be freed). "
+                 "(default: 2% of the filesystem, at least 256M, at most 16G and a quarter of it)"),
 ]
 Capacity = Annotated[
     str | None,
@@ -193,6 +200,11 @@ TlsCa = Annotated[
     typer.Option(help="PEM CA bundle trusted for https peers, and the one `tierstore env` tells clients "
                  "to trust. (default: the system's CAs)"),
 ]
+SecretsKeyFile = Annotated[
+    Path | None,
+    typer.Option(help="The key users' secret keys are sealed under at rest; every node of a cluster needs "
+                 "the same file. Created (mode 0600) on first start. (default: secrets.key in --data-dir)"),
+]
 LogLevel = Annotated[
     str | None, typer.Option(help="critical, error, warning, info, debug or trace. (default: info)")
 ]
@@ -210,6 +222,7 @@ SERVE_OPTIONS = (
     option("tls_cert", TlsCert),
     option("tls_key", TlsKey),
     option("tls_ca", TlsCa),
+    option("secrets_key_file", SecretsKeyFile),
 )
 # What `recover` needs to reach the data dir and the capacity store.
 STORAGE_OPTIONS = (
@@ -224,6 +237,7 @@ STORAGE_OPTIONS = (
 )
 TUNING_OPTIONS = (
     option("hot_size", HotSize),
+    option("free_floor", FreeFloor),
     option("domain", Domain),
     option("log_level", LogLevel),
     option("access_log", AccessLog),
@@ -387,6 +401,7 @@ def _configure_logging(level: str) -> None:
 admin_commands.register(app)
 mount_commands.register(app)
 prefetch_commands.register(app)
+user_commands.register(app)
 
 
 def main() -> None:

@@ -23,7 +23,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import boto3
 import httpx
@@ -31,11 +30,11 @@ import pytest
 
 from gateway.hints import Hints
 from tests.conftest import make_client
+from tests.integration.helpers import counting_proxy
 from tests.integration.s3raw import Sender
 from tests.servers import ADMIN_TOKEN, Gateway, free_ports
 from tiering.model.archive import members
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 OBJECTS = 200
 SIZE = 16 * 1024
 NODES = ("c1", "c2", "c3", "c4")
@@ -43,18 +42,10 @@ HOT = int(OBJECTS * SIZE * 0.35)  # each node's hot tier: 35 % of the data set
 
 
 @pytest.fixture(scope="module")
-def proxy(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """A request-counting proxy in front of moto (benchmarks/delay_proxy.py)."""
-    mp = pytest.MonkeyPatch()
-    mp.syspath_prepend(str(BENCHMARKS))
-    from delay_proxy import DelayProxy
-
-    counting = DelayProxy(int(moto_endpoint.rsplit(":", 1)[1])).start()
-    try:
+def proxy(moto_endpoint: str) -> Iterator[object]:
+    """A request-counting proxy in front of moto."""
+    with counting_proxy(moto_endpoint) as counting:
         yield counting
-    finally:
-        counting.stop()
-        mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +124,19 @@ def test_four_nodes_read_the_source_once_and_then_not_at_all(
     assert first <= 1.05 * OBJECTS, first  # each object once, by its owner
     for seed in (1, 2):
         proxy.reset()  # type: ignore[attr-defined]
+        served = [gw.admin("GET", "/stats").json()["served"] for gw in nodes]
         epoch(nodes, dataset, seed)
         later = source_gets(proxy)
         assert later <= 0.01 * OBJECTS, (seed, later)  # every read a hit on its owner
         print(f"epoch {seed}: {later} source requests for {OBJECTS} objects")
+        # Where each GET came from, as the nodes count them: a reader's own
+        # hot tier, or the owner's (counted peer by the reader, and hot by
+        # the owner that answered it): every object read hot exactly once.
+        after = [gw.admin("GET", "/stats").json()["served"] for gw in nodes]
+        by_tier = {tier: sum(a[tier]["objects"] - b[tier]["objects"] for a, b in zip(after, served, strict=True))
+                   for tier in ("hot", "peer", "capacity")}
+        assert by_tier["hot"] == OBJECTS and by_tier["capacity"] <= 0.01 * OBJECTS, by_tier
+        assert 0.5 * OBJECTS <= by_tier["peer"] < OBJECTS, by_tier  # about three in four read elsewhere
     print(f"epoch 0: {first} source requests for {OBJECTS} objects")
     held = [gw.admin("GET", "/tiers").json()["hot_cached"] for gw in nodes]
     assert sum(held) <= 1.05 * OBJECTS * SIZE, held  # one copy for the cluster, not one per node
@@ -189,23 +189,6 @@ def test_a_hinted_epoch_on_one_node_is_fetched_ahead_once_by_the_owners(
                             timeout=60).status_code in (200, 204)
 
 
-def test_a_killed_node_costs_its_share_from_the_source_and_no_error(
-    nodes: list[Gateway], dataset: dict[str, bytes], proxy: object
-) -> None:
-    epoch(nodes, dataset, seed=10)  # all hot on their owners
-    dead = nodes[-1]
-    assert dead.proc is not None
-    os.kill(dead.proc.pid, signal.SIGKILL)
-    dead.proc.wait(30)
-    proxy.reset()  # type: ignore[attr-defined]
-    epoch(nodes[:-1], dataset, seed=11)  # the other three read everything
-    gets = source_gets(proxy)
-    print(f"one node down: {gets} source requests for {OBJECTS} objects")
-    # The dead node's share, about a quarter, each object once (not kept by
-    # the readers: they do not own it); the rest stays a hit on its owner.
-    assert 0 < gets <= 0.5 * OBJECTS, gets
-
-
 def test_a_batch_gathers_what_other_nodes_keep_in_one_request_each(
     nodes: list[Gateway], dataset: dict[str, bytes], proxy: object
 ) -> None:
@@ -237,3 +220,20 @@ def test_a_batch_gathers_what_other_nodes_keep_in_one_request_each(
     gets = sum(a["GetObject"] - b["GetObject"] for a, b in zip(after, before, strict=True))
     print(f"a batch of {len(keys)}: {batches} batch requests and {gets} GETs to the owners")
     assert 1 <= batches <= 3 and gets == 0, (batches, gets)
+
+
+def test_a_killed_node_costs_its_share_from_the_source_and_no_error(
+    nodes: list[Gateway], dataset: dict[str, bytes], proxy: object
+) -> None:
+    epoch(nodes, dataset, seed=10)  # all hot on their owners
+    dead = nodes[-1]
+    assert dead.proc is not None
+    os.kill(dead.proc.pid, signal.SIGKILL)
+    dead.proc.wait(30)
+    proxy.reset()  # type: ignore[attr-defined]
+    epoch(nodes[:-1], dataset, seed=11)  # the other three read everything
+    gets = source_gets(proxy)
+    print(f"one node down: {gets} source requests for {OBJECTS} objects")
+    # The dead node's share, about a quarter, each object once (not kept by
+    # the readers: they do not own it); the rest stays a hit on its owner.
+    assert 0 < gets <= 0.5 * OBJECTS, gets

@@ -71,6 +71,8 @@ def test_tier_of() -> None:
     assert tier_of(ReadTally(hot=10)) == "hot"
     assert tier_of(ReadTally(hot=10, capacity=1)) == "capacity"
     assert tier_of(ReadTally(capacity=1)) == "capacity"
+    assert tier_of(ReadTally(hot=10, peer=5)) == "peer"  # from the cluster node that keeps it
+    assert tier_of(ReadTally(peer=5, capacity=1)) == "capacity"
 
 
 def test_buckets_cover_a_fraction_of_a_millisecond_to_thirty_seconds() -> None:
@@ -154,7 +156,8 @@ def test_stats_before_any_request() -> None:
     stats = Metrics().stats()
     assert stats["requests"] == {}
     assert stats["hit_ratio"] == {"objects": None, "bytes": None}
-    assert stats["served"] == {"hot": {"objects": 0, "bytes": 0}, "capacity": {"objects": 0, "bytes": 0}}
+    assert stats["served"] == {"hot": {"objects": 0, "bytes": 0}, "peer": {"objects": 0, "bytes": 0},
+                               "capacity": {"objects": 0, "bytes": 0}}
     assert isinstance(stats["since"], str) and stats["since"].endswith("Z")
     assert isinstance(stats["uptime_s"], float) and stats["uptime_s"] >= 0
 
@@ -185,7 +188,8 @@ def test_stats_requests_and_hit_ratio() -> None:
     assert 0.7 <= latency["p50"] <= 1.0  # three of five in (0.7 ms, 1 ms]
     assert latency["p50"] <= latency["p90"] <= latency["p99"] <= 150
     assert stats["hit_ratio"] == {"objects": 0.75, "bytes": 0.5}
-    assert stats["served"] == {"hot": {"objects": 3, "bytes": 900}, "capacity": {"objects": 1, "bytes": 900}}
+    assert stats["served"] == {"hot": {"objects": 3, "bytes": 900}, "peer": {"objects": 0, "bytes": 0},
+                               "capacity": {"objects": 1, "bytes": 900}}
     json.dumps(stats)  # the admin endpoint returns it as is
 
 
