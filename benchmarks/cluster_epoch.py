@@ -34,6 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from _common import (  # first: puts the repo root on sys.path
+    data_filesystem,
     gateway,
     machine,
     run_and_report,
@@ -85,13 +86,14 @@ def run(args: argparse.Namespace) -> dict:
 
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(put, range(len(keys))))
+        data = stack.enter_context(data_filesystem(args.hot_fs, tmp))
         names = [f"n{i + 1}" for i in range(args.nodes)]
         free = iter(free_ports(2 * len(names)))
         ports = {name: (next(free), next(free)) for name in names}
         peers = ",".join(f"{name}=http://127.0.0.1:{ports[name][0]}" for name in names)
         nodes, admins = [], []
         for name in names:
-            gw = stack.enter_context(gateway(tmp / name, ports=ports[name], extra_args=(
+            gw = stack.enter_context(gateway(data / name, ports=ports[name], extra_args=(
                 *s3_capacity_args(store.endpoint), "--node-id", name, "--peers", peers, "--access-log", "off",
             )))
             admin = Admin(gw.admin_url)
@@ -151,7 +153,8 @@ def report(args: argparse.Namespace, results: dict) -> str:
     lines = [
         machine(),
         f"{results['objects']:,} objects of {args.size:,} B, store +{args.latency_ms:g} ms, "
-        f"{results['readers']} readers split over {results['nodes']} ranks",
+        f"{results['readers']} readers split over {results['nodes']} ranks, data dirs on the {args.hot_fs} "
+        "filesystem",
         table(["epoch", "objects/s", "seconds", "x the store", "store requests", "CPU seconds"], rows),
         "per node (hits, late, misses, prefetched): " + "; ".join(
             f"{e['hits']}, {e['late']}, {e['misses']}, {e['prefetched_objects']}" for e in results["hinted"]["epochs"]),
@@ -166,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--readers", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--hot-fs", choices=("root", "ext4"), default="root",
+                        help="the gateways' data dirs on the temp dir's filesystem (root, default) or on a new "
+                             "ext4 made for the run (a loop image: root only), as a node's own NVMe would be")
     parser.add_argument("--quick", action="store_true", help="800 objects")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
