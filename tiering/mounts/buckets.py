@@ -9,7 +9,7 @@ names, so a stale piece can never be served for it.
 
 Integrity: a ranged GET carries no checksum, so a piece can only be checked
 for its length; a piece that is the whole object is also checked against
-the ETag where that is the MD5 of the bytes (see ``_whole``).
+the ETag where that is the MD5 of the bytes (``tiering/mounts/checks.py``).
 
 Freshness: an ``immutable`` mount trusts what it validated once; otherwise a
 validation holds ``freshness`` seconds, after which the next HEAD or GET asks
@@ -59,6 +59,7 @@ from tiering.index.db import Index, ListEntry, ListPage, successor
 from tiering.memo import ByIdentity
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.model.names import check_bucket_name
+from tiering.mounts.checks import is_md5, md5, whole
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.owners import MountOwners, PeerRefused
 from tiering.mounts.revalidate import Revalidator
@@ -70,7 +71,6 @@ from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")
 
-_WHOLE_ATTEMPTS = 3  # fetches of a whole object whose bytes do not match its MD5 ETag
 
 
 # How a read asks the source about a key: its description, and bytes when it brought some.
@@ -306,13 +306,13 @@ class Mounts:
     ) -> bytes:
         """Record ``fresh`` and cache ``data``, its first piece, behind the
         answer: the MD5 check of a whole object's bytes (those that fail go
-        to :func:`_whole`) and the record in one pool call, the file by the
+        to :func:`whole`) and the record in one pool call, the file by the
         fills' writer."""
         piece = piece_name(name, fresh.key, fresh.etag, 0)
-        check = fresh.etag if len(data) == fresh.size and _is_md5(fresh.etag) else None
+        check = fresh.etag if len(data) == fresh.size and is_md5(fresh.etag) else None
 
         def record() -> bool:
-            if check is not None and _md5(data) != check:
+            if check is not None and md5(data) != check:
                 return False
             self._index.put_mounted(name, fresh)
             return True
@@ -321,7 +321,7 @@ class Mounts:
             self._fill_behind(name, fresh.key, piece, data)
             return data
         try:
-            data = await _whole(data, fresh.etag, lambda: again(fresh))
+            data = await whole(data, fresh.etag, lambda: again(fresh))
         except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
             raise unreachable(self._mounts[name], exc) from None
         await pool.run(self._index.put_mounted, name, fresh)
@@ -495,7 +495,7 @@ class Mounts:
                 return client.get_range(meta.key, start, start + size, if_match=meta.etag)
 
             data = await get()
-            return await _whole(data, meta.etag, get) if size == meta.size else data
+            return await whole(data, meta.etag, get) if size == meta.size else data
         except CapacityNotFound:
             raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
         except CapacityError as exc:
@@ -537,37 +537,6 @@ class MountWarm:
     size: int
     hot: bool  # every piece is in the hot tier now (on its owner, with ``elsewhere``)
     elsewhere: bool = False  # another node owns it and holds it: nothing is kept here
-
-
-async def _whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]]) -> bytes:
-    """A whole object's bytes, checked against its ETag when that looks like
-    an MD5 (a single-part upload). A mismatch is fetched again: bytes damaged
-    on the way differ from one fetch to the next, while an ETag that is not
-    the MD5 of the content (SSE-KMS, some S3 servers) mismatches the same
-    bytes every time, and those bytes are the object's. CapacityError when
-    every fetch came back different."""
-    if not _is_md5(etag):
-        return data
-    seen: set[str] = set()
-    for attempt in range(_WHOLE_ATTEMPTS):
-        if attempt:
-            data = await again()
-        digest = await pool.run(_md5, data)
-        if digest == etag or digest in seen:
-            return data
-        seen.add(digest)
-    raise CapacityError(
-        f"the source sent bytes that do not match the object's MD5 ETag {_WHOLE_ATTEMPTS} times "
-        "(corrupt in transit)"
-    )
-
-
-def _is_md5(etag: str) -> bool:
-    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)
-
-
-def _md5(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:

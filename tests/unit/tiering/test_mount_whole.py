@@ -1,4 +1,4 @@
-"""The whole-object check of mounted reads (tiering.mounts.buckets._whole)."""
+"""The whole-object check of mounted reads (tiering.mounts.checks.whole)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hashlib
 import pytest
 
 from tiering.errors import CapacityError
-from tiering.mounts.buckets import _whole
+from tiering.mounts.checks import whole
 
 DATA = b"training sample " * 1000
 ETAG = hashlib.md5(DATA).hexdigest()
@@ -19,7 +19,7 @@ def damaged(data: bytes, at: int) -> bytes:
 
 
 def check(first: bytes, etag: str, later: list[bytes]) -> tuple[bytes, int]:
-    """_whole's answer and how many times it fetched again."""
+    """whole's answer and how many times it fetched again."""
     fetches = iter(later)
     count = 0
 
@@ -28,7 +28,7 @@ def check(first: bytes, etag: str, later: list[bytes]) -> tuple[bytes, int]:
         count += 1
         return next(fetches)
 
-    return asyncio.run(_whole(first, etag, again)), count
+    return asyncio.run(whole(first, etag, again)), count
 
 
 def test_matching_bytes_are_taken_without_a_refetch() -> None:
