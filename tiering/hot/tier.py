@@ -291,11 +291,15 @@ class HotTier(CacheEviction, Restart):
         read = self.open_files.read
         if len(pieces) == 1:  # most objects
             file_id, name, size = pieces[0]
+            if name is not None and not self.is_cached(name):
+                return None  # not here (a piece another node keeps): no open() that fails
             # A staged file may hold more than the piece asked; a cached extent is exactly its size.
             data = read(self.file_of(file_id, name), size, name is not None)
             if data is None or name is not None and not self.touch_cached(name):
                 return None  # or dropped by an eviction meanwhile: not counted as a hit here
             return data
+        if not all(self.is_cached(name) for _, name, _ in pieces if name is not None):
+            return None
         data = read_files_now([(self.file_of(file_id, name), size, name is not None)
                                for file_id, name, size in pieces], read)
         if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):

@@ -104,3 +104,23 @@ def test_pins_are_forgotten_by_a_restart(tmp_path: Path) -> None:
     again = HotTier(tmp_path, budget=1000)
     again.resume(set)
     assert again.cached == 100 and again.pinned == 0
+
+
+def test_read_now_of_an_extent_not_cached_opens_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A piece this node does not hold (another node keeps it) is a miss from
+    memory: no open() that fails, on the event loop, on every peer hit."""
+    hot = HotTier(tmp_path, budget=10_000, high=0.9, low=0.5)
+    assert hot.fill("here", b"x" * 100)
+    opened: list[str] = []
+    real = hot.open_files.read
+
+    def counted(path: str, size: int, exact: bool) -> bytearray | None:
+        opened.append(path)
+        return real(path, size, exact)
+
+    monkeypatch.setattr(hot.open_files, "read", counted)
+    assert hot.read_now([(None, "elsewhere", 100)]) is None
+    assert hot.read_now([(None, "here", 100), (None, "elsewhere", 100)]) is None
+    assert opened == []
+    assert hot.read_now([(None, "here", 100)]) == b"x" * 100
+    assert len(opened) == 1
