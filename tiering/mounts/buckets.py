@@ -65,7 +65,7 @@ from tiering.mounts.owners import MountOwners, PeerRefused
 from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
 from tiering.reads.flight import SingleFlight
-from tiering.reads.plan import Location, ReadTally
+from tiering.reads.plan import SMALL_READ, Location, ReadTally
 from tiering.reads.readahead import Held, Peered, Source, stream
 from tiering.settings import TierSettings
 
@@ -420,8 +420,13 @@ class Mounts:
         owner = self._owner(name, key)
         # Not the owner: its first byte describes the object (the owner
         # fetches and keeps the whole first piece to answer it); this node
-        # keeps no bytes, so asks for no more.
+        # keeps no bytes, so asks for no more. New here and no larger than
+        # the owner's probe: that answer brought the whole object in.
+        new = owner is not None and self._index.get_mounted(name, key) is None
+        refused = self.owners.refused if self.owners is not None else 0
         meta, _ = await self.open_for_read(name, key, 1 if owner is not None else self._settings.part_size)
+        if new and meta.size <= min(SMALL_READ, self._settings.part_size) and self.owners.refused == refused:  # type: ignore[union-attr]
+            return MountWarm(meta.size, hot=True, elsewhere=True)
         if owner is not None and await self.owners.warm(owner, meta, self._settings.part_size):  # type: ignore[union-attr]
             return MountWarm(meta.size, hot=True, elsewhere=True)  # hot on its owner, for the whole cluster
         names = self.piece_names(name, meta)
