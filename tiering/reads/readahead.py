@@ -52,9 +52,10 @@ async def stream(
     ``window`` pieces for which ``prefetch`` says yes are opened ahead (a
     fetch runs meanwhile), the others when their turn comes."""
     ahead: dict[int, asyncio.Task[Source]] = {}
+    alone = len(pieces) == 1  # most objects: nothing to open ahead, so no task to make
     try:
         for position, (index, wanted) in enumerate(pieces):
-            for later, _ in pieces[position : position + window]:
+            for later, _ in pieces[position : position + window] if not alone else ():
                 if later not in ahead and prefetch(later):
                     ahead[later] = asyncio.create_task(open_piece(later))
             task = ahead.pop(index, None)
