@@ -34,8 +34,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import _common  # first: puts the repo root on sys.path
 from _common import client, gateway, machine, process_cpu, table, temp_dir
@@ -81,16 +82,19 @@ def bare_app(size: int, files: Path | None = None, batch: int = 0) -> Iterator[B
         stop_process(proc, timeout=15)
 
 
-def hot_round(gw: Gateway | Bare, gets: int, threads: int, objects: int) -> tuple[float, float]:
-    """(GETs per second, gateway CPU microseconds per GET) of one round."""
+def hot_round(gw: Gateway | Bare, gets: int, threads: int, objects: int,
+              reader: Callable[[], Any] | None = None) -> tuple[float, float]:
+    """(GETs per second, gateway CPU microseconds per GET) of one round;
+    each thread's reader made by ``reader`` (a ``SignedClient`` of root's
+    key unless given), with ``get(bucket, key) -> (status, body)``."""
     keys = [f"k{random.randrange(objects):06d}" for _ in range(gets)]
     chunks = [keys[i::threads] for i in range(threads)]
-    clients = [SignedClient(gw.port) for _ in range(threads)]
-    for c in clients:  # connections open and signing keys derived outside the timing
+    clients = [reader() if reader is not None else SignedClient(gw.port) for _ in range(threads)]
+    for c in clients:  # connections open, signing keys derived (and decisions made) outside the timing
         assert c.get(BUCKET, keys[0])[0] == 200
     failures: list[str] = []
 
-    def run(client: SignedClient, mine: list[str]) -> None:
+    def run(client: Any, mine: list[str]) -> None:
         for key in mine:
             status, _ = client.get(BUCKET, key)
             if status != 200:

@@ -20,48 +20,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
-import threading
-import time
 
 import _common  # first: puts the repo root on sys.path
-from _common import REGION, gateway, machine, process_cpu, table, temp_dir
+import ab
+from _common import REGION, gateway, machine, table, temp_dir
 from _compare_client import _Target
 from ab import BUCKET, fill
 
 from tests.integration.oracle import RawReader
-from tests.servers import Gateway, children
+from tests.servers import Gateway
 
 
 def hot_round(gw: Gateway, key: tuple[str, str], gets: int, threads: int, objects: int) -> tuple[float, float]:
     """(GETs per second, gateway CPU microseconds per GET) of one round of
-    GETs signed with ``key`` (access key, secret)."""
-    keys = [f"k{random.randrange(objects):06d}" for _ in range(gets)]
-    chunks = [keys[i::threads] for i in range(threads)]
-    clients = [RawReader(_Target(gw.port), region=REGION, access_key=key[0], secret_key=key[1])  # type: ignore[arg-type]
-               for _ in range(threads)]
-    for c in clients:  # connections open, signing keys derived and decisions made outside the timing
-        assert c.get(BUCKET, keys[0])[0] == 200
-    failures: list[str] = []
-
-    def run(client: RawReader, mine: list[str]) -> None:
-        for name in mine:
-            status, _ = client.get(BUCKET, name)
-            if status != 200:
-                failures.append(f"{name}: {status}")
-
-    workers = [threading.Thread(target=run, args=(c, k)) for c, k in zip(clients, chunks, strict=True)]
-    pids = [gw.proc.pid, *children(gw.proc.pid)]  # type: ignore[union-attr]
-    cpu, start = sum(map(process_cpu, pids)), time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    wall, used = time.perf_counter() - start, sum(map(process_cpu, pids)) - cpu
-    assert not failures, failures[:3]
-    return gets / wall, used / gets * 1e6
+    GETs signed with ``key`` (access key, secret): ``ab.hot_round``'s."""
+    return ab.hot_round(gw, gets, threads, objects, reader=lambda: RawReader(
+        _Target(gw.port), region=REGION, access_key=key[0], secret_key=key[1]))  # type: ignore[arg-type]
 
 
 def make_user(gw: Gateway) -> tuple[str, str]:

@@ -7,11 +7,43 @@ import hashlib
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@contextlib.contextmanager
+def peered_nodes(root: Path, names: Sequence[str], moto_endpoint: str, store_endpoint: str,
+                 extra: Sequence[str] = ()) -> Iterator[list[Any]]:
+    """Gateways ``names`` with ``--node-id`` and ``--peers`` naming them all,
+    over a new capacity bucket in moto reached at ``store_endpoint`` (moto
+    itself, or a proxy in front of it); stopped by PID at the end."""
+    import boto3
+
+    from tests.servers import Gateway, free_ports
+
+    capacity = f"tierstore-peered-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket=capacity)
+    free = iter(free_ports(2 * len(names)))
+    ports = {name: (next(free), next(free)) for name in names}
+    peers = ",".join(f"{name}=http://127.0.0.1:{s3}" for name, (s3, _) in ports.items())
+    started: list[Gateway] = []
+    try:
+        for name in names:
+            gw = Gateway(root / name, extra_args=[
+                "--capacity", f"s3://{capacity}", "--capacity-endpoint", store_endpoint,
+                "--capacity-access-key", "testing", "--capacity-secret-key", "testing",
+                "--node-id", name, "--peers", peers, *extra,
+            ])
+            started.append(gw.start(ports[name]))
+        yield started
+    finally:
+        for gw in started:
+            gw.stop()
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ import os
 import random
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -30,9 +29,9 @@ import pytest
 
 from gateway.hints import Hints
 from tests.conftest import make_client
-from tests.integration.helpers import counting_proxy
+from tests.integration.helpers import counting_proxy, peered_nodes
 from tests.integration.s3raw import Sender
-from tests.servers import ADMIN_TOKEN, Gateway, free_ports
+from tests.servers import ADMIN_TOKEN, Gateway
 from tiering.model.archive import members
 
 OBJECTS = 200
@@ -62,30 +61,14 @@ def dataset(moto_endpoint: str) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def nodes(moto_endpoint: str, proxy: object, dataset: dict[str, bytes],
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gateway]]:
-    root = tmp_path_factory.mktemp("cluster-cache")
-    capacity = f"tierstore-cache-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=capacity)
-    free = iter(free_ports(2 * len(NODES)))
-    ports = {name: (next(free), next(free)) for name in NODES}
-    peers = ",".join(f"{name}=http://127.0.0.1:{s3}" for name, (s3, _) in ports.items())
-    started: list[Gateway] = []
-    try:
-        for name in NODES:
-            gw = Gateway(root / name, extra_args=[
-                "--capacity", f"s3://{capacity}", "--capacity-endpoint", moto_endpoint,
-                "--capacity-access-key", "testing", "--capacity-secret-key", "testing",
-                "--node-id", name, "--peers", peers, "--hot-size", str(HOT),
-            ])
-            started.append(gw.start(ports[name]))
+    with peered_nodes(tmp_path_factory.mktemp("cluster-cache"), NODES, moto_endpoint, moto_endpoint,
+                      ["--hot-size", str(HOT)]) as started:
+        for gw in started:
             answer = httpx.post(gw.admin_url + "/mounts", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
                                 json={"name": "data", "source": "s3://cluster-data", "endpoint": proxy.endpoint,
                                       "access_key": "testing", "secret_key": "testing"}, timeout=60)
             assert answer.status_code == 201, answer.text
         yield started
-    finally:
-        for gw in started:
-            gw.stop()
 
 
 def epoch(gws: list[Gateway], files: dict[str, bytes], seed: int, bucket: str = "data") -> None:

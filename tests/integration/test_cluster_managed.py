@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Iterator
 
-import boto3
 import pytest
 
 from tests.conftest import make_client
-from tests.integration.helpers import counting_proxy
+from tests.integration.helpers import counting_proxy, peered_nodes
 from tests.integration.test_cluster_cache import epoch
-from tests.servers import Gateway, free_ports
+from tests.servers import Gateway
 
 OBJECTS = 200
 SIZE = 16 * 1024
@@ -41,27 +39,11 @@ def proxy(moto_endpoint: str) -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def nodes(moto_endpoint: str, proxy: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Gateway]]:
-    root = tmp_path_factory.mktemp("cluster-managed")
-    capacity = f"tierstore-managed-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                 region_name="us-east-1").create_bucket(Bucket=capacity)
-    free = iter(free_ports(2 * len(NODES)))
-    ports = {name: (next(free), next(free)) for name in NODES}
-    peers = ",".join(f"{name}=http://127.0.0.1:{s3}" for name, (s3, _) in ports.items())
-    started: list[Gateway] = []
-    try:
-        for name in NODES:
-            gw = Gateway(root / name, extra_args=[
-                "--capacity", f"s3://{capacity}", "--capacity-endpoint", proxy.endpoint,  # type: ignore[attr-defined]
-                "--capacity-access-key", "testing", "--capacity-secret-key", "testing",
-                "--node-id", name, "--peers", peers, "--hot-size", str(HOT),
-                "--follow-interval", "0.3", "--flush-delay", "600",  # one flush packs the set
-            ])
-            started.append(gw.start(ports[name]))
+    with peered_nodes(tmp_path_factory.mktemp("cluster-managed"), NODES, moto_endpoint,
+                      proxy.endpoint,  # type: ignore[attr-defined]
+                      ["--hot-size", str(HOT), "--follow-interval", "0.3",
+                       "--flush-delay", "600"]) as started:  # one flush packs the set
         yield started
-    finally:
-        for gw in started:
-            gw.stop()
 
 
 @pytest.fixture(scope="module")
