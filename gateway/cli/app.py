@@ -310,7 +310,7 @@ def recover(config: Config) -> None:
         f"recovered {report.objects} objects ({report.bytes} bytes) in {report.buckets} buckets "
         f"from {report.segments} segments; {report.deleted} deleted keys stay deleted"
         + (f"; {report.versions} noncurrent versions and delete markers" if report.versions else "")
-        + (f"; {report.incomplete} incomplete manifests skipped" if report.incomplete else "")
+        + (f"; {report.incomplete} versions lost (bytes in segments the store no longer has)" if report.incomplete else "")
     )
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 from packer import format as seg
@@ -45,7 +45,7 @@ class RecoveryReport:
     buckets: int = 0
     versions: int = 0  # noncurrent versions and delete markers restored
     deleted: int = 0  # keys a tombstone left without any version
-    incomplete: int = 0  # manifests naming a segment that no longer exists
+    incomplete: int = 0  # kept versions whose bytes name a segment that no longer exists
     bytes: int = 0
 
 
@@ -103,11 +103,8 @@ async def recover(
         if any(t.seq > seq and t.kills(meta.vseq, meta.is_null) for t in tombs.get((bucket, key), ())):
             buried.add((bucket, key))
             continue
-        if any(c.extent is None or c.extent.segment not in footers for c in meta.chunks):
-            report.incomplete += 1
-            continue
         survivors.setdefault((bucket, key), []).append(meta)
-    objects, noncurrent = _arrange(survivors)
+    objects, noncurrent, report.incomplete = _arrange(survivors, footers.keys())
     report.deleted = len(buried - survivors.keys())
 
     live: dict[str, int] = dict.fromkeys(footers, 0)
@@ -149,17 +146,26 @@ async def recover(
     return report
 
 
-def _arrange(survivors: dict[tuple[str, str], list[ObjectMeta]]) -> tuple[list[ObjectMeta], list[ObjectMeta]]:
+def _arrange(
+    survivors: dict[tuple[str, str], list[ObjectMeta]], present: Collection[str]
+) -> tuple[list[ObjectMeta], list[ObjectMeta], int]:
     """Per key, its surviving versions as the index keeps them: the newest
     null version only, the newest version current unless it is a delete
-    marker, the rest noncurrent. (current versions, noncurrent ones)"""
+    marker, the rest noncurrent. A kept version with bytes in a segment not
+    ``present`` is lost and left out; an older null version it replaced
+    stays replaced, and a replaced one whose bytes are gone is no loss.
+    (current versions, noncurrent ones, versions lost)"""
     current: list[ObjectMeta] = []
     noncurrent: list[ObjectMeta] = []
+    lost = 0
     for versions in survivors.values():
         newest_null = max((m.vseq for m in versions if m.is_null), default=None)
         kept = sorted((m for m in versions if not m.is_null or m.vseq == newest_null),
                       key=lambda m: m.vseq, reverse=True)
-        if not kept[0].delete_marker:
-            current.append(kept.pop(0))
-        noncurrent.extend(kept)
-    return current, noncurrent
+        whole = [m for m in kept if all(c.extent is not None and c.extent.segment in present
+                                        for c in m.chunks)]
+        lost += len(kept) - len(whole)
+        if whole and not whole[0].delete_marker:
+            current.append(whole.pop(0))
+        noncurrent.extend(whole)
+    return current, noncurrent, lost

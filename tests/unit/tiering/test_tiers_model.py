@@ -171,9 +171,10 @@ class TiersMachine(RuleBasedStateMachine):
             store = LocalDirStore(self.root / "capacity")
             index = Index(self.root / "rebuilt" / "index")
             try:
-                self.run(recover(store, index))
+                report = self.run(recover(store, index))
             finally:
                 index.close()
+            assert report.incomplete == 0, report  # nothing the model holds was lost
             rebuilt = self._open("rebuilt")
             try:
                 listed = self.run(rebuilt.objects.list("bkt", max_keys=100))
