@@ -307,4 +307,4 @@ class LookupClient:
             raise Elsewhere() from None
         finally:
             self._waiting.pop(request_id, None)
-        return Location(record, tuple((path, size) for path, size in files), missing, until_ms)
+        return Location(record, tuple((path, offset, size) for path, offset, size in files), missing, until_ms)

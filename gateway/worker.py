@@ -55,11 +55,12 @@ from gateway.http import ClientDisconnected, S3Request, new_request_id
 from gateway.lookup import Elsewhere, LookupClient
 from packer.ranges import ByteRange, split_over
 from tiering import pool
-from tiering.batch.hot import HotBatch, Pieces
+from tiering.batch.hot import HotBatch, Pieces, close_all
 from tiering.batch.member import Member
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import NoSuchBucket, NoSuchKey, TierstoreError
-from tiering.hot.open_files import read_files_now
+from tiering.hot.logs import KEY
+from tiering.hot.open_files import Opened, read_files_now
 from tiering.hot.tier import HotTier
 from tiering.identity.directory import EMPTY, Directory
 from tiering.identity.sealing import Sealer, load_key
@@ -70,6 +71,7 @@ from tiering.model.names import check_key
 from tiering.reads.plan import (
     NOW_READ,
     SMALL_READ,
+    Place,
     Read,
     ReadPlan,
     ReadTally,
@@ -105,16 +107,17 @@ class WorkerSetup:
     generations: str  # the writer's shared table of write generations
 
 
-def _open_files(files: list[tuple[str, int]], wanted: list[int]) -> dict[int, int]:
-    """Descriptors on the files of the pieces ``wanted``, each checked for
-    its size; Elsewhere (none left open) if one is gone or not whole."""
+def _open_files(files: list[Place], wanted: list[int]) -> dict[int, int]:
+    """Descriptors on the files of the pieces ``wanted``, each file of its
+    own checked for its size (a log's bytes never change); Elsewhere (none
+    left open) if one is gone or not whole."""
     fds: dict[int, int] = {}
     try:
         for index in wanted:
-            path, size = files[index]
+            path, offset, size = files[index]
             fd = os.open(path, os.O_RDONLY)
             fds[index] = fd
-            if os.fstat(fd).st_size != size:
+            if not offset and os.fstat(fd).st_size != size:
                 raise Elsewhere()
     except (FileNotFoundError, Elsewhere):
         for fd in fds.values():
@@ -123,29 +126,33 @@ def _open_files(files: list[tuple[str, int]], wanted: list[int]) -> dict[int, in
     return fds
 
 
-def _read_files(files: list[tuple[str, int]]) -> bytes:
+def _read_files(files: list[Place]) -> bytes:
     fds = _open_files(files, list(range(len(files))))
     try:
-        return b"".join(HotTier.pread(fds[i], 0, files[i][1]) for i in range(len(files)))
+        return b"".join(HotTier.pread(fds[i], files[i][1], files[i][2]) for i in range(len(files)))
     finally:
         for fd in fds.values():
             os.close(fd)
 
 
-def _open_all(objects: list[list[tuple[str, int]]]) -> list[Pieces]:
-    """Every object's open pieces, (descriptor, size) in order; Elsewhere
-    (none left open) if a file is gone."""
+def _open_all(objects: list[list[Place]]) -> list[Pieces]:
+    """Every object's open pieces, (descriptor, offset, size) in order;
+    Elsewhere (none left open) if a file is gone."""
     opened: list[Pieces] = []
     try:
         for files in objects:
             fds = _open_files(files, list(range(len(files))))
-            opened.append([(fds[i], size) for i, (_, size) in enumerate(files)])
+            opened.append([(fds[i], offset, size) for i, (_, offset, size) in enumerate(files)])
     except Elsewhere:
-        for pieces in opened:
-            for fd, _ in pieces:
-                os.close(fd)
+        close_all(opened)
         raise
     return opened
+
+
+def _name(path: str, offset: int) -> str:
+    """What the writer marks visited for a piece read here: its cache file's
+    name, or the queue name of the log that holds it (``tiering.hot.logs``)."""
+    return KEY + os.path.basename(path) if offset else os.path.basename(path)
 
 
 class _Answer(NamedTuple):
@@ -154,7 +161,7 @@ class _Answer(NamedTuple):
     ``until_ms``."""
 
     meta: ObjectMeta
-    files: list[tuple[str, int]]
+    files: list[Place]
     names: list[str]  # the files' names, for the writer's eviction marks
     slot: int
     generation: int
@@ -190,7 +197,8 @@ class RemoteObjects:
             return plan(meta, read, decision, tally=tally)
         wanted = decision.wanted
         if meta.size <= SMALL_READ:
-            data = read_files_now((path, size, True) for path, size in files) if meta.size <= NOW_READ else None
+            data = (read_files_now((path, size, not offset, offset) for path, offset, size in files)
+                    if meta.size <= NOW_READ else None)
             if data is None:
                 try:
                     data = await pool.run(_read_files, files)
@@ -198,12 +206,12 @@ class RemoteObjects:
                     self._answers.pop((read.bucket, read.key), None)
                     raise
             return hot_plan(meta, read, decision, data)
-        pieces = list(split_over([size for _, size in files], wanted))
+        pieces = list(split_over([size for _, _, size in files], wanted))
         if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
             raise Elsewhere()
         return plan(meta, read, decision, self._stream(files, pieces, tally), tally)
 
-    async def _hot(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[tuple[str, int]]]:
+    async def _hot(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[Place]]:
         """The metadata and files of a hot object; Elsewhere if not all hot."""
         kept = self._kept(bucket, key)
         if kept is not None:
@@ -222,7 +230,7 @@ class RemoteObjects:
         if where.record is None:  # not all hot, or due for revalidation: the writer answers
             raise Elsewhere()
         meta, files = ObjectMeta.from_bytes(where.record), list(where.files)
-        self._keep((bucket, key), _Answer(meta, files, [os.path.basename(path) for path, _ in files],
+        self._keep((bucket, key), _Answer(meta, files, [_name(path, offset) for path, offset, _ in files],
                                           slot, generation, where.until_ms))
         return meta, files
 
@@ -287,7 +295,7 @@ class RemoteObjects:
         wanted = [i for i in range(len(keys)) if i not in errors]
         answers = await asyncio.gather(*(self._hot(bucket, keys[i], read=True) for i in wanted),
                                        return_exceptions=True)
-        found: dict[int, tuple[ObjectMeta, list[tuple[str, int]]]] = {}
+        found: dict[int, tuple[ObjectMeta, list[Place]]] = {}
         for i, answer in zip(wanted, answers, strict=True):
             if isinstance(answer, NoSuchKey):
                 errors[i] = answer
@@ -332,7 +340,7 @@ class RemoteObjects:
                         list(opened), tally)
 
     async def _stream(
-        self, files: list[tuple[str, int]], pieces: list[tuple[int, ByteRange]], tally: ReadTally
+        self, files: list[Place], pieces: list[tuple[int, ByteRange]], tally: ReadTally
     ) -> AsyncIterator[bytes]:
         # Every file is opened before the first byte goes out (the app pulls
         # the first block before the head): one evicted meanwhile passes the
@@ -340,9 +348,9 @@ class RemoteObjects:
         fds = await pool.run(_open_files, files, [index for index, _ in pieces])
         handed: set[int] = set()
 
-        async def open_piece(index: int) -> int:
+        async def open_piece(index: int) -> Opened:
             handed.add(index)
-            return fds[index]
+            return Opened(fds[index], files[index][1])
 
         try:
             async for block in stream(pieces, open_piece, window=self._window, tally=tally):

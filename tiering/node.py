@@ -59,7 +59,7 @@ class Node:
         room = IndexRoom(data_dir / "index", settings.index_reserve)
         self.index = index = Index(data_dir / "index", settings.record_cache, room)
         self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark,
-                                 settings.free_floor)
+                                 settings.free_floor, logs=settings.cache_logs)
         # A write the index has no room for is a 503 while the hot tier can
         # make some (evict, flush), else a 507.
         room.can_free = hot.can_free

@@ -24,6 +24,9 @@ class TierSettings:
     flush_delay: float = 5.0  # longest a write waits before the flusher packs it
     compression: bool = True  # zstd per extent, kept only where it saves space
     compression_level: int = 3
+    # Small cached pieces share append-only log files instead of a file
+    # each (tiering/hot/logs.py); off only where a test needs files of their own.
+    cache_logs: bool = True
     high_watermark: float = 0.90  # evict cached extents above this fraction of hot_size
     low_watermark: float = 0.80  # ... down to this one
     compact_threshold: float = 0.5  # rewrite segments whose live fraction falls below

@@ -13,8 +13,9 @@ from tiering.batch.member import Member
 from tiering.hot.tier import HotTier
 from tiering.reads.plan import NOW_READ, ReadTally
 
-# The open pieces of one member's body, in order: (descriptor, bytes).
-Pieces = list[tuple[int, int]]
+# The open pieces of one member's body, in order: (descriptor, where its
+# bytes start, how many): the offset is 0 but in a log (tiering/hot/logs.py).
+Pieces = list[tuple[int, int, int]]
 
 
 class HotBatch:
@@ -75,7 +76,7 @@ class HotBatch:
                 if not done:
                     later.append((pieces, view))
                     continue
-                for fd, _ in pieces:
+                for fd, _, _ in pieces:
                     release(fd)
                 step += size
                 if step >= NOW_READ and i < last:
@@ -104,11 +105,11 @@ def _read_now(pieces: Pieces, view: memoryview) -> bool:
     False (EAGAIN, a short read, no RWF_NOWAIT here): the pool reads them."""
     try:
         if len(pieces) == 1:  # most members: the whole view, no slice
-            fd, size = pieces[0]
-            return not size or os.preadv(fd, (view,), 0, os.RWF_NOWAIT) == size
+            fd, offset, size = pieces[0]
+            return not size or os.preadv(fd, (view,), offset, os.RWF_NOWAIT) == size
         at = 0
-        for fd, size in pieces:
-            if size and os.preadv(fd, (view[at:at + size],), 0, os.RWF_NOWAIT) != size:
+        for fd, offset, size in pieces:
+            if size and os.preadv(fd, (view[at:at + size],), offset, os.RWF_NOWAIT) != size:
                 return False
             at += size
     except OSError:
@@ -120,8 +121,8 @@ def _read_into(jobs: list[tuple[Pieces, memoryview]]) -> None:
     """Blocking: each job's pieces, in order, into its view."""
     for pieces, view in jobs:
         at = 0
-        for fd, size in pieces:
-            HotTier.pread_into(fd, view[at:at + size])
+        for fd, offset, size in pieces:
+            HotTier.pread_into(fd, view[at:at + size], offset)
             at += size
 
 
@@ -135,5 +136,5 @@ def _released(done: asyncio.Future[None], jobs: list[tuple[Pieces, memoryview]],
 
 def close_all(files: list[Pieces | None] | None, release: Callable[[int], None] = os.close) -> None:
     for pieces in files or ():
-        for fd, _ in pieces or ():
+        for fd, _, _ in pieces or ():
             release(fd)

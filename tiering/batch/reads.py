@@ -39,7 +39,6 @@ import functools
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import TypeVar
 
 from tiering import pool
@@ -181,10 +180,14 @@ class BatchReads:
                 # is not for threads); the pool works them out again.
                 places = self._places.get(meta, self._places_of) if on_loop else self._places_of(meta)
                 for path, size, name in places:
-                    if name is not None and not hot.is_cached(name):
-                        raise _NotHot()
-                    # A cached extent's file is checked for its size (torn by a crash?).
-                    pieces.append((take(path, None if name is None else size), size))
+                    offset = 0
+                    if name is not None:
+                        if not hot.is_cached(name):
+                            raise _NotHot()
+                        if (held := hot.in_log(name)) is not None:  # where it is now: not memoized
+                            path, offset = held
+                    # A cached extent's own file is checked for its size (torn by a crash?).
+                    pieces.append((take(path, None if name is None or offset else size), offset, size))
         except (_NotHot, OSError):  # gone, torn, or out of descriptors: a streamed batch opens one at a time
             close_all(opened, release)
             return None
@@ -265,7 +268,7 @@ class BatchReads:
             try:
                 pieces = [
                     self._hot.read(c.file_id, 0, c.size) if c.file_id is not None
-                    else _read_file(self._hot.cache_path(c.extent.cache_name), c.size)  # type: ignore[union-attr]
+                    else _read_file(*self._hot.where(None, c.extent.cache_name), c.size)  # type: ignore[union-attr]
                     for c in meta.chunks
                 ]
             except (FileNotFoundError, _Torn):
@@ -358,8 +361,15 @@ class _Torn(Exception):
     """A cache file of another size than its extent's: read as a GET reads it."""
 
 
-def _read_file(path: Path, size: int) -> bytes:
+def _read_file(path: str, offset: int, size: int) -> bytes:
+    """A cached piece's bytes: a file of its own, which must be ``size``
+    bytes long, or ``size`` bytes at ``offset`` of a log."""
     with open(path, "rb", buffering=0) as file:
+        if offset:
+            data = os.pread(file.fileno(), size, offset)
+            if len(data) != size:
+                raise _Torn(path)
+            return data
         data = file.read(size + 1)
     if len(data) != size:
         raise _Torn(path)

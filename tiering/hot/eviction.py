@@ -12,10 +12,13 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tiering.hot.logs import KEY
+
 if TYPE_CHECKING:
     import threading
     from pathlib import Path
 
+    from tiering.hot.logs import Logs
     from tiering.hot.open_files import OpenFiles
     from tiering.hot.sieve import EvictionAdvisor, Sieve
     from tiering.hot.space import Floor
@@ -36,9 +39,14 @@ class CacheEviction:
     open_files: OpenFiles
     disk: Floor
 
+    logs: Logs | None
+    _slots: dict[str, object]
+
     if TYPE_CHECKING:
         def cache_path(self, name: str) -> Path: ...
         def _cache_file(self, name: str) -> str: ...
+        def _log_wanted(self, wanted: Callable[[str], bool]) -> Callable[[str], bool]: ...
+        def _seal_open_log(self) -> bool: ...
 
     # -- eviction ----------------------------------------------------------
 
@@ -66,20 +74,23 @@ class CacheEviction:
         """Whether eviction or a flush can give the disk room: unpinned
         cache, staged data a flush turns into some, or writes under way
         that will be staged."""
-        return bool(self._sieve) or self.staged + self.reserved > 0
+        return bool(self._sieve) or bool(self._slots) or self.staged + self.reserved > 0
 
     def _evict_to(self, target: int) -> int:
         target = max(target, 0)
         advisor = self.advisor  # one advisor for the whole pass
         if advisor is None:
             return self._evict_victims(target, None)
-        freed = self._evict_victims(target, advisor.wanted)
+        freed = self._evict_victims(target, self._log_wanted(advisor.wanted))
         freed += self._evict_furthest(target, advisor)
         return freed + self._evict_victims(target, None)
 
     def _done(self, target: int) -> bool:
-        """At or below ``target``, or nothing left to evict (lock held)."""
-        return self.staged + self.reserved + self.cached <= target or not self._sieve
+        """At or below ``target``, or nothing left to evict (lock held): the
+        open log counts, an eviction seals it when nothing else is left."""
+        if self.staged + self.reserved + self.cached <= target:
+            return True
+        return not self._sieve and not (self.logs is not None and self.logs.open_pieces())
 
     def _evict_victims(self, target: int, skip: Callable[[str], bool] | None) -> int:
         """Evict SIEVE victims (passing over names ``skip`` keeps) until done
@@ -90,10 +101,12 @@ class CacheEviction:
                 if self._done(target):
                     break
                 picked = self._sieve.victim(skip)
+                if picked is None and self._seal_open_log():
+                    picked = self._sieve.victim(skip)
                 if picked is None:
                     break
                 name, size = picked
-                self._account_evicted(size)
+                self._account_evicted(name, size)
             self._unlink_cached(name, size)
             freed += size
         return freed
@@ -106,13 +119,15 @@ class CacheEviction:
             if self._done(target):
                 return 0
         freed = 0
-        for name in advisor.furthest():
+        unit = self.logs.unit if self.logs is not None else str
+        for wanted in advisor.furthest():
             with self._lock:
                 if self._done(target):
                     break
+                name = unit(wanted)  # a log-held piece goes with its log
                 size = self._sieve.remove(name)  # None: not cached, pinned or filling
                 if size is not None:
-                    self._account_evicted(size)
+                    self._account_evicted(name, size)
                 done = self._done(target)
             if size is not None:
                 self._unlink_cached(name, size)
@@ -121,13 +136,16 @@ class CacheEviction:
                 break
         return freed
 
-    def _account_evicted(self, size: int) -> None:
-        """A file left the queue to be evicted (lock held)."""
+    def _account_evicted(self, name: str, size: int) -> None:
+        """A file or a log left the queue to be evicted (lock held)."""
         self.cached -= size
         self.evicted += size
+        if self.logs is not None and (log := self.logs.log_of(name)) is not None:
+            self.logs.remove(log)
 
     def _unlink_cached(self, name: str, size: int = 0) -> None:
-        path = self._cache_file(name)
+        logs = self.logs
+        path = logs.path_of(name) if logs is not None and name.startswith(KEY) else self._cache_file(name)
         try:
             os.unlink(path)
         except FileNotFoundError:

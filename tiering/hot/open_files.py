@@ -38,6 +38,7 @@ import resource
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 # At most this many kept, and at most a quarter of the process's descriptor
 # limit: connections and the database need the rest.
@@ -75,13 +76,13 @@ class OpenFiles:
         self._owner = threading.get_ident()
         self._loop = loop
 
-    def read(self, path: str, size: int, exact: bool) -> bytearray | None:
-        """The first ``size`` bytes of the file at ``path`` if the page cache
-        holds them (``RWF_NOWAIT``), else None; None too when the file is
-        gone or, ``exact``, is not ``size`` bytes long (read for one byte
+    def read(self, path: str, size: int, exact: bool, offset: int = 0) -> bytearray | None:
+        """``size`` bytes from ``offset`` of the file at ``path`` if the page
+        cache holds them (``RWF_NOWAIT``), else None; None too when the file
+        is gone or, ``exact``, is not ``size`` bytes long (read for one byte
         more). :func:`tiering.hot.open_files.read_file_now`, with the descriptor kept."""
         if threading.get_ident() != self._owner or not self._size:
-            return read_file_now(path, size, exact)
+            return read_file_now(path, size, exact, offset)
         if self._gone:
             self._drain()
         fd = self._fds.get(path)
@@ -92,7 +93,7 @@ class OpenFiles:
                 return None
             self._keep(path, fd)
         try:
-            data = _pread_now(fd, size, exact)
+            data = _pread_now(fd, size, exact, offset)
         except OSError:
             data = None
         if data is None:
@@ -212,8 +213,8 @@ def open_sized(path: str, size: int | None = None) -> int:
     return fd
 
 
-def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
-    """The first ``size`` bytes of the file at ``path`` if the page cache
+def read_file_now(path: str, size: int, exact: bool, offset: int = 0) -> bytearray | None:
+    """``size`` bytes from ``offset`` of the file at ``path`` if the page cache
     holds them (``RWF_NOWAIT``: fails rather than wait for the disk, so this
     may run on the event loop), else None; None too when the file is gone,
     or, ``exact``, is not ``size`` bytes long (read for one byte more: one
@@ -223,21 +224,21 @@ def read_file_now(path: str, size: int, exact: bool) -> bytearray | None:
     except OSError:
         return None
     try:
-        return _pread_now(fd, size, exact)
+        return _pread_now(fd, size, exact, offset)
     except OSError:  # EOPNOTSUPP: no RWF_NOWAIT here
         return None
     finally:
         os.close(fd)
 
 
-def _pread_now(fd: int, size: int, exact: bool) -> bytearray | None:
-    """The first ``size`` bytes of ``fd``'s file, read with ``RWF_NOWAIT``
+def _pread_now(fd: int, size: int, exact: bool, offset: int = 0) -> bytearray | None:
+    """``size`` bytes from ``offset`` of ``fd``'s file, read with ``RWF_NOWAIT``
     (``exact``: one byte more, which must not come); None when they are not
     all in memory or the size is off."""
     data = bytearray(size + 1 if exact else size)
     if size or exact:
         try:
-            if os.preadv(fd, (data,), 0, os.RWF_NOWAIT) != size:
+            if os.preadv(fd, (data,), offset, os.RWF_NOWAIT) != size:
                 return None  # short, long, or partly in memory
         except BlockingIOError:  # not in memory
             return None
@@ -245,23 +246,31 @@ def _pread_now(fd: int, size: int, exact: bool) -> bytearray | None:
     return data
 
 
-def close_unused(task: asyncio.Task[int | bytes]) -> None:
+class Opened(NamedTuple):
+    """A descriptor of the caller's own on a hot-tier file, and where a
+    piece's bytes start in it (0 but in a log: ``tiering.hot.logs``)."""
+
+    fd: int
+    offset: int
+
+
+def close_unused(task: asyncio.Task[object]) -> None:
     """Done-callback of a read-ahead the response no longer needs: close the
     descriptor it opened, if it opened one."""
-    if not task.cancelled() and task.exception() is None and isinstance(task.result(), int):
-        os.close(task.result())  # type: ignore[arg-type]
+    if not task.cancelled() and task.exception() is None and isinstance(task.result(), Opened):
+        os.close(task.result().fd)  # type: ignore[attr-defined]
 
 
 def read_files_now(
-    files: Iterable[tuple[str, int, bool]],
-    read_file: Callable[[str, int, bool], bytearray | None] = read_file_now,
+    files: Iterable[tuple[str, int, bool, int]],
+    read_file: Callable[[str, int, bool, int], bytearray | None] = read_file_now,
 ) -> bytes | bytearray | None:
-    """The bytes of ``files``, each (path, size, exact) as ``read_file``
-    (:func:`read_file_now`, or ``OpenFiles.read``) reads it, in order, if
-    the page cache holds them all; else None."""
+    """The bytes of ``files``, each (path, size, exact, offset) as
+    ``read_file`` (:func:`read_file_now`, or ``OpenFiles.read``) reads it,
+    in order, if the page cache holds them all; else None."""
     read = []
-    for path, size, exact in files:
-        data = read_file(path, size, exact)
+    for path, size, exact, offset in files:
+        data = read_file(path, size, exact, offset)
         if data is None:
             return None
         read.append(data)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tiering.files import no_space, sync_dir
+from tiering.hot.logs import Logs
 from tiering.hot.sieve import Sieve
 
 log = logging.getLogger("tierstore.hot")
@@ -34,6 +35,7 @@ class Restart:
     _lock: threading.Lock
     _sieve: Sieve
     _pinned: dict[str, int]
+    logs: Logs | None
 
     def mark_clean(self) -> None:
         """Record a clean shutdown: no write in flight, and the staged bytes.
@@ -41,6 +43,8 @@ class Restart:
         Called after the index is closed; ``resume`` consumes it. On a
         full disk there is none (logged): the next start sweeps, which is
         what it does after a crash, and loses nothing."""
+        if self.logs is not None:
+            self.logs.close()
         tmp = self.root / (CLEAN + TMP)
         try:
             tmp.write_text(str(self.staged))
@@ -99,9 +103,10 @@ class Restart:
         return previous is not None and previous != boot
 
     def _load_cache(self, drop: bool) -> None:
-        """Rebuild the SIEVE queue from the cache tree: oldest mtime queued
-        first, so the newest files end up at the head. Visited bits are lost."""
-        found: list[tuple[int, str, int]] = []
+        """Rebuild the SIEVE queue from the cache tree and the logs (each
+        one entry): oldest mtime queued first, so the newest end up at the
+        head. Visited bits are lost."""
+        found: list[tuple[int, str, int]] = self.logs.load(drop) if self.logs is not None else []
         for i in range(FANOUT):
             with os.scandir(self.cache_root / f"{i:02x}") as entries:
                 for entry in entries:

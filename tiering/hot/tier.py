@@ -33,7 +33,9 @@ from pathlib import Path
 
 from tiering.files import write_all
 from tiering.hot.eviction import CacheEviction
-from tiering.hot.open_files import OpenFiles, capacity, read_files_now
+from tiering.hot.logs import LOGS, Logs, log_bytes
+from tiering.hot.open_files import Opened, OpenFiles, capacity, read_files_now
+from tiering.hot.packed import PackedPieces
 from tiering.hot.restart import FANOUT, TMP, Restart
 from tiering.hot.sieve import EvictionAdvisor, Sieve
 from tiering.hot.space import Floor
@@ -42,15 +44,17 @@ from tiering.meta import Chunk
 from tiering.model.digests import Digests
 
 
-class HotTier(CacheEviction, Restart):
+class HotTier(CacheEviction, Restart, PackedPieces):
     """Staged and cached bytes under ``root`` within a byte budget.
 
     Eviction passes (``evict``) are ``CacheEviction``'s, in
     ``tiering.hot.eviction``; this class decides when one runs. Start and
     stop (the clean-shutdown marker, the sweep) are ``Restart``'s, in
-    ``tiering.hot.restart``."""
+    ``tiering.hot.restart``. With ``logs``, small cached pieces share
+    append-only files (``PackedPieces``, ``tiering.hot.logs``)."""
 
-    def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8, floor: int = 0) -> None:
+    def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8, floor: int = 0,
+                 logs: bool = False) -> None:
         self.root = root
         self.cache_root = root / "cache"
         self._root_str, self._cache_root_str = str(root), str(self.cache_root)
@@ -78,6 +82,8 @@ class HotTier(CacheEviction, Restart):
         for i in range(FANOUT):
             (root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
             (self.cache_root / f"{i:02x}").mkdir(parents=True, exist_ok=True)
+        self.logs = Logs(self.cache_root / LOGS, log_bytes(budget)) if logs else None
+        self._slots = self.logs.slots if self.logs is not None else {}  # log-held piece -> (log, offset, size)
         # The free space the tier leaves on its filesystem (0: none); files
         # unlinked but still open come back soon, and count as free.
         self.disk = Floor(root, floor, self.open_files.closing)
@@ -173,11 +179,11 @@ class HotTier(CacheEviction, Restart):
         return _pread_all(fd, length, offset)
 
     @staticmethod
-    def pread_into(fd: int, view: memoryview) -> None:
-        """Fill ``view`` from the start of file ``fd`` (OSError if the file is shorter)."""
-        got = os.preadv(fd, (view,), 0) if len(view) else 0
+    def pread_into(fd: int, view: memoryview, offset: int = 0) -> None:
+        """Fill ``view`` from ``offset`` of file ``fd`` (OSError if the file is shorter)."""
+        got = os.preadv(fd, (view,), offset) if len(view) else 0
         while got < len(view):
-            more = os.preadv(fd, (view[got:],), got)
+            more = os.preadv(fd, (view[got:],), offset + got)
             if not more:
                 raise OSError(f"hot-tier file shorter than its index record ({got} < {len(view)})")
             got += more
@@ -247,37 +253,63 @@ class HotTier(CacheEviction, Restart):
         without a ``Path`` each."""
         return self._staged_file(file_id) if file_id is not None else self._cache_file(cache_name)  # type: ignore[arg-type]
 
-    def open_cached(self, name: str, size: int) -> int | None:
-        """A descriptor on the cached copy of an extent, or None on a miss.
-        A file of the wrong size (torn by a crash) is dropped."""
+    def where(self, file_id: str | None, name: str | None) -> tuple[str, int]:
+        """Where a piece's bytes start: (path, offset) of staged file
+        ``file_id``, else of cached piece ``name`` (in a log, or a file of
+        its own at offset 0). A log-held piece answers for the log it is in
+        now; its bytes there never change."""
+        if file_id is None:
+            slot = self._slots.get(name)  # type: ignore[arg-type]
+            if slot is not None:
+                return slot[0].path, slot[1]
+        return self.file_of(file_id, name), 0
+
+    def in_log(self, name: str) -> tuple[str, int] | None:
+        """(log path, offset) of a log-held piece, else None."""
+        slot = self._slots.get(name)
+        return None if slot is None else (slot[0].path, slot[1])
+
+    def open_cached(self, name: str, size: int) -> Opened | None:
+        """A descriptor on the cached copy of a piece and the offset of its
+        bytes, or None on a miss. A file of its own of the wrong size (torn
+        by a crash) is dropped."""
+        path, offset = self.where(None, name)
         try:
-            fd = os.open(self.cache_path(name), os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        if os.fstat(fd).st_size != size:
+        if not offset and os.fstat(fd).st_size != size:
             os.close(fd)
             self.drop_cached([name])
             return None
         self.touch_cached(name)
-        return fd
+        return Opened(fd, offset)
 
     def is_cached(self, name: str) -> bool:
-        return name in self._sieve or name in self._pinned
+        return name in self._sieve or name in self._pinned or name in self._slots
 
     def touch_cached(self, name: str) -> bool:
-        """Record a hit on a cached extent (a bit set, no reordering; pinned
-        extents are not queued); False when it is not cached."""
+        """Record a hit on a cached piece (a bit set, no reordering; pinned
+        pieces are not queued; a log-held one marks its log); False when it
+        is not cached."""
         with self._lock:
-            return self._sieve.touch(name) or name in self._pinned
+            if self._sieve.touch(name) or name in self._pinned:
+                return True
+            slot = self._slots.get(name)
+            if slot is None:
+                return False
+            if slot[0].queued:
+                self._sieve.touch(slot[0].key)
+            return True
 
     def read_cached(self, name: str, size: int) -> bytes | None:
-        fd = self.open_cached(name, size)
-        if fd is None:
+        opened = self.open_cached(name, size)
+        if opened is None:
             return None
         try:
-            return _pread_all(fd, size, 0)
+            return _pread_all(opened[0], size, opened[1])
         finally:
-            os.close(fd)
+            os.close(opened[0])
 
     def read_now(self, pieces: Sequence[tuple[str | None, str | None, int]]) -> bytes | bytearray | None:
         """The bytes of ``pieces`` in order, each (file id, None, size) for a
@@ -293,28 +325,36 @@ class HotTier(CacheEviction, Restart):
             file_id, name, size = pieces[0]
             if name is not None and not self.is_cached(name):
                 return None  # not here (a piece another node keeps): no open() that fails
-            # A staged file may hold more than the piece asked; a cached extent is exactly its size.
-            data = read(self.file_of(file_id, name), size, name is not None)
+            # A staged file may hold more than the piece asked; a cached
+            # piece's own file is exactly its size, a log holds more.
+            path, offset = self.where(file_id, name)
+            data = read(path, size, name is not None and not offset, offset)
             if data is None or name is not None and not self.touch_cached(name):
                 return None  # or dropped by an eviction meanwhile: not counted as a hit here
             return data
         if not all(self.is_cached(name) for _, name, _ in pieces if name is not None):
             return None
-        data = read_files_now([(self.file_of(file_id, name), size, name is not None)
-                               for file_id, name, size in pieces], read)
+        places = [(self.where(file_id, name), size, name is not None) for file_id, name, size in pieces]
+        data = read_files_now([(path, size, cached and not offset, offset)
+                               for (path, offset), size, cached in places], read)
         if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
             return None
         return data
 
     def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
-        """Cache an extent's raw bytes (pinned: never evicted); False when
-        they do not fit beside the staged and pinned data. Written under a
-        temp name and renamed, so a reader never sees a partial file. Not
-        fsynced: see ``resume``. The room is reserved before the write, so
-        concurrent fills cannot together pass the high watermark."""
+        """Cache a piece's raw bytes (pinned: never evicted); False when
+        they do not fit beside the staged and pinned data. A small unpinned
+        piece is appended to a log (``PackedPieces``); any other is written
+        to a file of its own under a temp name and renamed, so a reader never
+        sees a partial file. Not fsynced: see ``resume``. The room is
+        reserved before the write, so concurrent fills cannot together pass
+        the high watermark."""
         size = len(data)
+        if pin and name in self._slots:
+            self._copy_out(name)
+            return True
         with self._lock:
-            if name in self._sieve or name in self._pinned:
+            if name in self._sieve or name in self._pinned or name in self._slots:
                 if pin:
                     self._pin(name)
                 return True
@@ -339,14 +379,9 @@ class HotTier(CacheEviction, Restart):
                 with self._lock:
                     self._filled(name, size)
                 return False
-            path = self.cache_path(name)
-            tmp = path.with_name(name + TMP)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                write_all(fd, memoryview(data))
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            if not pin and self.logs is not None and self.logs.fits(size):
+                return self._append(name, data)
+            self._write_file(name, data)
         except BaseException:
             with self._lock:
                 self._filled(name, size)
@@ -355,6 +390,17 @@ class HotTier(CacheEviction, Restart):
             pin = self._filled(name, size) or pin
             self._insert(name, size, pin)
         return True
+
+    def _write_file(self, name: str, data: bytes) -> None:
+        """Blocking: ``data`` as the cache file of ``name``, whole or not at all."""
+        path = self.cache_path(name)
+        tmp = path.with_name(name + TMP)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, memoryview(data))
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
 
     def _filled(self, name: str, size: int) -> bool:
         """End a fill's reservation (lock held); True if a pin waited for it."""
@@ -369,10 +415,13 @@ class HotTier(CacheEviction, Restart):
         return name in self._filling
 
     def pin(self, names: Iterable[str]) -> int:
-        """Make cached files unevictable; bytes newly pinned (names not
-        cached are skipped: they get pinned when filled)."""
+        """Make cached pieces unevictable; bytes newly pinned (names not
+        cached are skipped: they get pinned when filled). A log-held piece
+        is copied to a file of its own first: a log goes whole."""
+        names = list(names)
+        copied = sum(self._copy_out(name) for name in names if name in self._slots)
         with self._lock:
-            return sum(self._pin(name) for name in names)
+            return copied + sum(self._pin(name) for name in names)
 
     def _pin(self, name: str) -> int:
         size = self._sieve.remove(name)
@@ -403,13 +452,25 @@ class HotTier(CacheEviction, Restart):
                 if keep_pinned and name in self._pinned:
                     kept += self._pinned[name]
                     continue
-                size = self._forget(name) or 0
-                dropped += size
-            self._unlink_cached(name, size)
+                slot = self._slots.get(name)
+                if slot is not None:  # its log goes once it holds nothing else
+                    dropped += slot[2]
+                    gone = self._drop_piece(name)
+                else:
+                    size = self._forget(name) or 0
+                    dropped += size
+            if slot is not None:
+                self._unlink_logs(gone)
+            else:
+                self._unlink_cached(name, size)
         return dropped, kept
 
     def rename_cached(self, old: str, new: str) -> None:
         """Compaction moved an extent: keep its cached copy under the new name."""
+        if self._slots:
+            with self._lock:
+                if self.logs is not None and self.logs.rename(old, new):
+                    return
         try:
             os.replace(self.cache_path(old), self.cache_path(new))
         except FileNotFoundError:

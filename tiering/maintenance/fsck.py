@@ -4,7 +4,10 @@ Run on a directory no gateway has open (the index takes a lock). Tests run
 it after every gateway they stop; operators can run ``tierstore check``.
 Checks: every piece of every object and part is either a staged file of the
 right size or an extent of a segment the index knows; no staged file is
-unreferenced (a leak); segment counters match what references them.
+unreferenced (a leak); segment counters match what references them; every
+record in the hot tier's cache logs (``tiering/hot/logs.py``) matches its
+CRC32 (a cached piece is a copy, so a bad one is a problem of the disk, to
+be dropped with ``tierstore evict``, not a lost write).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+from tiering.hot.logs import LOGS, Logs
 from tiering.hot.tier import HotTier
 from tiering.index.db import Index
 from tiering.meta import Chunk
@@ -79,6 +83,8 @@ def check(data_dir: Path) -> list[str]:
                 problems.append(f"{owner}: file {file_id} has {present[file_id]} bytes, index says {size}")
         for file_id in present.keys() - expected.keys():
             problems.append(f"file {file_id} is referenced by nothing")
+        if (hot.cache_root / LOGS).is_dir():
+            problems += Logs(hot.cache_root / LOGS, 0).verify()
     finally:
         index.close()
     return problems

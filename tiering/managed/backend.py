@@ -19,6 +19,7 @@ from packer.ranges import ByteRange, split_over
 from tiering import pool
 from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused
 from tiering.errors import NoSuchBucket, NoSuchKey, NotHot
+from tiering.hot.open_files import Opened
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index, ListPage
@@ -184,9 +185,9 @@ class ManagedBuckets:
         files = []
         for c in meta.chunks:
             if c.file_id is not None:
-                files.append((str(self._hot.path_of(c.file_id)), c.size))
+                files.append((str(self._hot.path_of(c.file_id)), 0, c.size))
             elif c.extent is not None and self._hot.touch_cached(c.extent.cache_name):
-                files.append((str(self._hot.cache_path(c.extent.cache_name)), c.size))
+                files.append((*self._hot.where(None, c.extent.cache_name), c.size))
             else:
                 return Location()  # not all hot: the writer serves it
         if read:
@@ -216,7 +217,7 @@ class ManagedBuckets:
             if chunk.file_id is None:
                 return await self._source(chunk, pin, origin, start)
             try:
-                return await pool.run(self._hot.open, chunk.file_id)
+                return Opened(await pool.run(self._hot.open, chunk.file_id), 0)
             except FileNotFoundError:
                 # Flushed since the lookup (the file became a cached extent):
                 # read the same version's extent instead.

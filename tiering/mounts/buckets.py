@@ -254,7 +254,7 @@ class Mounts:
 
     def locate(self, name: str, key: str) -> Location | None:
         """Blocking: for a read worker, the record of ``key`` and the hot-tier
-        files of all its pieces, as (path, size), and when its validation
+        files of all its pieces, as (path, offset, size), and when its validation
         expires, if it holds and every piece is cached; None otherwise (the
         writer serves it, and queues a revalidation when one is due)."""
         mount = self._mounts.get(name)
@@ -266,7 +266,7 @@ class Mounts:
         for index, piece in enumerate(self.piece_names(name, known)):
             if not self._hot.touch_cached(piece):
                 return None
-            files.append((str(self._hot.cache_path(piece)), min(part, known.size - index * part)))
+            files.append((*self._hot.where(None, piece), min(part, known.size - index * part)))
         until = None if mount.freshness is None else known.validated_ms + int(mount.freshness * 1000)
         return Location(_as_meta(name, known).to_bytes(), tuple(files), until_ms=until)
 

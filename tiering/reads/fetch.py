@@ -29,6 +29,7 @@ from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.errors import CapacityError
 from tiering.hot.fills import Fills
+from tiering.hot.open_files import Opened
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
 from tiering.reads.flight import SingleFlight
@@ -137,7 +138,7 @@ class ExtentReader:
         self.misses = 0
         self.from_peers = 0  # misses another gateway answered
 
-    async def open_cached(self, ext: Extent) -> int | None:
+    async def open_cached(self, ext: Extent) -> Opened | None:
         """A descriptor on the cached copy, or None on a miss (known from
         memory, without a pool call, when the hot tier does not list it)."""
         if not self._hot.is_cached(ext.cache_name):

@@ -113,18 +113,23 @@ class ReadPlan:
         return self.status == 206
 
 
+# Where a piece's bytes are in the hot tier: (path, offset, size).
+Place = tuple[str, int, int]
+
+
 @dataclass(frozen=True, slots=True)
 class Location:
     """Where a read worker finds an object's bytes (``ObjectService.locate_many``):
     its encoded record and the hot-tier files that hold all of them, in
-    order, as (path, size); no record when some bytes are not hot or the
+    order, as (path, offset, size) (the offset is 0 but in a log of small
+    pieces: ``tiering/hot/logs.py``); no record when some bytes are not hot or the
     bucket is mounted (the writer serves those itself); or the S3 error
     of a missing bucket or key. A worker may keep a hot answer until a
     write of the key (``tiering/index/generations.py``), and a mounted object's
     no later than ``until_ms`` (when its validation expires)."""
 
     record: bytes | None = None
-    files: tuple[tuple[str, int], ...] = ()
+    files: tuple[Place, ...] = ()
     missing: str | None = None  # "NoSuchBucket" or "NoSuchKey"
     until_ms: int | None = None
 

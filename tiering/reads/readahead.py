@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from packer.ranges import ByteRange
 from tiering import pool
-from tiering.hot.open_files import close_unused
+from tiering.hot.open_files import Opened, close_unused
 from tiering.hot.tier import HotTier
 from tiering.reads.plan import ReadTally
 
@@ -37,7 +37,7 @@ class Peered(NamedTuple):
 
 
 # An open descriptor (the caller's to close), fetched bytes, held ones, or a peer's.
-Source = int | bytes | Held | Peered
+Source = Opened | bytes | Held | Peered
 
 
 async def stream(
@@ -76,15 +76,16 @@ async def stream(
                 continue
             # One open descriptor per piece: a delete or overwrite that
             # unlinks the file mid-stream does not cut the response short.
+            fd, base = source
             try:
                 offset = wanted.start
                 while offset < wanted.end:
                     length = min(READ_BLOCK, wanted.end - offset)
-                    yield await pool.run(HotTier.pread, source, offset, length)
+                    yield await pool.run(HotTier.pread, fd, base + offset, length)
                     tally.hot += length
                     offset += length
             finally:
-                os.close(source)
+                os.close(fd)
     finally:
         for task in ahead.values():
             task.cancel()

@@ -14,10 +14,13 @@ from tiering.settings import TierSettings
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
+def node(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Node]:
     """A started node over a local capacity directory, with an empty bucket
-    ``bkt``; ``node.run`` runs a coroutine on its event loop."""
-    n = Node(tmp_path / "data", TierSettings(flush_delay=3600.0), LocalDirStore(tmp_path / "capacity"))
+    ``bkt``; ``node.run`` runs a coroutine on its event loop. A test marked
+    ``own_files`` gets every cached piece in a file of its own (no logs)."""
+    logs = request.node.get_closest_marker("own_files") is None
+    n = Node(tmp_path / "data", TierSettings(flush_delay=3600.0, cache_logs=logs),
+             LocalDirStore(tmp_path / "capacity"))
     loop = asyncio.new_event_loop()
     loop.run_until_complete(n.start())
     loop.run_until_complete(n.objects.create_bucket("bkt"))

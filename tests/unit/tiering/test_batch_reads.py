@@ -153,6 +153,7 @@ def test_hot_batch_read_by_the_pool_or_closed_unread_releases_its_holds(
     assert _open_count() == before
 
 
+@pytest.mark.own_files
 def test_a_torn_cached_file_is_no_hot_batch_and_reads_right(filled: Node) -> None:
     """A cached extent's file of another size (torn by a crash) is refused
     by the hot batch's size check, in the pool and on the loop: the batch

@@ -114,9 +114,9 @@ def test_read_now_of_an_extent_not_cached_opens_no_file(tmp_path: Path, monkeypa
     opened: list[str] = []
     real = hot.open_files.read
 
-    def counted(path: str, size: int, exact: bool) -> bytearray | None:
+    def counted(path: str, size: int, exact: bool, offset: int = 0) -> bytearray | None:
         opened.append(path)
-        return real(path, size, exact)
+        return real(path, size, exact, offset)
 
     monkeypatch.setattr(hot.open_files, "read", counted)
     assert hot.read_now([(None, "elsewhere", 100)]) is None

@@ -152,8 +152,8 @@ def test_recovery_keeps_the_newest_null_and_makes_the_newest_current() -> None:
     def version(vseq: int, version: str | None, marker: bool = False) -> ObjectMeta:
         return ObjectMeta("b", "k", 0, "", 0, vseq, version=version, vseq=vseq, delete_marker=marker)
 
-    current, noncurrent = _arrange({("b", "k"): [version(3, None), version(5, "null"), version(7, "v7"),
-                                                 version(9, "v9", marker=True)]})
-    assert current == [] and [m.vseq for m in noncurrent] == [9, 7, 5]
-    current, noncurrent = _arrange({("b", "k"): [version(2, "v2"), version(4, "v4")]})
+    current, noncurrent, lost = _arrange({("b", "k"): [version(3, None), version(5, "null"), version(7, "v7"),
+                                                       version(9, "v9", marker=True)]}, ())
+    assert current == [] and [m.vseq for m in noncurrent] == [9, 7, 5] and lost == 0
+    current, noncurrent, _ = _arrange({("b", "k"): [version(2, "v2"), version(4, "v4")]}, ())
     assert [m.vseq for m in current] == [4] and [m.vseq for m in noncurrent] == [2]
