@@ -20,13 +20,17 @@ With ``--cold``, every GET is a miss instead: a mounted bucket over
 each object read once, ``--concurrency`` (16) at a time, a new set of
 objects each round; the process's CPU per GET then counts the store GET,
 the checks, the record write and the hot-tier fill (``--fs ext4`` puts the
-data dir on a new ext4, see ``_common.data_filesystem``).
+data dir on a new ext4, see ``_common.data_filesystem``). With ``--floor``
+each round is followed by one of the floor relay (benchmarks/_floor_relay.py:
+the same ranged GET with the same store client, one write, the answer, and
+nothing else) over objects of its own, and the miss is also given as a
+multiple of that floor.
 
 Far steadier than measuring a server from outside on a shared machine, so
 it is the measure for changes to the app's own hot path; the whole stack's
 figure (with uvicorn and the kernel) is benchmarks/ab.py's.
 
-Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000] [--batch 64 | --cold [--fs ext4]]
+Run:  .venv/bin/python benchmarks/app_cpu.py [--rounds 5] [--gets 5000] [--batch 64 | --cold [--fs ext4] [--floor]]
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from typing import Any
 import _common  # first: puts the repo root on sys.path
 from _common import ACCESS_KEY, REGION, SECRET_KEY, data_filesystem, machine, temp_dir
 from _compare_peers import MOTO_KEY, RcloneStore
+from _floor_relay import FloorRelay
 
 from gateway.app import S3App
 from gateway.config import Config
@@ -151,9 +156,11 @@ async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
 
 
 async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
-    """CPU per GET of objects missed once each (see ``--cold``)."""
+    """CPU per GET of objects missed once each (see ``--cold``); with
+    ``--floor``, each round's gateway figures are followed by the floor's."""
     with temp_dir("app-cpu-cold") as tmp, contextlib.ExitStack() as stack:
-        keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(args.rounds)]
+        sets = args.rounds * (2 if args.floor else 1)
+        keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(sets)]
         for key in (k for round_keys in keys for k in round_keys):
             path = tmp / "store" / "src" / key
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -163,7 +170,9 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
         config = Config(data_dir=data_fs / "data", credentials={ACCESS_KEY: SECRET_KEY}, region=REGION)
         node = Node(config)
         app = S3App(config, node, node.metrics, node.access_log)
+        floor = FloorRelay(store.endpoint, "src", MOTO_KEY, MOTO_KEY, data_fs / "floor-log")
         await node.start()
+        await floor.start()
         try:
             await node.tiering.mounts.mount(Mount(  # type: ignore[union-attr]
                 name=BUCKET, bucket="src", prefix="", created_ms=now_ms(), endpoint=store.endpoint,
@@ -171,7 +180,7 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
             statuses: list[int] = []
             never = asyncio.Event()
 
-            async def one(scope: dict[str, Any]) -> None:
+            async def one(scope: dict[str, Any], app: Any) -> None:
                 received: list[bool] = []
 
                 async def receive() -> dict[str, Any]:
@@ -187,14 +196,15 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
                 await app(scope, receive, send)
 
             rounds = []
-            for round_keys in keys:
+            for number, round_keys in enumerate(keys):
                 scopes = [signed_scope(key, "127.0.0.1:9100") for key in round_keys]
                 statuses.clear()
                 gate = asyncio.Semaphore(args.concurrency)
+                serving = floor if args.floor and number % 2 else app
 
-                async def gated(scope: dict[str, Any], gate: asyncio.Semaphore = gate) -> None:
+                async def gated(scope: dict[str, Any], gate: asyncio.Semaphore = gate, serving: Any = serving) -> None:
                     async with gate:
-                        await one(scope)
+                        await one(scope, serving)
 
                 thread, process = time.thread_time(), time.process_time()
                 await asyncio.gather(*(gated(scope) for scope in scopes))
@@ -205,6 +215,7 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
                 rounds.append((thread / len(scopes) * 1e6, process / len(scopes) * 1e6))
             return rounds
         finally:
+            await floor.close()
             await node.stop()
 
 
@@ -218,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cold", action="store_true", help="every GET a miss of a mounted object (rclone store)")
     ap.add_argument("--concurrency", type=int, default=16, help="--cold: GETs at a time (16)")
     ap.add_argument("--fs", choices=("root", "ext4"), default="root", help="--cold: the data dir's filesystem")
+    ap.add_argument("--floor", action="store_true", help="--cold: alternate with the floor relay's rounds")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
     tune_malloc()  # as `tierstore serve` does
@@ -233,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     process = [p for _, p in rounds]
     print(machine())
     what, unit = (f"batches of {args.batch}", "object") if args.batch else ("GETs", "GET")
+    if args.cold and args.floor:
+        gateway, floor = process[0::2], process[1::2]
+        ratios = [g / f for g, f in zip(gateway, floor, strict=True)]
+        print(f"cold GETs of mounted {args.size:,}-byte objects (rclone store, {args.concurrency} at a time, "
+              f"data dir on {args.fs}), {args.rounds} rounds of {args.gets:,} each, alternating: process CPU "
+              f"per miss, S3 app {statistics.median(gateway):.0f} us ({min(gateway):.0f}-{max(gateway):.0f}), "
+              f"floor relay {statistics.median(floor):.0f} us ({min(floor):.0f}-{max(floor):.0f}); "
+              f"app / floor {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+        return 0
     if args.cold:
         print(f"S3 app alone, cold GETs of mounted {args.size:,}-byte objects (rclone store, {args.concurrency} "
               f"at a time, data dir on {args.fs}), {args.rounds} rounds of {args.gets:,}: process CPU "

@@ -7,9 +7,12 @@ so a burst of large PUTs cannot start hundreds of threads.
 from __future__ import annotations
 
 import asyncio
+import threading
+import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -44,13 +47,51 @@ async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await future
 
 
+class _Settler:
+    """Results of pool calls for one event loop, handed over in batches:
+    a worker queues its result and wakes the loop only if no wake-up is
+    due already, so a burst of calls ending together costs the loop one
+    wake-up (a write to its self-pipe, a turn of epoll) instead of one each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._done: deque[tuple[asyncio.Future[Any], Any, BaseException | None]] = deque()
+        self._due = False
+
+    def put(self, future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+        self._done.append((future, result, exc))  # before the flag is read: a drain under way takes it
+        if not self._due:
+            self._due = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: nobody awaits the result any more
+                pass
+
+    def _drain(self) -> None:
+        self._due = False
+        done = self._done
+        while done:
+            _settle(*done.popleft())
+
+
+_settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
+_settlers_lock = threading.Lock()
+
+
+def _settler(loop: asyncio.AbstractEventLoop) -> _Settler:
+    settler = _settlers.get(loop)
+    if settler is None:
+        with _settlers_lock:  # workers of two loops (tests) may make one at once
+            settler = _settlers.get(loop)
+            if settler is None:
+                settler = _settlers[loop] = _Settler(loop)
+    return settler
+
+
 def _settle_soon(
     loop: asyncio.AbstractEventLoop, future: asyncio.Future[T], result: T | None, exc: BaseException | None
 ) -> None:
-    try:
-        loop.call_soon_threadsafe(_settle, future, result, exc)
-    except RuntimeError:  # the loop is closed: nobody awaits the result any more
-        pass
+    _settler(loop).put(future, result, exc)
 
 
 def _settle(future: asyncio.Future[T], result: T | None, exc: BaseException | None) -> None:
