@@ -21,6 +21,18 @@ MAX_ATTEMPTS = 3
 RETRY_BASE = 1.0
 RETRY_CAP = 30.0
 SHOWN = 10  # missing and failed keys named in an epoch's view
+# An object's size before any is known (a mount's keys are sized as they are
+# fetched): what the prefetcher's bound on bytes in flight assumes.
+UNKNOWN_SIZE = 1024 * 1024
+# After the store pushes back, the depth is not cut again for one fetch time
+# (at least CALM_MIN seconds): the fetches in flight at the cut answer
+# within it, and a burst of their failures is one signal, not one each.
+CALM_MIN = 0.1
+# A fetch's floor is the fastest prefetch of the last FLOOR_PERIOD to
+# 2 * FLOOR_PERIOD seconds (a windowed minimum, as TCP BBR keeps a path's
+# shortest round trip): the store's latency without the queues of the
+# gateway's own that lengthen the average (the prefetcher's depth).
+FLOOR_PERIOD = 5.0
 # An epoch whose readers read keys it does not name is silent otherwise: it
 # stays active with nothing consumed, hit or prefetched (issue 43: DLIO read
 # ``s3://resnet50/train/img_0001.npz`` as the literal key, the hint named
@@ -78,12 +90,20 @@ class Epoch:
     bulk_bytes: int = 0  # bytes of bulk batches in flight (bounded by lookahead_bytes)
     bulk_horizon: int = -1  # the horizon when bulk last found nothing to add
     fetch_time: float = 0.0  # seconds one object's prefetch takes (moving average)
+    fetch_floor: float = 0.0  # ... at the fastest, over the last FLOOR_PERIOD or two
+    _floor_now: float = 0.0  # the fastest in the current period
+    _floor_before: float = 0.0  # ... in the period before it (0: none)
+    _floor_at: float = 0.0  # when the current period began (monotonic)
+    depth: int = 0  # the window's fetches the epoch may have in flight at once (at the last round)
+    ceiling: float = 0.0  # ... at most this many since the store pushed back (0: no such bound now)
+    _calm_until: float = 0.0  # no second cut of the ceiling before this (monotonic)
     # Keys whose prefetch failed: attempts so far, and when the next may start
     # (monotonic). At MAX_ATTEMPTS the key is failed for the epoch.
     failures: dict[str, tuple[int, float]] = field(default_factory=dict)
     _where: dict[str, list[int]] = field(default_factory=dict)
     _by_segment: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # segment -> (offset, position)
     _cum: list[int] = field(default_factory=list)  # bytes of positions before each position
+    _sized: int = 0  # positions whose size is known (not 0)
     _rate: float = 0.0  # objects read per second, over periods of RATE_PERIOD
     _rate_at: float = field(default_factory=time.monotonic)
     _rate_reads: int = 0  # reads since _rate_at
@@ -107,8 +127,10 @@ class Epoch:
         running byte count (how far ahead the hot tier's room reaches)."""
         self._by_segment = {}
         self._cum = [0]
+        self._sized = 0
         for position, entry in enumerate(self.entries):
             self._cum.append(self._cum[-1] + entry.size)
+            self._sized += entry.size > 0
             for ext in entry.extents:
                 self._by_segment.setdefault(ext.segment, []).append((ext.offset, position))
         for run in self._by_segment.values():
@@ -152,13 +174,47 @@ class Epoch:
             self._rate = rate if self._rate == 0 else 0.5 * self._rate + 0.5 * rate
             self._rate_at, self._rate_reads = now, 0
 
-    def count_fetch(self, seconds: float) -> None:
-        """One more prefetch of one object landed after ``seconds``."""
+    def count_fetch(self, seconds: float, now: float) -> None:
+        """One more prefetch of one object landed after ``seconds``: the
+        moving average, and the floor (the fastest of this period and the
+        one before)."""
         self.fetch_time = seconds if self.fetch_time == 0 else 0.8 * self.fetch_time + 0.2 * seconds
+        if now - self._floor_at >= FLOOR_PERIOD:
+            self._floor_before, self._floor_now, self._floor_at = self._floor_now, seconds, now
+        else:
+            self._floor_now = min(self._floor_now, seconds)
+        self.fetch_floor = min(self._floor_before or seconds, self._floor_now)
 
     @property
     def rate(self) -> float:
         return self._rate
+
+    def object_bytes(self) -> int:
+        """An object's size on average: of those prefetched, else of those
+        whose size was known when the epoch was laid out, else UNKNOWN_SIZE."""
+        if self.prefetched_objects and self.prefetched_bytes:
+            return max(1, self.prefetched_bytes // self.prefetched_objects)
+        if self._sized and self.laid_out:
+            return max(1, self._cum[-1] // self._sized)
+        return UNKNOWN_SIZE
+
+    def count_pushback(self, now: float) -> bool:
+        """The store pushed back (503 SlowDown, 429, or the hot tier's own
+        SlowDown): halve the depth (multiplicative decrease), counted from
+        the objects in flight when it did (at most the depth), at most once
+        per fetch time. True when the ceiling was cut."""
+        if now < self._calm_until:
+            return False
+        in_flight = min(self.depth, self.in_flight) if self.depth else self.in_flight
+        self.ceiling = max(1.0, min(self.ceiling or in_flight, in_flight) / 2)
+        self._calm_until = now + max(self.fetch_time, CALM_MIN)
+        return True
+
+    def count_landed(self) -> None:
+        """A prefetch landed: after a cut, the ceiling grows back by one
+        object per round trip (1 / ceiling per landing: additive increase)."""
+        if self.ceiling:
+            self.ceiling += 1.0 / self.ceiling
 
     def mark_missing(self, key: str) -> None:
         """The source answered that ``key`` does not exist (404) or may not

@@ -10,6 +10,15 @@ packed objects go on past the window, up to the horizon the room allows.
 Each object is in flight until it lands (or its fetch fails), and counts as
 prefetched when it lands.
 
+How many of the window's objects are in flight at once (the depth) follows
+Little's law: the readers' rate times the store's latency, twice over, so
+that the latency is covered at the readers' pace with room to get ahead.
+It is bounded by memory (``INFLIGHT_BYTES``: a fetched body is held until
+it is written), by the epoch's ``lookahead_bytes`` and half the hot tier's
+room, and by the store's answers: a 503 SlowDown or a 429 halves it, and it
+grows back by one object per round trip (``Epoch.count_pushback``,
+``Epoch.count_landed``).
+
 Every fetch ends in an answer the epoch keeps: landed; missing (the source
 answered 404 or 403: the key is never prefetched again in the epoch, and
 the epoch reports it); or failed, after ``MAX_ATTEMPTS`` attempts spaced by
@@ -30,7 +39,14 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tiering import pool
-from tiering.errors import AccessDenied, CapacityError, NoSuchKey, ServiceUnavailable, SourceDenied
+from tiering.errors import (
+    AccessDenied,
+    CapacityError,
+    NoSuchKey,
+    ServiceUnavailable,
+    SlowDown,
+    SourceDenied,
+)
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
 from tiering.mounts.buckets import Mounts
@@ -50,7 +66,29 @@ BULK_GAP = 1024 * 1024  # runs of packed neighbours: large, bandwidth over laten
 # with no step between reads: runs of 32 MiB served 5 % of the reads hot in
 # 1.1-1.2 s, runs of 8 MiB 22 % in 1.0 s (unhinted: 3.2-4.4 s).
 BULK_SPAN = 8 * 1024 * 1024
-PREFETCH_SLOTS = 64  # most of an epoch's next objects fetched alone or in small runs at once
+# The depth (the window's objects in flight at once) is Little's law: the
+# readers' rate times a fetch's time, times DEPTH_HEADROOM (both are
+# averages, and the prefetch must get ahead, not only keep pace). A fetch's
+# time is its moving average, but at most LATENCY_SPREAD times the fastest
+# of the last few seconds (``Epoch.fetch_floor``): past that, fetches wait in
+# a queue of the gateway's own (the store client's connections, the event
+# loop, the cores), and a depth that followed the average deepened the queue
+# it measured (a mount 50 ms away, 8 readers: 2,000 in flight, fetches of 1
+# to 2 s, readers stalled for seconds). At most INFLIGHT_BYTES of objects at
+# once: their bodies are in memory until written. A fixed 64 held that mount
+# to about 4x the store read directly (docs/benchmarks.md).
+DEPTH_HEADROOM = 2.0
+LATENCY_SPREAD = 2.0
+INFLIGHT_BYTES = 128 * 1024 * 1024
+# What a store says when it wants fewer requests: S3's SlowDown (503) and
+# the throttling codes of S3-compatible stores (botocore's list), or any
+# 503 or 429. Read from the CapacityError's code and status, never its text.
+PUSHBACK_CODES = frozenset({
+    "SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
+    "RequestThrottledException", "TooManyRequestsException", "RequestLimitExceeded",
+    "BandwidthLimitExceeded", "ServiceUnavailable",
+})
+PUSHBACK_STATUS = frozenset({429, 503})
 # Missing keys a window walk passes over beyond the window (they take no
 # place in it): bounded, so that an order of mostly missing keys costs a
 # round no more than a window of a few thousand objects.
@@ -99,14 +137,15 @@ class Prefetcher:
         """One round for an active epoch: its window, the start of
         ``following`` (the epoch queued next for its bucket) when its end is
         in the window, and on a managed bucket the bulk past the window."""
-        self.adapt(epoch)
-        free = self._slots(epoch) - epoch.one_by_one
+        depth = self._slots(epoch, room)
         # On a mount, a reader that asks for an object being prefetched
         # makes a GET of its own: leave the readers what they will ask
         # for before a prefetch could land (twice that: both are
         # averages), and prefetch beyond it. A prefetch that keeps ahead
         # finds those hot anyway; one that fell behind jumps ahead.
         concede = 0 if self._managed(epoch) else int(2 * epoch.rate * epoch.fetch_time)
+        self.adapt(epoch, depth + concede)
+        free = depth - epoch.one_by_one
         plan = self.plan(epoch, min(epoch.lookahead_bytes, room // 2), free, concede=concede)
         left = sum(1 for _ in itertools.islice(epoch.upcoming(), epoch.window)) if following is not None else 0
         if left < epoch.window and following is not None:  # the end of this epoch warms the start of the next
@@ -122,20 +161,38 @@ class Prefetcher:
         its window only: its source is not ours to read ahead of the job."""
         return self._mounts.get(epoch.bucket) is None
 
-    def _slots(self, epoch: Epoch) -> int:
+    def _slots(self, epoch: Epoch, room: int) -> int:
         """The window's objects an epoch fetches at once, alone or in small
-        runs: twice what the readers consume while one fetch lasts (Little's
-        law, with room to get ahead), and at least twice its readers, so it
-        outruns readers that each fetch one object at a time: with only as
-        many as the readers, it keeps pace at best, and every read it meets
-        half-way waits (on a mount, makes a second GET)."""
-        want = math.ceil(2 * epoch.rate * epoch.fetch_time)
-        return min(PREFETCH_SLOTS, max(self._fetch_concurrency, 2 * epoch.readers, want))
+        runs (its depth): twice what the readers consume while one fetch
+        lasts (Little's law, with room to get ahead; a fetch's time without
+        more than LATENCY_SPREAD times the fastest one's worth of queueing
+        of our own), and at least twice its readers, so it outruns readers
+        that each fetch one object at a time (with only as many as the
+        readers, it keeps pace at best, and every read it meets half-way
+        waits). Then bounded: by the bytes it may hold in memory and the
+        hot tier may take (INFLIGHT_BYTES, ``lookahead_bytes``, half the
+        room, over the objects' mean size), and by the ceiling the store's
+        pushback set (cleared once it has grown back past the rest)."""
+        latency = min(epoch.fetch_time, LATENCY_SPREAD * epoch.fetch_floor)
+        little = math.ceil(DEPTH_HEADROOM * epoch.rate * latency)
+        want = max(self._fetch_concurrency, 2 * epoch.readers, little)
+        if epoch.ceiling:
+            if epoch.ceiling >= want:
+                epoch.ceiling = 0.0  # grown back: the store takes what the readers need
+            else:
+                want = int(epoch.ceiling)
+        memory = min(INFLIGHT_BYTES, epoch.lookahead_bytes, room // 2) // epoch.object_bytes()
+        epoch.depth = max(1, min(want, memory))
+        return epoch.depth
 
-    def adapt(self, epoch: Epoch) -> None:
+    def adapt(self, epoch: Epoch, reach: int = 0) -> None:
         """Window in objects: enough to cover about two seconds of reads at
-        the observed rate, at least 4 per reader, at most the epoch's cap."""
-        want = int(epoch.rate * 2.0) + 4 * epoch.readers
+        the observed rate and 4 per reader, or ``reach`` (what a round
+        leaves the readers and fetches at once) when that is more, at most
+        the epoch's cap. A larger window than needed costs a managed bucket
+        GETs: the window's objects are fetched alone or in small runs, those
+        past it in bulk runs."""
+        want = max(int(epoch.rate * 2.0) + 4 * epoch.readers, reach)
         epoch.window = max(4 * epoch.readers, min(epoch.lookahead_objects, want))
 
     def plan(
@@ -291,7 +348,8 @@ class Prefetcher:
             try:
                 landed = await work()
                 if landed:
-                    owner.count_fetch(time.monotonic() - began)
+                    now = time.monotonic()
+                    owner.count_fetch(now - began, now)
             except (NoSuchKey, AccessDenied, SourceDenied) as exc:
                 log.debug("prefetch of %s: missing: %s", entry.key, exc)
                 owner.mark_missing(entry.key)
@@ -306,7 +364,11 @@ class Prefetcher:
         self._keep(asyncio.create_task(run()))
 
     def _failed(self, owner: Epoch, key: str, exc: BaseException) -> None:
-        """A prefetch of ``key`` failed: retried later, a bounded number of times."""
+        """A prefetch of ``key`` failed: retried later, a bounded number of
+        times. When the store pushed back, the epoch's depth is halved."""
+        if pushback(exc) and owner.count_pushback(time.monotonic()):
+            log.debug("prefetch of epoch %s: the store pushed back (%s): at most %d in flight",
+                      owner.id, exc, int(owner.ceiling))
         if owner.count_failure(key, time.monotonic()):
             log.warning("prefetch of %s/%s failed %d times, given up for epoch %s: %s",
                         owner.bucket, key, owner.failures[key][0], owner.id, exc)
@@ -322,6 +384,7 @@ class Prefetcher:
         if landed:
             owner.prefetched_objects += 1
             owner.prefetched_bytes += entry.size
+            owner.count_landed()
         self._wake()
 
     def _keep(self, task: asyncio.Task[None]) -> None:
@@ -418,3 +481,21 @@ def is_hot(hot: HotTier, entry: Entry) -> bool:
     if len(names) == 1:  # most objects: no generator (the window walks thousands of them a round)
         return hot.is_cached(names[0])
     return all(hot.is_cached(n) for n in names)
+
+
+def pushback(exc: BaseException | None) -> bool:
+    """Whether a failed fetch is the store asking for fewer requests (a 503
+    SlowDown, a 429, a throttling code) or the hot tier asking for less data
+    (SlowDown): anywhere in the chain of causes, since a mount answers any
+    source failure with its own 503 raised over the store's error."""
+    for _ in range(8):  # a chain is short; a loop of causes must not hang
+        if exc is None:
+            return False
+        if isinstance(exc, SlowDown):
+            return True
+        if isinstance(exc, CapacityError) and (
+            exc.detail.get("code") in PUSHBACK_CODES or exc.detail.get("status") in PUSHBACK_STATUS
+        ):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
