@@ -12,14 +12,12 @@ import re
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from gateway.errors import S3Error
 from gateway.headers import decimal
-
-if TYPE_CHECKING:
-    from tiering.reads.plan import ReadTally
+from tiering.reads.plan import Block, ReadTally, Region
 
 Scope = dict[str, Any]
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -48,6 +46,9 @@ class S3Request:
     # Bytes of object body read per tier, for a GET: set by the handler,
     # read by the app after the response went out (metrics, access log).
     tally: ReadTally | None = None
+    # The server takes body blocks that are not bytes (gateway/sendfile.py):
+    # a GET's hot pieces as file regions, arriving ones as buffer views.
+    blocks: bool = False
 
     @classmethod
     def from_scope(cls, scope: Scope, receive: Any, request_id: str) -> S3Request:
@@ -76,6 +77,7 @@ class S3Request:
             headers=headers,
             receive=receive,
             request_id=request_id,
+            blocks=BLOCKS in scope.get("extensions", ()),
         )
 
     async def stream(self) -> AsyncIterator[bytes]:
@@ -119,13 +121,17 @@ def _parse_query(raw: str) -> dict[str, str]:
 
 # A body in one piece (a hot small object is read into a bytearray).
 WHOLE = (bytes, bytearray)
+# The ASGI scope extension of a server that takes body blocks that are not
+# bytes: ``Region`` (sent from its file) and views of a buffer.
+# gateway/client_bounds.py puts it there.
+BLOCKS = "tierstore.blocks"
 
 
 @dataclass(slots=True)
 class Response:
     status: int = 200
     headers: list[tuple[str, str]] = field(default_factory=list)
-    body: bytes | bytearray | AsyncIterator[bytes] = b""
+    body: bytes | bytearray | AsyncIterator[bytes] | AsyncIterator[Block] = b""
     content_type: str | None = None
     # Headers already encoded, sent before ``headers`` (an object version's
     # representation headers, built once: gateway.headers.object_head).
@@ -173,6 +179,12 @@ class Response:
                 if gone is not None and gone.done():
                     raise ClientDisconnected()
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if type(chunk) is Region:
+                    # Sent by the server from its file (gateway/sendfile.py);
+                    # the body closes the descriptor once asked for more.
+                    if chunk.sent is None:  # the client had gone: nothing was written
+                        raise ClientDisconnected()
+                    await chunk.sent
             await send({"type": "http.response.body", "body": b""})
         finally:
             if gone is not None:

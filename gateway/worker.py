@@ -71,6 +71,7 @@ from tiering.model.names import check_key
 from tiering.reads.plan import (
     NOW_READ,
     SMALL_READ,
+    Block,
     Place,
     Read,
     ReadPlan,
@@ -209,7 +210,7 @@ class RemoteObjects:
         pieces = list(split_over([size for _, _, size in files], wanted))
         if len(pieces) > MAX_OPEN_PIECES:  # the writer streams it, opening files as it goes
             raise Elsewhere()
-        return plan(meta, read, decision, self._stream(files, pieces, tally), tally)
+        return plan(meta, read, decision, self._stream(files, pieces, tally, read.blocks), tally)
 
     async def _hot(self, bucket: str, key: str, read: bool) -> tuple[ObjectMeta, list[Place]]:
         """The metadata and files of a hot object; Elsewhere if not all hot."""
@@ -340,8 +341,8 @@ class RemoteObjects:
                         list(opened), tally)
 
     async def _stream(
-        self, files: list[Place], pieces: list[tuple[int, ByteRange]], tally: ReadTally
-    ) -> AsyncIterator[bytes]:
+        self, files: list[Place], pieces: list[tuple[int, ByteRange]], tally: ReadTally, blocks: bool = False,
+    ) -> AsyncIterator[Block]:
         # Every file is opened before the first byte goes out (the app pulls
         # the first block before the head): one evicted meanwhile passes the
         # request on (Elsewhere), one evicted later cannot cut the body short.
@@ -353,8 +354,8 @@ class RemoteObjects:
             return Opened(fds[index], files[index][1])
 
         try:
-            async for block in stream(pieces, open_piece, window=self._window, tally=tally):
-                yield block
+            async for block in stream(pieces, open_piece, window=self._window, tally=tally, blocks=blocks):
+                yield block  # with ``blocks``, a Region of the file: sent with sendfile (gateway/sendfile.py)
         finally:
             for index, fd in fds.items():
                 if index not in handed:

@@ -63,6 +63,7 @@ def _read(req: S3Request, body: bool) -> Read:
         body=body,
         peer=req.headers.get(PEER_HEADER),  # another gateway asking (tiering/cluster/peers.py)
         version=version,
+        blocks=body and req.blocks,  # hot pieces sent from their files, and more (gateway/sendfile.py)
     )
 
 

@@ -20,6 +20,12 @@ for the next GET unless the store closes it.
   (an ``OSError``); the caller's retry policy treats every ``OSError`` and
   ``TimeoutError`` as a transport failure.
 
+- **Bodies as they arrive**: with ``on_head``, the caller sees the answer's
+  status and headers first and may name an ``Into`` that then receives the
+  body's bytes as they arrive (a large extent sent on to a client before
+  its last byte came), read by the event loop straight into its buffer;
+  otherwise the body is collected whole.
+
 Proxies are not spoken here: a store reached through an HTTP proxy keeps
 aiohttp (``tiering/capacity/s3_get.py``).
 """
@@ -28,9 +34,18 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import httptools
+
+from tiering.capacity.store import Into, pour
+
+# Asked once an answer's head is in: (status, headers with lower-case names)
+# -> where its body goes as it arrives, or None to collect the body whole.
+OnHead = Callable[[int, Mapping[str, str]], "Into | None"]
+# Bytes the event loop reads at a time into a connection's own buffer (heads,
+# collected bodies, the body bytes that come with a head).
+_READ_BUFFER = 256 * 1024
 
 
 class BadAnswer(ConnectionError):
@@ -41,12 +56,22 @@ class _Stale(ConnectionError):
     """The connection closed before any byte of the answer."""
 
 
-class _Connection(asyncio.Protocol):
-    """One connection: one GET at a time, its answer collected whole."""
+class _Connection(asyncio.BufferedProtocol):
+    """One connection: one GET at a time, its answer collected whole, or its
+    body received straight into the buffer of an ``Into``.
+
+    A buffered protocol: the event loop reads into a buffer this names
+    (``get_buffer``), so no bytes object is made per read. Heads and
+    collected bodies go through httptools from a buffer of its own; a body
+    of known length that goes to an ``Into`` is read, past the bytes that
+    came with the head, straight into the ``Into``'s buffer, without the
+    parser (a new one takes the connection's next answer): no copy of it
+    in this process at all."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._parser = httptools.HttpResponseParser(self)
+        self._read = memoryview(bytearray(_READ_BUFFER))
         self._transport: asyncio.Transport | None = None
         self.closed = False
         self._waiter: asyncio.Future[None] | None = None
@@ -56,20 +81,42 @@ class _Connection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._keep_alive = False
+        self._on_head: OnHead | None = None
+        self._into: Into | None = None
+        self._left = -1  # body bytes still due to ``_into``, when its length is known
+        self._direct = False  # the rest of the body is read straight into ``_into``
 
-    # -- asyncio.Protocol ---------------------------------------------------
+    # -- asyncio.BufferedProtocol -------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._direct:
+            assert self._into is not None
+            return self._into.buffer()[: self._left]
+        return self._read
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._started = True
         self._last = self._loop.time()
+        if self._direct:
+            assert self._into is not None
+            self._into.landed(nbytes)
+            self._left -= nbytes
+            if not self._left:
+                self._direct = False
+                self._parser = httptools.HttpResponseParser(self)  # the old one is mid-body
+                self.on_message_complete()
+            return
         try:
-            self._parser.feed_data(data)
+            self._parser.feed_data(self._read[:nbytes])
         except httptools.HttpParserError as exc:
             self._fail(BadAnswer(f"the store sent what is not an HTTP answer: {exc}"))
             self.close()
+            return
+        # The rest of a body of known length that goes to an Into: straight there.
+        self._direct = self._into is not None and self._left > 0 and not self._done()
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -96,13 +143,25 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
         self._keep_alive = self._parser.should_keep_alive()
+        if self._on_head is not None and self._status < 300:
+            self._into = self._on_head(self._status, self._headers)
+            length = self._headers.get("content-length", "")
+            if self._into is not None and length.isdigit():
+                self._left = int(length)
 
     def on_body(self, body: bytes) -> None:
-        self._body.append(body)
+        if self._into is not None:
+            pour(self._into, body)
+            self._left -= len(body)
+        else:
+            self._body.append(body)
 
     def on_message_complete(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _done(self) -> bool:
+        return self._waiter is None or self._waiter.done()
 
     # -- use ------------------------------------------------------------------
 
@@ -115,11 +174,15 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    async def get(self, request: bytes, read_timeout: float) -> tuple[int, dict[str, str], bytes, bool]:
+    async def get(self, request: bytes, read_timeout: float,
+                  on_head: OnHead | None = None) -> tuple[int, dict[str, str], bytes | None, bool]:
         """Send ``request``; the answer's status, headers (lower-case names),
-        body and whether the connection may carry another request."""
+        body and whether the connection may carry another request. The body
+        is None when the ``Into`` that ``on_head`` named for it (an answer
+        under 300) took it."""
         assert self._transport is not None
         self._status, self._headers, self._body = 0, {}, []
+        self._on_head, self._into, self._left, self._direct = on_head, None, -1, False
         self._started = False
         self._last = self._loop.time()
         waiter = self._waiter = self._loop.create_future()
@@ -130,7 +193,8 @@ class _Connection(asyncio.Protocol):
         finally:
             timer.cancel()
             self._waiter = None
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+            sunk, self._on_head, self._into, self._direct = self._into is not None, None, None, False
+        body = None if sunk else self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
         return self._status, self._headers, body, self._keep_alive and not self.closed
 
@@ -167,11 +231,14 @@ class HttpGetPool:
             connection.close()
 
     async def get(self, target: str, headers: Mapping[str, str], method: str = "GET",
-                  body: bytes = b"") -> tuple[int, dict[str, str], bytes]:
+                  body: bytes = b"", on_head: OnHead | None = None) -> tuple[int, dict[str, str], bytes | None]:
         """GET ``target`` (path and query, encoded) with ``headers`` (Host
         among them): the status, headers (lower-case names) and body. Or
         another ``method`` with a small ``body`` (sent whole, its length
-        in ``headers``), whose answer is read the same way."""
+        in ``headers``), whose answer is read the same way. With
+        ``on_head``, an answer under 300 may have its body go to an ``Into``
+        as it arrives (then None here); a connection that fails after some
+        of it landed raises as any other, the ``Into`` keeping what it got."""
         request = "".join([f"{method} {target} HTTP/1.1\r\n", *(f"{k}: {v}\r\n" for k, v in headers.items()),
                            "\r\n"]).encode("latin-1") + body
         async with self._slots:
@@ -180,7 +247,7 @@ class HttpGetPool:
                 if connection is None:
                     connection = await self._connect()
                 try:
-                    status, received, body, again = await connection.get(request, self._read_timeout)
+                    status, received, answer, again = await connection.get(request, self._read_timeout, on_head)
                 except _Stale:
                     connection.close()
                     if reused:
@@ -193,7 +260,7 @@ class HttpGetPool:
                     self._idle.append(connection)
                 else:
                     connection.close()
-                return status, received, body
+                return status, received, answer
 
     def _take(self) -> tuple[_Connection | None, bool]:
         while self._idle:

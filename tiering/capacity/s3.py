@@ -38,11 +38,12 @@ from tiering.capacity.s3_answers import (
     read_body,
     retryable,
 )
-from tiering.capacity.s3_get import Keys, LeanGetter
+from tiering.capacity.s3_get import Keys, LeanGetter, RangeInto
 from tiering.capacity.s3_upload import MAX_PART_SIZE, MIN_PART_SIZE, S3Upload, one_line
 from tiering.capacity.store import (
     CapacityStats,
     CapacityUpload,
+    Into,
     check_name,
     check_prefix,
     check_range,
@@ -390,20 +391,21 @@ class S3Store:
                 raise BadBody(len(data), want)
             return data
 
-        try:
-            data = await self.call("get_object", name, fetch)
-        except CapacityNotFound:
-            raise
-        except CapacityError as exc:
-            if exc.detail.get("code") == "InvalidRange":  # 416: start >= size
-                raise CapacityError(
-                    f"capacity store {self.describe()}: get_object {name}: range [{start}, {end})"
-                    " starts at or past the end of the object",
-                    name=name,
-                ) from exc
-            raise
+        data = await _ranged(self, name, start, end, fetch)
         self.stats.bytes_read += len(data)
         return data
+
+    async def get_range_into(self, name: str, start: int, end: int, into: Into) -> None:
+        """As ``get_range``, the bytes put into ``into`` as they arrive; an
+        attempt cut short is retried (``call``'s policy) from the first byte
+        that has not landed yet."""
+        check_range(start, end)
+        if start < end:
+            self.client()  # started
+            fetch = RangeInto(self._getter, self.bucket, self._key(name), start, end, into,
+                              lambda size: self._past_end(name, size, start, end))
+            await _ranged(self, name, start, end, fetch)
+            self.stats.bytes_read += end - start
 
     def _past_end(self, name: str, size: int, start: int, end: int) -> CapacityError:
         return CapacityError(
@@ -530,6 +532,18 @@ class S3Store:
                     f"capacity store {self.describe()}: list_objects_v2 {prefix}:"
                     " truncated page without a continuation token"
                 )
+
+
+async def _ranged(store: S3Store, name: str, start: int, end: int, fetch: Callable[[], Awaitable[T]]) -> T:
+    """``fetch`` (a ranged GET of ``[start, end)`` of ``name``) through the
+    store's choke point; a 416 (start at or past the end) said so."""
+    try:
+        return await store.call("get_object", name, fetch)
+    except CapacityError as exc:
+        if isinstance(exc, CapacityNotFound) or exc.detail.get("code") != "InvalidRange":
+            raise
+        raise CapacityError(f"capacity store {store.describe()}: get_object {name}: range [{start}, {end})"
+                            " starts at or past the end of the object", name=name) from exc
 
 
 def _is_name(name: str) -> bool:

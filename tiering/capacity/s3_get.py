@@ -37,6 +37,7 @@ from yarl import URL
 
 from tiering import pool
 from tiering.capacity.http_get import HttpGetPool
+from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.sigv4 import (
     EMPTY_SHA256,
     credential_scope,
@@ -44,12 +45,19 @@ from tiering.capacity.sigv4 import (
     signing_key,
     string_to_sign,
 )
+from tiering.capacity.store import Into, pour
 
 # An S3 error document's two fields; read with a pattern, not an XML parser,
 # from at most the first few KiB of a body the store (or a proxy) sent.
 _CODE = re.compile(rb"<Code>([^<]{1,256})</Code>")
 _MESSAGE = re.compile(rb"<Message>([^<]{0,2048})</Message>")
 _ERROR_PREFIX = 8192
+# Bytes asked of a botocore body at a time when it is read as it arrives.
+_BODY_PIECE = 256 * 1024
+
+# Asked once a GET's answer (under 300) has its head: (status, its
+# Content-Range or None) -> where its body goes, or None to collect it whole.
+BodyTo = Callable[[int, str | None], Into | None]
 
 
 class Keys(NamedTuple):
@@ -165,6 +173,35 @@ class LeanGetter:
         is described (a peer's piece of a known version needs none)."""
         return (await self._get_object(Bucket, Key, Range, IfMatch, extra))[2]
 
+    async def get_into(self, *, Bucket: str, Key: str, Range: str, body_to: BodyTo) -> bytes | None:  # noqa: N803
+        """A ranged GET whose body goes, as it arrives, into the ``Into``
+        that ``body_to`` names once the answer's head is in (None: the body
+        is returned whole instead). An answer of 300 or more raises
+        ClientError, as ``get_object`` does."""
+        if self._session is None and self._http is None:
+            raise RuntimeError("the capacity getter is not started")
+        path = f"{self._base_path}/{quote(Bucket, safe='')}/{quote(Key, safe='/-_.~')}"
+        headers = self.sign(path, "", Range, None, await self._keys(), time.gmtime())
+        if self._http is not None:
+            status, _, data = await self._http.get(
+                path, headers, on_head=lambda status, received: body_to(status, received.get("content-range")))
+        else:
+            assert self._session is not None
+            url = URL(self._origin + path, encoded=True)
+            async with self._session.get(url, headers=headers, allow_redirects=False,
+                                         proxy=self._proxy) as response:
+                status = response.status
+                into = body_to(status, response.headers.get("Content-Range")) if status < 300 else None
+                if into is None:
+                    data = await response.read()
+                else:
+                    data = None
+                    async for piece in response.content.iter_any():
+                        pour(into, piece)
+        if status >= 300:
+            raise _refused(status, data or b"", "GetObject")
+        return data
+
     async def _get_object(self, bucket: str, key: str, byte_range: str, if_match: str | None,
                           extra: Mapping[str, str] | None) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None and self._http is None:
@@ -232,13 +269,9 @@ class LeanGetter:
                 status = response.status
                 received = response.headers
                 length = received.get("Content-Length")
+        assert data is not None
         if status >= 300:
-            code, message = _error_fields(data)
-            raise ClientError(
-                {"Error": {"Code": code or str(status), "Message": message},
-                 "ResponseMetadata": {"HTTPStatusCode": status}},
-                operation,
-            )
+            raise _refused(status, data, operation)
         if length is not None and length.isdigit() and int(length) != len(data):
             raise aiohttp.ClientPayloadError(f"body of {len(data)} bytes, Content-Length {length}")
         return status, received, data
@@ -344,6 +377,88 @@ def _text(raw: bytes) -> str:
     """An element's text: UTF-8, XML's entity and character references resolved."""
     text = raw.decode("utf-8")
     return html.unescape(text) if "&" in text else text
+
+
+class RangeInto:
+    """One ranged GET of ``[start, end)`` whose body goes into ``into`` as it
+    arrives, as a ``fetch`` for ``S3Store.call``: each call (a retry after a
+    failure mid-body too) asks for the bytes not landed yet, so a GET cut
+    short resumes where it stopped. ``getter`` is a ``LeanGetter`` or
+    botocore's client; ``past_end(size)`` is the error of an object that
+    ends before ``end``. It is the ``Into`` the answers write to, counting
+    what landed."""
+
+    def __init__(self, getter: Any, bucket: str, key: str, start: int, end: int, into: Into,
+                 past_end: Callable[[int], Exception]) -> None:
+        self._getter, self._bucket, self._key = getter, bucket, key
+        self._start, self._end = start, end
+        self._into = into
+        self._past_end = past_end
+        self.at = start  # the next byte ``into`` is owed
+        self._range: str | None = None  # the last answer's Content-Range
+
+    def buffer(self) -> memoryview:
+        return self._into.buffer()
+
+    def landed(self, count: int) -> None:
+        self._into.landed(count)
+        self.at += count
+
+    def _body_to(self, status: int, content_range: str | None) -> Into | None:
+        """Itself for exactly the range asked for; anything else is
+        collected, and judged once whole."""
+        self._range = content_range
+        if content_range:  # 206, or 200 from a store that says which range it sent (rclone)
+            first, last, total = parse_content_range(content_range)
+            if first == self.at and last == self._end - 1 and (total is None or total >= self._end):
+                return self
+        return None
+
+    async def __call__(self) -> None:
+        at, end = self.at, self._end
+        asked = {"Bucket": self._bucket, "Key": self._key, "Range": f"bytes={at}-{end - 1}", "body_to": self._body_to}
+        if isinstance(self._getter, LeanGetter):
+            whole = await self._getter.get_into(**asked)
+        else:
+            whole = await botocore_get_into(self._getter, **asked)
+        if whole is None:  # streamed: all of it, else retried from ``self.at``
+            if self.at != end:
+                raise BadBody(self.at - self._start, end - self._start)
+        elif self._range:  # a range, not the one asked for
+            total = parse_content_range(self._range)[2]
+            if total is not None and total < end:
+                raise self._past_end(total)
+            raise BadBody(len(whole), end - at)
+        elif len(whole) < end:  # 200: Range ignored (RFC 9110 allows it), the whole object
+            raise self._past_end(len(whole))
+        else:
+            pour(self, memoryview(whole)[at:end])
+
+
+async def botocore_get_into(client: Any, *, Bucket: str, Key: str, Range: str,  # noqa: N803
+                           body_to: BodyTo) -> bytes | None:
+    """``LeanGetter.get_into`` on botocore's client (AWS itself): the
+    body read in pieces as they arrive, or whole."""
+    response = await client.get_object(Bucket=Bucket, Key=Key, Range=Range)
+    into = body_to(int(response["ResponseMetadata"].get("HTTPStatusCode") or 0), response.get("ContentRange"))
+    async with response["Body"] as body:
+        if into is None:
+            data: bytes = await body.read()
+            return data
+        while piece := await body.read(_BODY_PIECE):
+            pour(into, piece)
+    return None
+
+
+def _refused(status: int, body: bytes, operation: str) -> ClientError:
+    """botocore's ClientError for an answer of ``status`` (300 or more),
+    with the code and message of its error document."""
+    code, message = _error_fields(body)
+    return ClientError(
+        {"Error": {"Code": code or str(status), "Message": message},
+         "ResponseMetadata": {"HTTPStatusCode": status}},
+        operation,
+    )
 
 
 def _error_fields(body: bytes) -> tuple[str, str]:

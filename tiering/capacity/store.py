@@ -19,6 +19,25 @@ from typing import Protocol
 # a temp file is never mistaken for an object (and list can skip them).
 TMP_PREFIX = ".tmp-"
 
+class Into(Protocol):
+    """Where a ranged GET's bytes go as they arrive
+    (``CapacityStore.get_range_into``): the store puts the next bytes at the
+    start of ``buffer()`` (the rest of the range), then says how many with
+    ``landed``. Neither may raise."""
+
+    def buffer(self) -> memoryview:
+        ...
+
+    def landed(self, count: int) -> None:
+        ...
+
+
+def pour(into: Into, piece: bytes | memoryview) -> None:
+    """Copy ``piece`` into ``into``: for a source that reads into buffers of its own."""
+    if piece:
+        into.buffer()[: len(piece)] = piece
+        into.landed(len(piece))
+
 
 @dataclass(slots=True)
 class CapacityStats:
@@ -99,6 +118,14 @@ class CapacityStore(Protocol):
         """Exactly the bytes ``[start, end)``. An empty range returns ``b""``
         without a request (so without checking that the name exists); a range
         past the end of the object raises ``CapacityError``."""
+        ...
+
+    async def get_range_into(self, name: str, start: int, end: int, into: Into) -> None:
+        """The bytes ``[start, end)`` put into ``into`` in order, each byte
+        once, as the store delivers them (a reader can send the first ones
+        on before the last have come); returns once all have landed. Errors
+        as ``get_range``'s; a failure after some bytes landed raises the same
+        way (``into`` keeps what it got)."""
         ...
 
     async def get_tail(self, name: str, length: int) -> tuple[bytes, int]:

@@ -34,6 +34,7 @@ from tiering.model.inputs import NewObject, Write
 from tiering.model.versions import Deletion, VersionPage
 from tiering.reads.plan import (
     SMALL_READ,
+    Block,
     Decision,
     Location,
     Read,
@@ -128,10 +129,11 @@ class ManagedBuckets:
             return hot_plan(meta, read, decision, data)
         if read.peer == HOT and not self.is_hot(meta, wanted):
             raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
-        chunks = self.stream(meta, wanted, tally, ask_peers=read.peer is None)
         if wanted.length <= SMALL_READ:  # answered in one piece, and any failure as an S3 error
+            chunks = self.stream(meta, wanted, tally, ask_peers=read.peer is None)
             return plan(meta, read, decision, b"".join([block async for block in chunks]), tally)
-        return plan(meta, read, decision, chunks, tally)
+        body = self.stream(meta, wanted, tally, ask_peers=read.peer is None, blocks=read.blocks)
+        return plan(meta, read, decision, body, tally)
 
     def _plan_sync(self, read: Read) -> tuple[ObjectMeta, Decision, bytes | None]:
         while True:
@@ -195,15 +197,19 @@ class ManagedBuckets:
         return Location(record=raw, files=tuple(files))
 
     async def stream(
-        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
-    ) -> AsyncIterator[bytes]:
+        self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True,
+        blocks: bool = False,
+    ) -> AsyncIterator[Block]:
         """Yield the bytes of ``wanted`` in order, in blocks of about 1 MiB.
 
-        Staged chunks and cached extents are read with pread; missing
-        extents are fetched, up to ``fetch_concurrency`` of them ahead of
-        the one being sent: from the node that owns their segment when this
-        one has peers (and ``ask_peers``: not for a peer's own request),
-        else, or if that node does not send them, from the capacity tier.
+        Staged chunks and cached extents are read with pread (or, with
+        ``blocks``, yielded as a ``Region`` of their file for the server to
+        send); missing extents are fetched, up to ``fetch_concurrency`` of
+        them ahead of the one being sent: from the node that owns their
+        segment when this one has peers (and ``ask_peers``: not for a
+        peer's own request), else, or if that node does not send them,
+        from the capacity tier, where a large extent stored as it is is
+        sent on as it arrives (``ExtentReader.open_live``).
         ``tally`` counts the bytes yielded by the tier they came from."""
         tally = tally if tally is not None else ReadTally()
         pin = self._policies.pinned(meta.bucket, meta.key)
@@ -227,6 +233,7 @@ class ManagedBuckets:
         async for block in stream(
             pieces, open_piece, window=self._settings.fetch_concurrency, tally=tally,
             prefetch=lambda index: meta.chunks[index].file_id is None,  # files open when their turn comes
+            blocks=blocks,
         ):
             yield block
 
@@ -246,7 +253,7 @@ class ManagedBuckets:
             node = self._peers.group.extent_owner(ext)
             if node != self._peers.group.me:
                 ask = functools.partial(self._from_peer, node, origin, start, ext)
-        return await reader.fetch(ext, pin, ask)
+        return await reader.open_live(ext, pin, ask)
 
     async def _from_peer(self, node: str, meta: ObjectMeta, start: int, ext: Extent) -> bytes | None:
         """The extent from the node that owns its segment (it reads the

@@ -2,8 +2,9 @@
 come back from the capacity tier.
 
 Owns: the read protocol between the gateway and tiering (``plan.py``:
-``ReadPlan``, bodies, tallies), reading extents from the store into the hot
-tier (``fetch.py``, with single flight: ``flight.py``) and streaming an
+``ReadPlan``, bodies and their blocks, tallies), reading extents from the
+store into the hot tier (``fetch.py``, with single flight: ``flight.py``;
+a large extent sent on as it arrives: ``arrival.py``) and streaming an
 object's pieces while the next are fetched (``readahead.py``).
 
 May import: the foundation modules of ``tiering``, ``model``, ``capacity``

@@ -7,6 +7,10 @@ extent share one GET (single flight), and a node-wide semaphore bounds how
 many GETs are in flight. Verified bytes are written to the hot-tier cache in
 the background while the caller already streams them.
 
+A large extent stored as it is can instead be read as it arrives
+(``open_live``: ``tiering/reads/arrival.py``): its first bytes go to the
+client while the rest are still on the way, and the CRC is carried along.
+
 A prefetch of many small neighbouring extents (``fetch_many``) instead reads
 each run of them with one ranged GET: at 20 ms a request, 20,000 objects of
 64 KiB cost 40 GETs of 32 MiB rather than 20,000. Each extent of a run is
@@ -19,9 +23,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import mmap
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from packer import codec
 from packer import format as seg
 from packer.errors import FormatError
 from tiering import pool
@@ -32,6 +39,7 @@ from tiering.hot.fills import Fills
 from tiering.hot.open_files import Opened
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
+from tiering.reads.arrival import Arrival
 from tiering.reads.flight import SingleFlight
 
 log = logging.getLogger("tierstore.fetch")
@@ -41,6 +49,10 @@ PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes 
 
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
 SMALL_GET = 1024 * 1024  # an extent GET of at most this many bytes takes a small-GET slot
+# An extent of more stored bytes than this, not compressed, is read as it
+# arrives by ``open_live`` (a smaller body is gathered whole before its
+# answer starts anyway: ``tiering.reads.plan.SMALL_READ``).
+LIVE_READ = SMALL_GET
 
 
 @dataclass(slots=True)
@@ -134,6 +146,8 @@ class ExtentReader:
         self._runs = asyncio.Semaphore(concurrency)
         self._flight: SingleFlight[tuple[bytes, asyncio.Future[bool] | None]] = SingleFlight()
         self._fills = Fills()  # cache name -> the verified bytes a fill is writing
+        self._live: dict[tuple[str, int, int], Arrival] = {}  # extents being read as they arrive
+        self._arrivals: set[asyncio.Task[tuple[bytes, asyncio.Future[bool] | None]]] = set()
         self.hits = 0
         self.misses = 0
         self.from_peers = 0  # misses another gateway answered
@@ -159,7 +173,7 @@ class ExtentReader:
         fetched it) is served from those bytes: a hit, no second GET."""
         if not pin and (filling := self._fills.held(ext.cache_name)) is not None:
             self.hits += 1
-            return filling
+            return filling if type(filling) is bytes else bytes(filling)  # an arrival's buffer
         peered: list[bool] = []  # marked by this call's own _fetch when a peer sent the bytes
         while True:
             try:
@@ -169,7 +183,65 @@ class ExtentReader:
                 continue  # the run we waited for was cancelled: fetch it ourselves
         if leader and filling is None and (pin or not peered):
             self._start_fill(ext, data, pin)
-        return data
+        return data if type(data) is bytes else bytes(data)  # an arrival's buffer, for a reader that joined it
+
+    async def open_live(
+        self, ext: Extent, pin: bool = False, peer: PeerSource | None = None,
+    ) -> bytes | bytearray | mmap.mmap | Arrival:
+        """As :meth:`fetch`, but a large extent stored as it is comes back
+        at once as an :class:`Arrival`, filled as the store's bytes come
+        (readers send them on meanwhile), checked by its CRC at the end,
+        then cached. A second reader of it meanwhile gets the same arrival.
+        Compressed or small extents, extents some other read is fetching
+        whole, and reads that ask a peer first (``peer``) take ``fetch``.
+
+        The fetch runs in a task of its own, not the caller's: a reader
+        that goes away does not cut it short, and its bytes are cached."""
+        if peer is not None or ext.codec != codec.NONE or ext.stored <= LIVE_READ:
+            return await self.fetch(ext, pin, peer)
+        if (live := self._live.get(ext.place)) is not None:
+            return live
+        if not pin and (filling := self._fills.held(ext.cache_name)) is not None:
+            self.hits += 1  # a read right after the miss that fetched it: its buffer, as it is
+            return filling
+        if ext.place in self._flight:
+            return await self.fetch(ext, pin, peer)  # joins that fetch
+        arrival = Arrival(ext.stored, ext.crc)
+        self._live[ext.place] = arrival
+        task = self._flight.spawn(ext.place, self._arrive(ext, arrival, pin))
+        self._arrivals.add(task)
+        task.add_done_callback(functools.partial(self._arrived, ext.place, arrival))
+        return arrival
+
+    async def _arrive(self, ext: Extent, arrival: Arrival,
+                      pin: bool) -> tuple[bytes | bytearray | mmap.mmap, asyncio.Future[bool] | None]:
+        """Read the extent into ``arrival``; its checked bytes (fetched
+        again whole after a CRC mismatch), cached behind the answer."""
+        self.misses += 1
+        async with self._gets:
+            await self._capacity.get_range_into(segment_path(ext.segment), ext.offset, ext.offset + ext.stored,
+                                                arrival)
+        if arrival.received == ext.stored:
+            await arrival.verdict()
+        data: bytes | bytearray | mmap.mmap
+        if arrival.checked:
+            data = arrival.data  # what readers send slices of is what the fill writes: no copy
+            self._start_fill(ext, data, pin)  # type: ignore[arg-type]  # a buffer written once, never changed
+        else:
+            log.warning("extent %s@%d failed verification as it arrived (%d of %d bytes)",
+                        ext.segment, ext.offset, arrival.received, ext.stored)
+            data = await self._verified(ext, tried=1, fill=pin)
+        arrival.settle(data)
+        return data, self._fills.task(ext.cache_name)
+
+    def _arrived(self, place: tuple[str, int, int], arrival: Arrival, task: asyncio.Task[Any]) -> None:
+        self._arrivals.discard(task)
+        if self._live.get(place) is arrival:
+            del self._live[place]
+        if task.cancelled():
+            arrival.settle(None, CapacityError("the extent's fetch was cancelled (the gateway stops)"))
+        elif (exc := task.exception()) is not None:
+            arrival.settle(None, exc)
 
     def _start_fill(self, ext: Extent, data: bytes, pin: bool) -> asyncio.Future[bool]:
         """Cache the extent (pinned when ``pin``) in the background, by the
@@ -472,5 +544,10 @@ class ExtentReader:
         return data, self._fills.task(ext.cache_name)
 
     async def drain(self) -> None:
-        """Wait for background cache fills (at shutdown)."""
+        """Wait for background cache fills (at shutdown); extents still
+        being read as they arrive are given up."""
+        for task in list(self._arrivals):
+            task.cancel()
+        if self._arrivals:
+            await asyncio.wait(list(self._arrivals))
         await self._fills.drain()

@@ -5,8 +5,9 @@ many readers wait for it)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+import functools
+from collections.abc import Awaitable, Callable, Coroutine, Hashable
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -38,6 +39,29 @@ class SingleFlight(Generic[T]):
             del self._inflight[key]
         future.set_result(value)
         return value, True
+
+    def spawn(self, key: Hashable, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``work`` for ``key`` in a task of its own, registered now
+        (before the caller yields): callers of :meth:`run` from here on
+        share its outcome (a cancelled task cancels theirs). The caller must
+        not already run work for ``key``."""
+        assert key not in self._inflight, key
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_consume)
+        self._inflight[key] = future
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(functools.partial(self._settle, key, future))
+        return task
+
+    def _settle(self, key: Hashable, future: asyncio.Future[T], task: asyncio.Task[T]) -> None:
+        if self._inflight.get(key) is future:
+            del self._inflight[key]
+        if task.cancelled():
+            future.cancel()
+        elif (exc := task.exception()) is not None:
+            future.set_exception(exc)
+        else:
+            future.set_result(task.result())
 
 
 def _consume(future: asyncio.Future[T]) -> None:

@@ -14,7 +14,7 @@ with :func:`decide`, so they agree on every status and range.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from packer.ranges import ByteRange
@@ -30,7 +30,39 @@ SMALL_READ = 1024 * 1024
 # most tens of microseconds, less than the trip to the pool and back.
 NOW_READ = 256 * 1024
 
-Body = bytes | bytearray | AsyncIterator[bytes]
+
+
+class Region:
+    """``count`` bytes of the open file ``fd`` from ``offset``: a block of a
+    streamed body that the server sends from the file (``sendfile``),
+    without reading it into memory. Only in a body asked for with
+    ``Read.blocks``; ``len()`` is its length, as a block of bytes's is. The
+    consumer sends a region before it asks the body for the next block: the
+    descriptor is the body's, closed once the body moves on.
+
+    ``sent`` is the server's: what to await until it has sent the region
+    (or failed to)."""
+
+    __slots__ = ("fd", "offset", "count", "sent")
+
+    def __init__(self, fd: int, offset: int, count: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.count = count
+        self.sent: Awaitable[None] | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"Region(fd={self.fd}, offset={self.offset}, count={self.count})"
+
+
+# A block of a body: bytes, or with ``Read.blocks``, a file region or a view
+# of an extent's buffer (sent before the body moves on).
+Block = bytes | memoryview | Region
+
+Body = bytes | bytearray | AsyncIterator[bytes] | AsyncIterator[Block]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +113,10 @@ class Read:
     # ?versionId= (checked at the edge: "null" or a well-formed id); None
     # reads the current version.
     version: str | None = None
+    # The server takes a streamed body's blocks as ``Region`` (a hot piece
+    # sent from its file) and as views of a buffer (an extent arriving);
+    # else every block is bytes.
+    blocks: bool = False
 
 
 @dataclass(slots=True)

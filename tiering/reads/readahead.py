@@ -2,14 +2,18 @@
 
 Shared by managed objects (staged files, cached or fetched extents) and
 mounted ones (cached or fetched pieces). A piece's source is a descriptor
-on a hot-tier file, read with pread in blocks in the pool, or bytes just
-fetched from the capacity side, sent as they are. ``ReadTally`` counts what
-each tier produced.
+on a hot-tier file, read with pread in blocks in the pool (or, when the
+server can send a file itself, handed over as a :class:`Region` of it:
+``sendfile``, no read into memory), bytes just fetched from the capacity
+side, sent as they are, or an extent still arriving from the store
+(:class:`Arrival`), sent in blocks as it comes. ``ReadTally`` counts
+what each tier produced.
 """
 
 from __future__ import annotations
 
 import asyncio
+import mmap
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import NamedTuple
@@ -18,7 +22,8 @@ from packer.ranges import ByteRange
 from tiering import pool
 from tiering.hot.open_files import Opened, close_unused
 from tiering.hot.tier import HotTier
-from tiering.reads.plan import ReadTally
+from tiering.reads.arrival import Arrival
+from tiering.reads.plan import Block, ReadTally, Region
 
 READ_BLOCK = 1024 * 1024  # bytes per pool call when streaming from a local file
 
@@ -36,8 +41,10 @@ class Peered(NamedTuple):
     data: bytes
 
 
-# An open descriptor (the caller's to close), fetched bytes, held ones, or a peer's.
-Source = Opened | bytes | Held | Peered
+# An open descriptor (the caller's to close), fetched bytes (or an arriving
+# extent's buffer, read right after it arrived), held ones, a peer's, or an
+# extent arriving.
+Source = Opened | bytes | bytearray | mmap.mmap | Held | Peered | Arrival
 
 
 async def stream(
@@ -47,10 +54,20 @@ async def stream(
     window: int,
     tally: ReadTally,
     prefetch: Callable[[int], bool] = lambda index: True,
-) -> AsyncIterator[bytes]:
+    blocks: bool = False,
+) -> AsyncIterator[Block]:
     """Yield each (piece index, byte range) of ``pieces`` in order; up to
     ``window`` pieces for which ``prefetch`` says yes are opened ahead (a
-    fetch runs meanwhile), the others when their turn comes."""
+    fetch runs meanwhile), the others when their turn comes. With
+    ``blocks`` (the consumer is a server that takes them), a piece in a
+    hot-tier file is yielded as one :class:`Region` of its descriptor,
+    which the consumer sends before it asks for the next block (the
+    descriptor is closed then), and an arriving extent's blocks as views of
+    its buffer; else every block is bytes.
+
+    Memory: at most ``window`` pieces ahead of the one being sent are
+    fetched, each held whole (an extent, 8 MiB by default) until it is sent
+    and cached; a hot piece is read 1 MiB at a time, or not at all."""
     ahead: dict[int, asyncio.Task[Source]] = {}
     alone = len(pieces) == 1  # most objects: nothing to open ahead, so no task to make
     try:
@@ -68,16 +85,29 @@ async def stream(
                 source = source.data
                 yield source if wanted.start == 0 and wanted.end == len(source) else source[wanted.start : wanted.end]
                 continue
-            if isinstance(source, bytes):
-                # Fetched: one send, and no copy for a whole piece.
+            if isinstance(source, (bytes, bytearray, mmap.mmap)):
+                # Fetched: one send, and no copy for a whole piece. An
+                # arrival's buffer (read right after the miss that fetched
+                # it) goes as a view to a server that takes one, else as bytes.
+                if type(source) is not bytes:
+                    source = memoryview(source) if blocks else bytes(source)
                 tally.capacity += wanted.end - wanted.start
                 whole = wanted.start == 0 and wanted.end == len(source)
                 yield source if whole else source[wanted.start : wanted.end]
+                continue
+            if isinstance(source, Arrival):
+                async for block in source.read(wanted.start, wanted.end, views=blocks):
+                    tally.capacity += len(block)
+                    yield block
                 continue
             # One open descriptor per piece: a delete or overwrite that
             # unlinks the file mid-stream does not cut the response short.
             fd, base = source
             try:
+                if blocks:
+                    tally.hot += wanted.end - wanted.start
+                    yield Region(fd, base + wanted.start, wanted.end - wanted.start)
+                    continue
                 offset = wanted.start
                 while offset < wanted.end:
                     length = min(READ_BLOCK, wanted.end - offset)

@@ -1,0 +1,325 @@
+"""One large object read whole, cold and hot: two checkouts of tierstore,
+the store's own stream and nginx, in alternating rounds.
+
+Servers, each a subprocess on a free 127.0.0.1 port: the capacity store
+(``--store rclone``: ``rclone serve s3`` of a local directory, the default;
+``--store moto``), the delay proxy in front of it (benchmarks/delay_proxy.py
+in a process of its own, ``--latency-ms`` added to a round trip, half each
+way), nginx serving the object from a file (``sendfile on``, one worker),
+and one gateway per checkout (``--new``, this one by default; ``--old``,
+e.g. a ``git worktree`` of the commit before a change), each over its own
+prefix of one store bucket, through the proxy.
+
+The same ``--size-mib`` of random bytes is PUT through each gateway and
+flushed (extents of 8 MiB in the store), and written into the store as one
+object. Then, after one round that is not counted (the store meets its
+files: rclone's first ranged reads of a new file are several times slower
+than the next ones), ``--rounds`` rounds, the order of the servers
+reversed every round. In a round, for each gateway: every cached extent
+evicted, one whole GET (cold), then, once the cold GET's cache fills are
+written, ``--hot-gets`` whole GETs one after the other (hot); one whole GET
+of the store's object through the proxy (direct); the same ``--hot-gets``
+GETs from nginx. Hot GETs are timed in threes by default: one of 256 MiB
+from the page cache takes about 0.1 s, short enough for one scheduling
+hiccup on a shared machine to move it by half. Dirty pages are written
+back (``sync``) before each GET, outside its time: no GET pays for the
+writeback of files another wrote, and the hot GETs find their cache files
+as a later epoch would, written back (nginx's file was written at the
+start).
+
+Every GET is one keep-alive HTTP/1.1 request read into one preallocated
+buffer (the client's cost is a copy per byte, the same for every server),
+checked against the object's CRC after the clock stops. Per GET: MiB/s and
+the CPU (user + system, from /proc) of the server's processes: the gateway
+and its children, nginx's master and worker, the store and the proxy.
+
+Reported per gateway: cold against the direct stream of the same round,
+hot against nginx of the same round (each round's ratio, and the median),
+and the gateway's CPU per GET; with ``--old``, new over old.
+
+Run:  .venv/bin/python benchmarks/large_object.py [--old ../old-checkout] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from http.client import HTTPConnection
+from pathlib import Path
+
+import _common  # first: puts the repo root on sys.path
+from _common import REGION, gateway, machine, process_cpu, table, temp_dir
+from _compare_peers import NginxLocal, RcloneStore, wait_port
+from _moto import MOTO_KEY, moto_client
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children, free_port, stop_process
+
+MiB = 1024 * 1024
+BUCKET = "bench"  # in the store: each gateway's segments under its prefix, and the direct object
+KEY = "large.bin"
+HERE = Path(__file__).resolve().parent
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Reader:
+    """Whole GETs over one keep-alive connection into one buffer; SigV4
+    (botocore's signer, a millisecond a request) unless ``signed`` is False."""
+
+    def __init__(self, port: int, size: int, signed: bool = True, keys: tuple[str, str] = (ACCESS_KEY, SECRET_KEY)):
+        self.port = port
+        self.buffer = bytearray(size)
+        self._signer = S3SigV4Auth(Credentials(*keys), "s3", REGION) if signed else None
+        self._conn: HTTPConnection | None = None
+        self.first_s = 0.0
+
+    def get(self, bucket: str, key: str) -> tuple[float, int]:
+        """(seconds, CRC-32 of the body) of one GET of the whole object;
+        ``first_s``: seconds to its head (sent with the first body bytes)."""
+        path = f"/{bucket}/{key}"
+        headers: dict[str, str] = {}
+        if self._signer is not None:
+            request = AWSRequest(method="GET", url=f"http://127.0.0.1:{self.port}{path}")
+            self._signer.add_auth(request)
+            headers = dict(request.headers.items())
+        view, size = memoryview(self.buffer), len(self.buffer)
+        for attempt in (1, 2):
+            if self._conn is None:
+                self._conn = HTTPConnection("127.0.0.1", self.port, timeout=600)
+            try:
+                t0 = time.perf_counter()
+                self._conn.request("GET", path, headers=headers)
+                response = self._conn.getresponse()
+                self.first_s = time.perf_counter() - t0
+                break
+            except (ConnectionError, OSError):  # a kept connection the server closed
+                self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+        if response.status != 200:
+            raise RuntimeError(f"GET {path} on :{self.port}: {response.status} {response.read()[:300]!r}")
+        got = 0
+        while got < size and (n := response.readinto(view[got:])):
+            got += n
+        seconds = time.perf_counter() - t0
+        if got != size or response.read(1):
+            raise RuntimeError(f"GET {path} on :{self.port}: {got:,} bytes, expected {size:,}")
+        return seconds, zlib.crc32(view)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+
+@contextlib.contextmanager
+def store(kind: str, tmp: Path) -> Iterator[tuple[int, list[int], Path | None]]:
+    """(port, pids, root) of the capacity store with BUCKET in it; root is
+    rclone's directory (None for moto)."""
+    if kind == "rclone":
+        root = tmp / "store-root"
+        (root / BUCKET).mkdir(parents=True)
+        with RcloneStore(tmp / "rclone-store", root) as rclone:
+            assert rclone.proc is not None
+            yield rclone.port, [rclone.proc.pid], root
+        return
+    from _moto import moto_store  # noqa: PLC0415  moto only when asked for
+
+    with moto_store() as (port, pid):
+        yield port, [pid], None
+
+
+@contextlib.contextmanager
+def delay_proxy(target: int, latency_ms: float) -> Iterator[tuple[int, int]]:
+    """(port, pid) of benchmarks/delay_proxy.py forwarding to ``target``,
+    in a process of its own (not sharing the client's interpreter)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "delay_proxy.py"), "--target", str(target), "--port", str(port),
+         "--delay-ms", str(latency_ms / 2)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_port(port, proc)
+        yield port, proc.pid
+    finally:
+        stop_process(proc, timeout=15)
+
+
+def cpu_of(pids: Callable[[], list[int]]) -> float:
+    return sum(process_cpu(pid) for pid in pids())
+
+
+def timed(reader: Reader, bucket: str, key: str, pids: Callable[[], list[int]], crc: int,
+          size: int, gets: int = 1) -> dict:
+    """``gets`` whole GETs one after the other: MiB/s over all of them, the
+    server's CPU seconds and the time to the first head, per GET."""
+    before, seconds, first = cpu_of(pids), 0.0, 0.0
+    for n in range(gets):
+        took, got = reader.get(bucket, key)
+        if got != crc:
+            raise RuntimeError(f"GET {bucket}/{key} on :{reader.port} returned other bytes")
+        seconds += took
+        first = first or reader.first_s
+    cpu = (cpu_of(pids) - before) / gets
+    return {"s": seconds / gets, "mib_s": gets * size / MiB / seconds, "cpu_s": cpu, "first_s": first}
+
+
+def settled(gw: Gateway, size: int, timeout: float = 10.0) -> None:
+    """Until the cold GET's cache fills are written (a hot GET reads files)."""
+    deadline = time.monotonic() + timeout
+    while gw.admin("GET", "/tiers").json()["hot_cached"] < size and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def put_through(gw: Gateway, data: bytes) -> None:
+    s3 = _common.client(gw.endpoint)
+    s3.create_bucket(Bucket=BUCKET)
+    s3.put_object(Bucket=BUCKET, Key=KEY, Body=data)
+    gw.run_job("flush")
+
+
+def run(args: argparse.Namespace) -> dict:
+    size = args.size_mib * MiB
+    data = os.urandom(size)
+    crc = zlib.crc32(data)
+    checkouts = [("new", Path(args.new).resolve())] + ([("old", Path(args.old).resolve())] if args.old else [])
+    results: dict = {"rounds": [], "size": size, "store": args.store, "latency_ms": args.latency_ms}
+    with temp_dir("large") as tmp, contextlib.ExitStack() as stack:
+        store_port, store_pids, root = stack.enter_context(store(args.store, tmp))
+        proxy_port, proxy_pid = stack.enter_context(delay_proxy(store_port, args.latency_ms))
+        proxy = f"http://127.0.0.1:{proxy_port}"
+        if root is not None:
+            (root / BUCKET / KEY).write_bytes(data)
+        else:
+            moto_client(f"http://127.0.0.1:{store_port}").put_object(Bucket=BUCKET, Key=KEY, Body=data)
+        www = tmp / "www"
+        (www / BUCKET).mkdir(parents=True)
+        (www / BUCKET / KEY).write_bytes(data)
+        nginx = stack.enter_context(NginxLocal(tmp / "nginx", www))
+        gateways: dict[str, Gateway] = {}
+        for name, checkout in checkouts:
+            (tmp / name).mkdir()
+            gw = stack.enter_context(gateway(
+                tmp / name / "data", root=checkout, extra_args=(
+                    "--capacity", f"s3://{BUCKET}/{name}", "--capacity-endpoint", proxy,
+                    "--capacity-access-key", MOTO_KEY, "--capacity-secret-key", MOTO_KEY)))
+            put_through(gw, data)
+            gateways[name] = gw
+        del data
+        readers = {name: Reader(gw.port, size) for name, gw in gateways.items()}
+        readers["direct"] = Reader(proxy_port, size, keys=(MOTO_KEY, MOTO_KEY))
+        readers["nginx"] = Reader(nginx.port, size, signed=False)
+        pids: dict[str, Callable[[], list[int]]] = {
+            name: (lambda gw=gw: [gw.proc.pid, *children(gw.proc.pid)]) for name, gw in gateways.items()}
+        pids["direct"] = lambda: store_pids
+        pids["nginx"] = nginx.pids
+        store_and_proxy = lambda: [*store_pids, proxy_pid]  # noqa: E731
+
+        def one_round() -> dict:
+            figures: dict = {}
+            order = [*gateways, "direct", "nginx"]
+            if len(results["rounds"]) % 2:
+                order.reverse()
+            for name in order:
+                reader = readers[name]
+                os.sync()  # no GET pays for the writeback of another's files
+                if name in gateways:
+                    gateways[name].run_job("evict")
+                    os.sync()
+                    before = cpu_of(store_and_proxy)
+                    figures[f"{name} cold"] = timed(reader, BUCKET, KEY, pids[name], crc, size)
+                    figures[f"{name} cold"]["store_cpu_s"] = cpu_of(store_and_proxy) - before
+                    settled(gateways[name], size)
+                    os.sync()  # as a later epoch finds them: cached files written back, clean
+                    figures[f"{name} hot"] = timed(reader, BUCKET, KEY, pids[name], crc, size, args.hot_gets)
+                elif name == "direct":
+                    before = cpu_of(store_and_proxy)
+                    figures[name] = timed(reader, BUCKET, KEY, pids[name], crc, size)
+                    figures[name]["store_cpu_s"] = cpu_of(store_and_proxy) - before
+                else:
+                    figures[name] = timed(reader, BUCKET, KEY, pids[name], crc, size, args.hot_gets)
+            return figures
+
+        log("[large] warm-up round (not counted): the store meets its files")
+        one_round()
+        for n in range(args.rounds):
+            figures = one_round()
+            results["rounds"].append(figures)
+            log(f"[large] round {n + 1}: " + ", ".join(f"{k} {v['mib_s']:,.0f} MiB/s" for k, v in figures.items()))
+        for reader in readers.values():
+            reader.close()
+    results["gateways"] = list(gateways)
+    return results
+
+
+def report(args: argparse.Namespace, r: dict) -> str:
+    rounds = r["rounds"]
+    lines = [machine(), "",
+             f"{r['size'] // MiB} MiB object, store {r['store']} +{r['latency_ms']:g} ms, "
+             f"{len(rounds)} rounds (after one not counted), hot and nginx {args.hot_gets} GETs a round; "
+             "ratios within each round", ""]
+    rows = []
+    for name in r["gateways"]:
+        cold = [x[f"{name} cold"]["mib_s"] / x["direct"]["mib_s"] for x in rounds]
+        hot = [x[f"{name} hot"]["mib_s"] / x["nginx"]["mib_s"] for x in rounds]
+        rows.append([
+            name,
+            f"{statistics.median(x[f'{name} cold']['mib_s'] for x in rounds):,.0f}",
+            " / ".join(f"{c:.2f}x" for c in cold), f"**{statistics.median(cold):.2f}x**",
+            f"{statistics.median(x[f'{name} cold']['cpu_s'] for x in rounds):.2f}",
+            f"{statistics.median(x[f'{name} hot']['mib_s'] for x in rounds):,.0f}",
+            " / ".join(f"{h:.2f}x" for h in hot), f"**{statistics.median(hot):.2f}x**",
+            f"{statistics.median(x[f'{name} hot']['cpu_s'] for x in rounds):.3f}",
+        ])
+    lines.append(table(["gateway", "cold MiB/s", "cold x direct, each round", "median",
+                        "cold CPU s / GET", "hot MiB/s", "hot x nginx, each round", "median",
+                        "hot CPU s / GET"], rows))
+    lines += ["", "Time to the head (sent with the first body bytes), median: " + ", ".join(
+        f"{name} {statistics.median(x[name]['first_s'] for x in rounds) * 1000:,.0f} ms"
+        for name in [*(f"{g} cold" for g in r["gateways"]), "direct"])]
+    lines += ["", table(["baseline", "MiB/s (median)", "server CPU s / GET"], [
+        ["store direct, one stream", f"{statistics.median(x['direct']['mib_s'] for x in rounds):,.0f}",
+         f"{statistics.median(x['direct']['cpu_s'] for x in rounds):.2f}"],
+        ["nginx, sendfile", f"{statistics.median(x['nginx']['mib_s'] for x in rounds):,.0f}",
+         f"{statistics.median(x['nginx']['cpu_s'] for x in rounds):.3f}"],
+    ])]
+    if "old" in r["gateways"]:
+        def med(key: str, field: str) -> float:
+            return statistics.median(x[key][field] for x in rounds)
+        lines += ["", f"new / old: cold {med('new cold', 'mib_s') / med('old cold', 'mib_s'):.2f}x MiB/s at "
+                      f"{med('new cold', 'cpu_s') / med('old cold', 'cpu_s'):.2f}x CPU; hot "
+                      f"{med('new hot', 'mib_s') / med('old hot', 'mib_s'):.2f}x MiB/s at "
+                      f"{med('new hot', 'cpu_s') / med('old hot', 'cpu_s'):.2f}x CPU"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--old", help="the checkout to compare against (none: this one only)")
+    ap.add_argument("--new", default=str(_common.ROOT), help="the checkout measured (default: this one)")
+    ap.add_argument("--store", choices=("rclone", "moto"), default="rclone")
+    ap.add_argument("--size-mib", type=int, default=256)
+    ap.add_argument("--latency-ms", type=float, default=20.0, help="added to a store round trip (20)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--hot-gets", type=int, default=3,
+                    help="hot GETs (and nginx's) one after the other per round, timed together (3)")
+    ap.add_argument("--json", type=Path, help="write every figure here")
+    args = ap.parse_args(argv)
+    return _common.run_and_report(args, run, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
