@@ -16,6 +16,23 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @contextlib.contextmanager
+def gateway_over_moto(data_dir: Path, moto_endpoint: str, store_endpoint: str, name: str,
+                      *extra: str) -> Iterator[Any]:
+    """A gateway on ``data_dir`` whose capacity store is a new moto bucket
+    ``name`` reached at ``store_endpoint`` (moto, or a proxy in front of
+    it), with ``extra`` serve flags; stopped and checked at the end."""
+    import boto3
+
+    from tests.conftest import running_gateway
+
+    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+                 region_name="us-east-1").create_bucket(Bucket=name)
+    with running_gateway(data_dir, "--capacity", f"s3://{name}/tier", "--capacity-endpoint", store_endpoint,
+                         "--capacity-access-key", "testing", "--capacity-secret-key", "testing", *extra) as gw:
+        yield gw
+
+
+@contextlib.contextmanager
 def peered_nodes(root: Path, names: Sequence[str], moto_endpoint: str, store_endpoint: str,
                  extra: Sequence[str] = ()) -> Iterator[list[Any]]:
     """Gateways ``names`` with ``--node-id`` and ``--peers`` naming them all,

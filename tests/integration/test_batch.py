@@ -21,8 +21,8 @@ import pytest
 from gateway.batch_client import BatchClient, BatchCut, BatchDataset, BatchError, RequestFailed
 from tests.conftest import make_client, running_gateway
 from tests.faults import FaultProxy, Rates, get_object
+from tests.integration.helpers import gateway_over_moto
 from tests.integration.s3raw import Sender, check_error, sign
-from tests.integration.test_capacity import CAPACITY_KEYS
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway
 
 KiB, MiB = 1024, 1024 * 1024
@@ -484,12 +484,8 @@ def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
 @pytest.fixture(scope="module")
 def cold(proxy: FaultProxy, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway with a 6 MiB hot tier over moto, through the proxy."""
-    name = f"batch-{os.getpid()}"
-    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
-                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=name)
-    args = ["--capacity", f"s3://{name}/tier", "--capacity-endpoint", proxy.endpoint, *CAPACITY_KEYS,
-            "--hot-size", "6M", "--flush-delay", "600"]
-    with running_gateway(tmp_path_factory.mktemp("batch-cold") / "data", *args) as gw:
+    with gateway_over_moto(tmp_path_factory.mktemp("batch-cold") / "data", moto_endpoint, proxy.endpoint,
+                           f"batch-{os.getpid()}", "--hot-size", "6M", "--flush-delay", "600") as gw:
         yield gw
 
 

@@ -9,13 +9,12 @@ import os
 import time
 from collections.abc import Iterator
 
-import boto3
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tests.conftest import assert_consistent, make_client, running_gateway
+from tests.conftest import assert_consistent, make_client
 from tests.faults import FaultProxy, Rates, get_object
-from tests.integration.test_capacity import CAPACITY_KEYS
+from tests.integration.helpers import gateway_over_moto
 from tests.servers import Gateway
 
 MiB = 1024 * 1024
@@ -31,12 +30,8 @@ def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
 @pytest.fixture(scope="module")
 def gw(proxy: FaultProxy, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway over moto (through a proxy that injects nothing unless told)."""
-    name = f"large-reads-{os.getpid()}"
-    boto3.client("s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
-                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=name)
-    args = ["--capacity", f"s3://{name}/tier", "--capacity-endpoint", proxy.endpoint, *CAPACITY_KEYS,
-            "--flush-delay", "600"]
-    with running_gateway(tmp_path_factory.mktemp("large-reads") / "data", *args) as gw:
+    with gateway_over_moto(tmp_path_factory.mktemp("large-reads") / "data", moto_endpoint, proxy.endpoint,
+                           f"large-reads-{os.getpid()}", "--flush-delay", "600") as gw:
         yield gw
     assert_consistent(gw)
 
