@@ -136,9 +136,6 @@ class Logs:
         self._open: Log | None = None
         self._next = 1
 
-    def __len__(self) -> int:
-        return len(self._logs)
-
     def fits(self, size: int) -> bool:
         return size <= self.item_max
 

@@ -258,10 +258,8 @@ class HotTier(CacheEviction, Restart, PackedPieces):
         ``file_id``, else of cached piece ``name`` (in a log, or a file of
         its own at offset 0). A log-held piece answers for the log it is in
         now; its bytes there never change."""
-        if file_id is None:
-            slot = self._slots.get(name)  # type: ignore[arg-type]
-            if slot is not None:
-                return slot[0].path, slot[1]
+        if file_id is None and (held := self.in_log(name)) is not None:  # type: ignore[arg-type]
+            return held
         return self.file_of(file_id, name), 0
 
     def in_log(self, name: str) -> tuple[str, int] | None:
