@@ -2,8 +2,9 @@
 directly by the same readers.
 
 ``--nodes`` (4) gateways with ``--node-id`` and ``--peers`` naming them all,
-over one moto store behind ``delay_proxy.DelayProxy`` (``--latency-ms``, 50,
-on every request, half each way), each mounting one source bucket of
+over one moto store, each mounting one source bucket behind
+``delay_proxy.DelayProxy`` (``--latency-ms``, 50, on every request, half
+each way) of
 ``--objects`` (2,000) objects of ``--size`` (64 KiB). The epoch is a shuffled
 order split among the nodes as a distributed sampler splits it, one rank a
 node, ``--readers`` (8) readers in all (a node's share read by
@@ -12,6 +13,13 @@ hint (``POST /epochs``) just before it reads, as the trainer's sampler
 would. Every object has one owner, which fetches it ahead, so the store is
 read once for the cluster.
 
+The source is moto itself (``--store moto``, the default) or ``rclone serve
+s3`` of a directory (``--store rclone``). moto's server closes the
+connection after every answer and spends about 3 ms of CPU on each GET, so
+on two cores the store alone takes most of a core at the rates a hinted
+epoch reaches; rclone keeps connections alive and spends a tenth of that.
+Either way the cluster's own capacity store is a moto without delay.
+
 Reported, in one run: the store read directly by the same readers (the same
 order, split the same way), then the hinted cold epoch over the cluster:
 objects/s, their ratio, the store requests the proxy counted for each
@@ -19,6 +27,7 @@ objects/s, their ratio, the store requests the proxy counted for each
 misses).
 
 Run:  .venv/bin/python benchmarks/cluster_epoch.py [--quick] [--nodes 4] [--readers 8] [--latency-ms 50]
+      [--store rclone]
 """
 
 from __future__ import annotations
@@ -42,9 +51,11 @@ from _common import (  # first: puts the repo root on sys.path
     temp_dir,
 )
 from _compare_client import SignedClient
+from _compare_peers import RcloneStore
 from _compare_workloads import cpu_meter
 from _epoch_workload import Admin, body_of, checker, key_of
 from _moto import MOTO_KEY, delayed_moto, moto_client, s3_capacity_args
+from delay_proxy import DelayProxy
 
 from tests.servers import children, free_ports
 
@@ -79,13 +90,27 @@ def run(args: argparse.Namespace) -> dict:
     per_node = max(1, args.readers // args.nodes)
     with temp_dir("cluster-epoch") as tmp, ExitStack() as stack:
         store = stack.enter_context(delayed_moto(args.latency_ms, buckets=[SOURCE]))
-        source = moto_client(store.endpoint)
+        proxy, store_pid = store.proxy, store.pid
+        if args.store == "moto":
+            source = moto_client(store.endpoint)
 
-        def put(i: int) -> None:
-            source.put_object(Bucket=SOURCE, Key=keys[i], Body=body_of(i, args.size))
+            def put(i: int) -> None:
+                source.put_object(Bucket=SOURCE, Key=keys[i], Body=body_of(i, args.size))
+        else:  # the files first: rclone serves the directory as it finds it
+
+            def put(i: int) -> None:
+                path = tmp / "store" / SOURCE / keys[i]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(body_of(i, args.size))
 
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(put, range(len(keys))))
+        if args.store == "rclone":
+            rclone = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))
+            proxy = stack.enter_context(DelayProxy(rclone.port))
+            proxy.delay_s = args.latency_ms / 2000
+            assert rclone.proc is not None
+            store_pid = rclone.proc.pid
         data = stack.enter_context(data_filesystem(args.hot_fs, tmp))
         names = [f"n{i + 1}" for i in range(args.nodes)]
         free = iter(free_ports(2 * len(names)))
@@ -99,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
             admin = Admin(gw.admin_url)
             stack.callback(admin.close)
             admin("POST", "/mounts", json={"name": MOUNT, "source": f"s3://{SOURCE}",
-                                           "endpoint": store.proxy.endpoint,
+                                           "endpoint": proxy.endpoint,
                                            "access_key": MOTO_KEY, "secret_key": MOTO_KEY})
             nodes.append(gw)
             admins.append(admin)
@@ -110,21 +135,21 @@ def run(args: argparse.Namespace) -> dict:
         results: dict = {"nodes": len(nodes), "readers": per_node * len(nodes), "objects": len(keys)}
 
         groups = {"gateways": lambda: [pid for gw in nodes for pid in (gw.proc.pid, *children(gw.proc.pid))],
-                  "moto": lambda: [store.pid], "benchmark": lambda: [os.getpid()]}
+                  args.store: lambda: [store_pid], "benchmark": lambda: [os.getpid()]}
 
-        store.proxy.reset()
-        direct = [[SignedClient(store.proxy.port) for _ in range(per_node)] for _ in nodes]
+        proxy.reset()
+        direct = [[SignedClient(proxy.port) for _ in range(per_node)] for _ in nodes]
         with cpu_meter(groups, cpu := {}):
             results["direct"] = read_shares(direct, SOURCE, shares, args.size)
-        results["direct"] |= {"store": dict(store.proxy.snapshot()["operations"]), "cpu_s": cpu}
+        results["direct"] |= {"store": dict(proxy.snapshot()["operations"]), "cpu_s": cpu}
 
-        store.proxy.reset()
+        proxy.reset()
         ids = [admin("POST", "/epochs", json={"bucket": MOUNT, "keys": mine, "readers": per_node})["id"]
                for admin, mine in zip(admins, shares, strict=True)]
         clients = [[SignedClient(gw.port) for _ in range(per_node)] for gw in nodes]
         with cpu_meter(groups, cpu := {}):
             results["hinted"] = read_shares(clients, MOUNT, shares, args.size)
-        results["hinted"] |= {"store": dict(store.proxy.snapshot()["operations"]), "cpu_s": cpu}
+        results["hinted"] |= {"store": dict(proxy.snapshot()["operations"]), "cpu_s": cpu}
         results["hinted"]["epochs"] = []
         for admin, epoch_id in zip(admins, ids, strict=True):
             status = admin("GET", f"/epochs/{epoch_id}")
@@ -152,7 +177,7 @@ def report(args: argparse.Namespace, results: dict) -> str:
     ]
     lines = [
         machine(),
-        f"{results['objects']:,} objects of {args.size:,} B, store +{args.latency_ms:g} ms, "
+        f"{results['objects']:,} objects of {args.size:,} B in {args.store}, store +{args.latency_ms:g} ms, "
         f"{results['readers']} readers split over {results['nodes']} ranks, data dirs on the {args.hot_fs} "
         "filesystem",
         table(["epoch", "objects/s", "seconds", "x the store", "store requests", "CPU seconds"], rows),
@@ -169,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--readers", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--store", choices=("moto", "rclone"), default="moto",
+                        help="the source's S3 server: moto (default) or rclone serve s3 of a directory")
     parser.add_argument("--hot-fs", choices=("root", "ext4"), default="root",
                         help="the gateways' data dirs on the temp dir's filesystem (root, default) or on a new "
                              "ext4 made for the run (a loop image: root only), as a node's own NVMe would be")

@@ -11,7 +11,10 @@ alternate the order of the two:
 - peer: node a GETs the objects b owns (a asks b, keeps no copy);
 
 each with ``--readers`` (8) lean SigV4 readers, one keep-alive connection
-each. Reported: GETs/s and CPU per GET of node a (its process and any read
+each; and the floor of a peer hit (``_peer_fetch.py``): a process of its own
+asks node b for the same objects with the gateway's peer client, as node a
+does, and nothing else. (local + floor) / local is what a peer hit would cost
+if node a spent nothing on it beyond asking. Reported: GETs/s and CPU per GET of node a (its process and any read
 workers, from /proc) and of node b, per round and as medians, and the ratio
 peer/local of node a's CPU per GET in each round. With ``--batch N`` (64),
 also ``POST ?batch`` requests of N keys, all owned by b, sent to a: node a's
@@ -28,6 +31,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -110,14 +114,22 @@ def batches(port: int, keys: list[str], per: int, readers: int) -> int:
         return sum(pool.map(one, range(readers)))
 
 
+def peer_fetch(port: int, wanted: list[tuple[str, str]], size: int, readers: int) -> dict:
+    """``_peer_fetch.py``'s figures: its CPU per GET of ``wanted`` from the node at ``port``."""
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("_peer_fetch.py")), str(port), MOUNT,
+                           str(size), str(readers)], input=json.dumps(wanted), capture_output=True, text=True,
+                          check=True, timeout=600)
+    return json.loads(done.stdout)
+
+
 def run(args: argparse.Namespace) -> dict:
     size = parse_size(args.size)
     keys = [f"train/{i:06d}.bin" for i in range(args.objects)]
     with temp_dir("peer-hits") as tmp, ExitStack() as stack:
         store = stack.enter_context(delayed_moto(0, buckets=[SOURCE]))
         source = moto_client(store.endpoint)
-        for key in keys:
-            source.put_object(Bucket=SOURCE, Key=key, Body=os.urandom(size))
+        etags = {key: source.put_object(Bucket=SOURCE, Key=key, Body=os.urandom(size))["ETag"].strip('"')
+                 for key in keys}
         free = iter(free_ports(2 * len(NODES)))
         ports = {name: (next(free), next(free)) for name in NODES}
         peers = ",".join(f"{name}=http://127.0.0.1:{ports[name][0]}" for name in NODES)
@@ -143,9 +155,12 @@ def run(args: argparse.Namespace) -> dict:
                 order.reverse()
             figures = {name: measured(nodes, lambda ks=ks: read_all(a.port, ks, args.readers, size))
                        for name, ks in order}
+            figures["floor"] = peer_fetch(nodes[1].port, [(k, etags[k]) for k in theirs], size, args.readers)
             if args.batch:
                 figures["batch"] = measured(nodes, lambda: batches(a.port, theirs, args.batch, args.readers))
             figures["ratio"] = figures["peer"]["a_cpu_us"] / figures["local"]["a_cpu_us"]
+            figures["floor_ratio"] = (figures["local"]["a_cpu_us"] + figures["floor"]["cpu_us"]) \
+                / figures["local"]["a_cpu_us"]
             rounds.append(figures)
         return {"size": size, "local_objects": len(mine), "peer_objects": len(theirs), "rounds": rounds}
 
@@ -158,13 +173,18 @@ def report(args: argparse.Namespace, results: dict) -> str:
             f = figures[kind]
             rows.append([n, kind, f"{f['per_s']:.0f}", f"{f['a_cpu_us']:.0f}", f"{f['b_cpu_us']:.0f}",
                          f"{figures['ratio']:.2f}" if kind == "peer" else ""])
+        floor = figures["floor"]
+        rows.append([n, "floor (a process asking b)", f"{floor['per_s']:.0f}", f"{floor['cpu_us']:.0f}", "",
+                     f"{figures['floor_ratio']:.2f}"])
     med = {kind: statistics.median(r[kind]["a_cpu_us"] for r in results["rounds"]) for kind in kinds}
     lines = [
         machine(),
         f"{results['local_objects']} objects owned by a, {results['peer_objects']} by b, {results['size']:,} B each",
-        table(["round", "read", "objects/s", "a µs CPU/object", "b µs CPU/object", "peer/local (a)"], rows),
+        table(["round", "read", "objects/s", "a µs CPU/object", "b µs CPU/object", "x local (a)"], rows),
         "medians, node a: " + ", ".join(f"{kind} {v:.0f} µs" for kind, v in med.items())
-        + f"; peer/local {statistics.median(r['ratio'] for r in results['rounds']):.2f}x",
+        + f"; peer/local {statistics.median(r['ratio'] for r in results['rounds']):.2f}x"
+        + f"; floor {statistics.median(r['floor']['cpu_us'] for r in results['rounds']):.0f} µs, (local + floor)/local "
+        + f"{statistics.median(r['floor_ratio'] for r in results['rounds']):.2f}x",
     ]
     return "\n".join(lines)
 
