@@ -14,8 +14,12 @@ trade per-object eviction for sequential writes; pieces larger than
 ``ITEM_MAX`` keep files of their own, where the creation is paid by many
 bytes.
 
-A record on disk: a head (magic, data length, data CRC32, name length, and
-a CRC32 of those and the name), the name, the data. The data is written
+A record on disk: a head (magic, data length, data CRC, name length, and
+a CRC of those and the name), the name, the data. The CRC is CRC32C
+(magic ``TSL2``), which the CRT computes with the CPU's own instruction:
+1.4 us for 64 KiB here, against 20 us for zlib's CRC32 (``TSL1``, the
+records of the first logs, still read back and checked as they were
+written). The data is written
 first and the head after it, both with ``pwrite`` at offsets reserved under
 the hot tier's lock, and the piece is readable only once both returned: a
 record never points at bytes that did not land. After a process crash a
@@ -39,13 +43,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from awscrt.checksums import crc32c
+
 LOGS = "logs"  # under the cache tree
 KEY = "log:"  # a log's name in the SIEVE queue (cache names hold no colon)
 LOG_MAX = 32 * 1024 * 1024  # bytes a log takes before the next one opens
 LOG_MIN = 256 * 1024
 ITEM_MAX = 1024 * 1024  # larger pieces keep files of their own
-_HEAD = struct.Struct("<4sIIHI")  # magic, data length, data crc32, name length, head crc32
-_MAGIC = b"TSL1"
+_HEAD = struct.Struct("<4sIIHI")  # magic, data length, data CRC, name length, head CRC
+_MAGIC = b"TSL2"
+# The CRC of each record format: (data, previous) -> CRC.
+_CRCS: dict[bytes, Callable[..., int]] = {_MAGIC: crc32c, b"TSL1": zlib.crc32}
 
 
 def log_bytes(budget: int) -> int:
@@ -56,8 +64,8 @@ def log_bytes(budget: int) -> int:
 
 def head(name: bytes, data: bytes | memoryview) -> bytes:
     """The head of ``name``'s record holding ``data``."""
-    fields = _HEAD.pack(_MAGIC, len(data), zlib.crc32(data), len(name), 0)[:-4]
-    return fields + struct.pack("<I", zlib.crc32(name, zlib.crc32(fields))) + name
+    fields = _HEAD.pack(_MAGIC, len(data), crc32c(data), len(name), 0)[:-4]
+    return fields + struct.pack("<I", crc32c(name, crc32c(fields))) + name
 
 
 @dataclass(slots=True)
@@ -69,6 +77,11 @@ class Record:
     size: int
     crc: int
     end: int  # of the record
+    check: Callable[..., int] = crc32c  # the CRC of its format
+
+    def holds(self, data: bytes) -> bool:
+        """Whether ``data`` (read from the record's place) is what was written."""
+        return self.check(data) == self.crc
 
 
 def records(fd: int, length: int) -> Iterator[Record]:
@@ -82,7 +95,8 @@ def records(fd: int, length: int) -> Iterator[Record]:
         magic, size, crc, name_len, head_crc = _HEAD.unpack_from(raw)
         name = raw[_HEAD.size:_HEAD.size + name_len]
         fields = raw[:_HEAD.size - 4]
-        if magic != _MAGIC or len(name) != name_len or zlib.crc32(name, zlib.crc32(fields)) != head_crc:
+        check = _CRCS.get(magic)
+        if check is None or len(name) != name_len or check(name, check(fields)) != head_crc:
             return
         start = offset + _HEAD.size + name_len
         if start + size > length:
@@ -91,7 +105,7 @@ def records(fd: int, length: int) -> Iterator[Record]:
             text = name.decode()
         except UnicodeDecodeError:
             return
-        yield Record(text, start, size, crc, start + size)
+        yield Record(text, start, size, crc, start + size, check)
         offset = start + size
 
 
@@ -298,13 +312,13 @@ class Logs:
 
     def verify(self) -> list[str]:
         """Blocking, for ``tierstore check``: every record's data against its
-        CRC32; what is wrong."""
+        CRC; what is wrong."""
         problems = []
         for entry in sorted(os.scandir(self._root), key=lambda e: e.name):
             fd = os.open(entry.path, os.O_RDONLY)
             try:
                 for record in records(fd, os.fstat(fd).st_size):
-                    if zlib.crc32(os.pread(fd, record.size, record.offset)) != record.crc:
+                    if not record.holds(os.pread(fd, record.size, record.offset)):
                         problems.append(f"cache log {entry.name}: {record.name} fails its CRC")
             finally:
                 os.close(fd)

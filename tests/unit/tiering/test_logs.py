@@ -6,6 +6,8 @@ an append short."""
 from __future__ import annotations
 
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,44 @@ def test_a_crash_mid_append_serves_no_wrong_byte(tmp_path: Path) -> None:
         f.write(b"\xff\xff")
     third = _tier(tmp_path)
     assert third.read_cached("p1", 4000) == _piece(1) and not third.is_cached("p2")
+
+
+def _first_format_head(name: bytes, data: bytes) -> bytes:
+    """A record head as the first logs wrote it: magic TSL1, zlib's CRC32."""
+    fields = struct.pack("<4sIIH", b"TSL1", len(data), zlib.crc32(data), len(name))
+    return fields + struct.pack("<I", zlib.crc32(name, zlib.crc32(fields))) + name
+
+
+def test_records_of_the_first_format_still_read_back_and_check(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Logs written before records moved to CRC32C (a restart onto the new
+    code in the same boot) are read back, served, and checked by fsck
+    with the CRC they were written with; a new record in the same tier
+    uses CRC32C."""
+    monkeypatch.setattr(logs_module, "head", _first_format_head)
+    hot = _tier(tmp_path)
+    for i in range(3):
+        hot.fill(f"p{i}", _piece(i))
+    path, at = hot.where(None, "p0")
+    with open(path, "rb") as f:
+        f.seek(at - len("p0") - 18)
+        assert f.read(4) == b"TSL1"
+    hot.mark_clean()
+    monkeypatch.undo()
+    again = _tier(tmp_path)
+    assert [again.read_cached(f"p{i}", 4000) for i in range(3)] == [_piece(i) for i in range(3)]
+    assert again.logs is not None and again.logs.verify() == []
+    assert again.fill("new", _piece(5))
+    path, at = again.where(None, "new")
+    with open(path, "rb") as f:
+        f.seek(at - len("new") - 18)
+        assert f.read(4) == b"TSL2"
+    slot = again.logs.where("p1")
+    assert slot is not None
+    with open(slot[0], "r+b") as f:  # an old record gone bad is found by its own CRC
+        f.seek(slot[1] + 100)
+        f.write(b"\x00\x01")
+    assert again.logs.verify() == [f"cache log {Path(slot[0]).name}: p1 fails its CRC"]
 
 
 def test_a_new_boot_drops_the_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
