@@ -23,7 +23,7 @@ def run_loop(main: Coroutine[Any, Any, None]) -> None:
     tune_malloc()
     raise_descriptor_limit()
     tune_gc()
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main)
 
 
@@ -111,7 +111,7 @@ def raise_descriptor_limit() -> int:
     return soft
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     try:
         import uvloop
     except ImportError:
