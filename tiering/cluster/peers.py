@@ -16,7 +16,9 @@ answer only from its hot tier, 503 when the bytes are not there yet;
 ``fetch`` (a read that missed here) lets it read through its own tier as
 for any client, so the extent's owner reads the store once for all nodes.
 A request that carries the header is never passed on to a third node, so a
-difference between two nodes' peer lists cannot make requests go round.
+difference between two nodes' peer lists cannot make requests go round
+(the one exception, a node that just joined asking the piece's previous
+owner with ``hot``, asks for memory alone, which passes nothing on).
 
 A peer that cannot be reached is left alone for ``_PAUSE`` seconds: reads
 go to the store meanwhile instead of each waiting for a connect timeout.
@@ -258,15 +260,17 @@ class PeerClient:
         self.bytes += len(data)
         return data
 
-    async def first(self, node: str, bucket: str, key: str, length: int) -> tuple[dict[str, Any], bytes]:
+    async def first(self, node: str, bucket: str, key: str, length: int,
+                    mode: str = FETCH) -> tuple[dict[str, Any], bytes]:
         """The object's description (botocore's shape: ContentLength is the
         whole object's size) and its first ``length`` bytes from ``node``,
         which reads them through its own tier (``FETCH``): a mounted
-        object's cold probe asked of its owner. CapacityNotFound when the
-        owner answers 404 (it asked the source); PeerRefused as ``get``."""
+        object's cold probe asked of its owner; or from its memory alone
+        (``HOT``). CapacityNotFound when the owner answers 404 (it asked the
+        source); PeerRefused as ``get``."""
         try:
             answer, data = await self._ask(node, bucket, key, Range=f"bytes=0-{length - 1}",
-                                           extra={PEER_HEADER: FETCH})
+                                           extra={PEER_HEADER: mode})
         except ClientError as exc:
             if _status(exc) == 404:
                 raise CapacityNotFound(f"{bucket}/{key}", node=node) from None

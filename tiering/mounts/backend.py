@@ -56,6 +56,8 @@ class MountedBuckets:
         small read costs the source one request. A HEAD, or a GET with
         conditions (whose answer may send no body), asks with a HEAD."""
         _only_null(read.key, read.version)
+        if read.peer == HOT:  # a peer asks for what memory holds (plan_now had it): never the source
+            raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
         small = SMALL_READ if read.body and not read.conditions else 0
         # A peer asking (this node owns the object, as it sees it) is never passed on.
         meta, data = await self._mounts.open_for_read(read.bucket, read.key, small, ask_peers=read.peer is None)
@@ -72,8 +74,6 @@ class MountedBuckets:
                 tally.capacity += wanted.length
             body = data if wanted.length == len(data) else data[wanted.start : wanted.end]
             return plan(meta, read, decision, body, tally)
-        if read.peer == HOT:  # a peer's cooperative warm asks for hot bytes only
-            raise NotHot("Not in this gateway's hot tier yet; ask again later or read the capacity store")
         chunks = self._mounts.read(meta, wanted, tally, ask_peers=read.peer is None)
         if wanted.length <= SMALL_READ:
             return plan(meta, read, decision, b"".join([block async for block in chunks]), tally)

@@ -55,7 +55,7 @@ from tiering.errors import (
 )
 from tiering.hot.fills import Fills
 from tiering.hot.tier import HotTier
-from tiering.index.db import Index, ListEntry, ListPage, successor
+from tiering.index.db import Index, ListPage
 from tiering.memo import ByIdentity
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.model.names import check_bucket_name
@@ -213,6 +213,8 @@ class Mounts:
             return _as_meta(name, known)
 
         async def ask() -> tuple[SourceObject, bytes | None]:
+            if self.owners is not None and (handed := await self.owners.handed_first(name, key, 1)):
+                return handed[0], None  # ours now: described by the node that kept it
             return await (await self.client(name)).head(key), None
 
         found, _ = await self._revalidate(name, key, known, ask)
@@ -376,6 +378,8 @@ class Mounts:
                 with contextlib.suppress(PeerRefused):
                     found, data = await self.owners.first(owner, name, key, probe)  # type: ignore[union-attr]
                     return found, Peered(data)
+            elif self.owners is not None and (handed := await self.owners.handed_first(name, key, probe)):
+                return handed[0], Peered(handed[1])  # ours now: cached here, checked as the source's
             client = await self.client(name)
             try:
                 found, data = await client.first(key, probe)
@@ -473,8 +477,8 @@ class Mounts:
         if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size, ask_peers))
-        if leader and not isinstance(data, Peered):  # what the owner sent, its owner keeps
-            self._fill_behind(meta.bucket, meta.key, name, data)
+        if leader:  # kept if this node keeps the object, whoever sent the bytes
+            self._fill_behind(meta.bucket, meta.key, name, data.data if isinstance(data, Peered) else data)
         return data
 
     async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes | Peered:
@@ -499,8 +503,11 @@ class Mounts:
             def get() -> Awaitable[bytes]:
                 return client.get_range(meta.key, start, start + size, if_match=meta.etag)
 
-            data = await get()
-            return await whole(data, meta.etag, get) if size == meta.size else data
+            # Ours now: from the node that kept it, if it still does (checked as the source's).
+            handed = await self.owners.handed_piece(meta, start, start + size) if self.owners is not None else None
+            data = await get() if handed is None else handed
+            checked = await whole(data, meta.etag, get) if size == meta.size else data
+            return Peered(checked) if checked is handed else checked
         except CapacityNotFound:
             raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
         except CapacityError as exc:
@@ -518,21 +525,10 @@ class Mounts:
         """One listing page, asked of the source (or reused for the mount's
         ``listing_ttl``)."""
         mount = self._mounts[name]
-        cached = self.listings.get(name, prefix, delimiter, marker, max_keys)
-        if cached is not None:
-            return cached
-        generation = self.listings.generation(name)
-        start_after = successor(marker) if delimiter and marker.endswith(delimiter) else marker
         try:
-            page = await (await self.client(name)).page(prefix, delimiter, start_after, max_keys)
+            return await self.listings.page(mount, lambda: self.client(name), prefix, delimiter, marker, max_keys)
         except CapacityError as exc:
             raise unreachable(mount, exc) from None
-        contents = [ListEntry(o.key, o.size, o.etag, o.last_modified_ms, None) for o in page.objects]
-        names = sorted([e.key for e in contents] + page.prefixes)
-        answer = ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
-        if mount.listing_ttl > 0:
-            self.listings.put(name, prefix, delimiter, marker, max_keys, answer, mount.listing_ttl, generation)
-        return answer
 
 
 @dataclass(frozen=True, slots=True)

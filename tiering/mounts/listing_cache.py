@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from tiering.index.db import ListPage
+from tiering.index.db import ListEntry, ListPage, successor
+from tiering.meta import Mount
+from tiering.mounts.source import SourceBucket
 
 
 class _Question(NamedTuple):
@@ -46,6 +49,23 @@ class ListingCache:
             return None
         self._pages.move_to_end(question)
         return page
+
+    async def page(self, mount: Mount, source: Callable[[], Awaitable[SourceBucket]], prefix: str,
+                   delimiter: str, marker: str, max_keys: int) -> ListPage:
+        """One listing page of ``mount``: kept from before (within its
+        ``listing_ttl``), or asked of its source (CapacityError when that fails)."""
+        cached = self.get(mount.name, prefix, delimiter, marker, max_keys)
+        if cached is not None:
+            return cached
+        generation = self.generation(mount.name)
+        start_after = successor(marker) if delimiter and marker.endswith(delimiter) else marker
+        page = await (await source()).page(prefix, delimiter, start_after, max_keys)
+        contents = [ListEntry(o.key, o.size, o.etag, o.last_modified_ms, None) for o in page.objects]
+        names = sorted([e.key for e in contents] + page.prefixes)
+        answer = ListPage(contents, page.prefixes, page.truncated, names[-1] if names else None)
+        if mount.listing_ttl > 0:
+            self.put(mount.name, prefix, delimiter, marker, max_keys, answer, mount.listing_ttl, generation)
+        return answer
 
     def generation(self, mount: str) -> int:
         """Taken before asking the source: a page asked for before a write
