@@ -57,6 +57,9 @@ MAX_EXPIRES = 604800
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _UNRESERVED = re.compile(rb"[A-Za-z0-9_.~-]*")  # what URI encoding leaves as is (RFC 3986)
 _SCOPE_DATE = re.compile(r"[0-9]{8}")
+# A header name as HTTP defines it (RFC 9110's token), lower case: what a
+# SignedHeaders entry must be, exactly (no blank or control inside or around).
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9a-z-]+")
 # Presigned-URL parameters every V4 query signature must carry.
 _QUERY_AUTH_PARAMS = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature",
                       "X-Amz-Date", "X-Amz-SignedHeaders", "X-Amz-Expires")
@@ -259,8 +262,11 @@ def _parse_credential(value: str, error: Callable[[str], S3Error]) -> tuple[str,
 
 
 def _signed_headers(value: str, error: Callable[[str], S3Error]) -> tuple[str, ...]:
-    names = tuple(name.strip().lower() for name in value.split(";"))
-    if not all(names):
+    """The names of ``SignedHeaders``: header names joined by ``;``, nothing
+    else. A name with a blank or a control character in it is refused, not
+    trimmed: no two spellings of one list are accepted."""
+    names = tuple(name.lower() for name in value.split(";"))
+    if not all(_HEADER_NAME.fullmatch(name) for name in names):
         raise error(f"SignedHeaders is malformed: {value!r}")
     return names
 

@@ -407,6 +407,15 @@ def test_host_must_be_signed() -> None:
     assert "host" in error.fields["HeadersNotSigned"]
 
 
+@pytest.mark.parametrize("spelling", ["{0}\r;{1}", "{0}; {1}", "{0} ;{1}", "{0};;{1}"])
+def test_signed_headers_are_names_and_semicolons_only(spelling: str) -> None:
+    """A blank or control character in SignedHeaders is refused, not
+    trimmed away (a fuzz run found "content-md5\\r;host" accepted)."""
+    wire = signed()
+    first, rest = _authorization(wire[3])["SignedHeaders"].split(";", 1)
+    refused(_rebuilt(wire, SignedHeaders=spelling.format(first, rest)), "AuthorizationHeaderMalformed")
+
+
 @pytest.mark.parametrize("credential_tail", [
     "/20130524/us-east-1/s3",  # too short
     "/2013-05-24/us-east-1/s3/aws4_request",
