@@ -477,8 +477,8 @@ class Mounts:
         if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size, ask_peers))
-        if leader:  # kept if this node keeps the object, whoever sent the bytes
-            self._fill_behind(meta.bucket, meta.key, name, data.data if isinstance(data, Peered) else data)
+        if leader and not isinstance(data, Peered):  # what a peer sent, its owner keeps (but see _fetch)
+            self._fill_behind(meta.bucket, meta.key, name, data)
         return data
 
     async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes | Peered:
@@ -507,7 +507,10 @@ class Mounts:
             handed = await self.owners.handed_piece(meta, start, start + size) if self.owners is not None else None
             data = await get() if handed is None else handed
             checked = await whole(data, meta.etag, get) if size == meta.size else data
-            return Peered(checked) if checked is handed else checked
+            if checked is not handed:
+                return checked
+            self._fill_behind(meta.bucket, meta.key, piece_name(meta.bucket, meta.key, meta.etag, index), checked)
+            return Peered(checked)  # from a peer, and kept here: this node owns it now
         except CapacityNotFound:
             raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
         except CapacityError as exc:
