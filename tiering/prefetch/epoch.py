@@ -13,6 +13,13 @@ from dataclasses import dataclass, field
 from tiering.meta import Extent
 
 RATE_PERIOD = 0.25  # seconds: the shortest period the read rate is measured over
+# The window and depth of an epoch before its read rate is known: deep
+# enough that the first readers find their objects coming, not merely
+# keeping pace. From 4 per reader, the depth could only double with each
+# rate measurement (the readers cannot read faster than the prefetch brings
+# objects in), and a hinted epoch 50 ms from its store spent a third of its
+# run ramping up (docs/benchmarks.md). A store that pushes back halves it.
+START_DEPTH = 64
 # A prefetch that fails (the source or store failed, not "no such key") is
 # tried again after RETRY_BASE, then twice as long, ... (at most RETRY_CAP
 # seconds), MAX_ATTEMPTS times in all; then the key counts as failed and is
@@ -112,7 +119,7 @@ class Epoch:
         self.positions = [reader - self.readers for reader in range(self.readers)]
         for position, entry in enumerate(self.entries):
             self._where.setdefault(entry.key, []).append(position)
-        self.window = min(self.lookahead_objects, 4 * self.readers)
+        self.window = min(self.lookahead_objects, max(4 * self.readers, START_DEPTH))
 
     @property
     def live(self) -> bool:

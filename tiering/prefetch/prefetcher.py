@@ -50,7 +50,7 @@ from tiering.errors import (
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
 from tiering.mounts.buckets import Mounts
-from tiering.prefetch.epoch import Entry, Epoch
+from tiering.prefetch.epoch import START_DEPTH, Entry, Epoch
 from tiering.reads.fetch import ExtentReader, plan_runs
 
 log = logging.getLogger("tierstore.epochs")  # the epochs' channel, as before the prefetcher had a module
@@ -174,7 +174,8 @@ class Prefetcher:
         room, over the objects' mean size), and by the ceiling the store's
         pushback set (cleared once it has grown back past the rest)."""
         latency = min(epoch.fetch_time, LATENCY_SPREAD * epoch.fetch_floor)
-        little = math.ceil(DEPTH_HEADROOM * epoch.rate * latency)
+        # Before the first rate (or fetch time) is known: START_DEPTH.
+        little = math.ceil(DEPTH_HEADROOM * epoch.rate * latency) if epoch.rate and latency else START_DEPTH
         want = max(self._fetch_concurrency, 2 * epoch.readers, little)
         if epoch.ceiling:
             if epoch.ceiling >= want:
