@@ -1,18 +1,29 @@
-"""Fixtures for the client-compatibility tests: s3fs and the AWS CLI."""
+"""Fixtures for the client-compatibility tests (s3fs and the AWS CLI), and
+a fault proxy in front of moto for the modules that do not define their own."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.faults import FaultProxy
 from tests.integration.s3raw import http, s3r  # noqa: F401  (fixtures shared by the test modules)
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway
 
 AWS_BIN = Path(sys.executable).with_name("aws")
+
+
+@pytest.fixture(scope="module")
+def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
+    """A proxy in front of moto that injects nothing unless a test tells it
+    to (``proxy.rates``), one per module; it counts what it forwards."""
+    with FaultProxy(moto_endpoint) as proxy:
+        yield proxy
 
 
 @pytest.fixture

@@ -476,12 +476,6 @@ def test_read_workers_answer_batches(tmp_path) -> None:  # type: ignore[no-untyp
 
 
 @pytest.fixture(scope="module")
-def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(moto_endpoint) as proxy:
-        yield proxy
-
-
-@pytest.fixture(scope="module")
 def cold(proxy: FaultProxy, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway with a 6 MiB hot tier over moto, through the proxy."""
     with gateway_over_moto(tmp_path_factory.mktemp("batch-cold") / "data", moto_endpoint, proxy.endpoint,

@@ -22,12 +22,6 @@ SIZE = 5 * 8 * MiB + 12345  # five extents of 8 MiB and a short sixth
 
 
 @pytest.fixture(scope="module")
-def proxy(moto_endpoint: str) -> Iterator[FaultProxy]:
-    with FaultProxy(moto_endpoint) as proxy:
-        yield proxy
-
-
-@pytest.fixture(scope="module")
 def gw(proxy: FaultProxy, moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway over moto (through a proxy that injects nothing unless told)."""
     with gateway_over_moto(tmp_path_factory.mktemp("large-reads") / "data", moto_endpoint, proxy.endpoint,

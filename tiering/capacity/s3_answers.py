@@ -25,9 +25,8 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 # NoSuchBucket is not here: a missing bucket is a configuration failure.
 NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404"})
 
-# Transient by code (botocore's standard-mode lists); besides these, every
-# HTTP 5xx and 429 is retried.
-RETRY_CODES = frozenset(
+# A store asking for fewer requests, by code (botocore's throttling list).
+THROTTLING_CODES = frozenset(
     {
         "SlowDown",
         "Throttling",
@@ -38,6 +37,13 @@ RETRY_CODES = frozenset(
         "TooManyRequestsException",
         "RequestLimitExceeded",
         "BandwidthLimitExceeded",
+    }
+)
+
+# Transient by code (botocore's standard-mode lists); besides these, every
+# HTTP 5xx and 429 is retried.
+RETRY_CODES = THROTTLING_CODES | frozenset(
+    {
         "RequestTimeout",
         "RequestTimeoutException",
         "PriorRequestNotComplete",

@@ -180,7 +180,7 @@ class LeanGetter:
         ClientError, as ``get_object`` does."""
         if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
-        path = f"{self._base_path}/{quote(Bucket, safe='')}/{quote(Key, safe='/-_.~')}"
+        path = self._path(Bucket, Key)
         headers = self.sign(path, "", Range, None, await self._keys(), time.gmtime())
         if self._http is not None:
             status, _, data = await self._http.get(
@@ -206,7 +206,7 @@ class LeanGetter:
                           extra: Mapping[str, str] | None) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
-        path = f"{self._base_path}/{quote(bucket, safe='')}/{quote(key, safe='/-_.~')}"
+        path = self._path(bucket, key)
         headers = self.sign(path, "", byte_range, if_match, await self._keys(), time.gmtime())
         if extra:
             headers.update(extra)
@@ -230,7 +230,7 @@ class LeanGetter:
             if value:
                 params[name] = value
         query = "&".join(f"{quote(n, safe='-_.~')}={quote(v, safe='-_.~')}" for n, v in sorted(params.items()))
-        path = f"{self._base_path}/{quote(Bucket, safe='')}"
+        path = self._path(Bucket)
         headers = self.sign(path, query, None, None, await self._keys(), time.gmtime())
         _, _, data = await self._get(path, query, headers, "ListObjectsV2")
         return await pool.run(parse_listing, data)
@@ -241,7 +241,7 @@ class LeanGetter:
         a small ``body``, signed: the answer's body (ClientError as a GET's)."""
         if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
-        path = f"{self._base_path}/{quote(Bucket, safe='')}"
+        path = self._path(Bucket)
         headers = self.sign(path, query, None, None, await self._keys(), time.gmtime(),
                             method="POST", payload=hashlib.sha256(body).hexdigest())
         headers["content-length"] = str(len(body))
@@ -275,6 +275,11 @@ class LeanGetter:
         if length is not None and length.isdigit() and int(length) != len(data):
             raise aiohttp.ClientPayloadError(f"body of {len(data)} bytes, Content-Length {length}")
         return status, received, data
+
+    def _path(self, bucket: str, key: str | None = None) -> str:
+        """The request path of ``bucket`` (or of its object ``key``), encoded."""
+        path = f"{self._base_path}/{quote(bucket, safe='')}"
+        return path if key is None else f"{path}/{quote(key, safe='/-_.~')}"
 
     def sign(self, path: str, query: str, byte_range: str | None, if_match: str | None, keys: Keys,
              now: time.struct_time, method: str = "GET", payload: str = EMPTY_SHA256) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Protocol
 # a temp file is never mistaken for an object (and list can skip them).
 TMP_PREFIX = ".tmp-"
 
+
 class Into(Protocol):
     """Where a ranged GET's bytes go as they arrive
     (``CapacityStore.get_range_into``): the store puts the next bytes at the

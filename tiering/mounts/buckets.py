@@ -477,8 +477,10 @@ class Mounts:
         if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
             return fd
         data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size, ask_peers))
-        if leader and not isinstance(data, Peered):  # what a peer sent, its owner keeps (but see _fetch)
+        if leader and not isinstance(data, Peered):
             self._fill_behind(meta.bucket, meta.key, name, data)
+        elif leader and data.kept:  # a share handed over; else what a peer sent, its owner keeps
+            self._fill_behind(meta.bucket, meta.key, name, data.data)
         return data
 
     async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes | Peered:
@@ -507,10 +509,7 @@ class Mounts:
             handed = await self.owners.handed_piece(meta, start, start + size) if self.owners is not None else None
             data = await get() if handed is None else handed
             checked = await whole(data, meta.etag, get) if size == meta.size else data
-            if checked is not handed:
-                return checked
-            self._fill_behind(meta.bucket, meta.key, piece_name(meta.bucket, meta.key, meta.etag, index), checked)
-            return Peered(checked)  # from a peer, and kept here: this node owns it now
+            return Peered(checked, kept=True) if checked is handed else checked
         except CapacityNotFound:
             raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
         except CapacityError as exc:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TypeVar
 
 from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused, owner
 from tiering.errors import CapacityNotFound
@@ -46,6 +47,8 @@ from tiering.mounts.source import SourceObject, source_object
 __all__ = ["MountOwners", "PeerRefused"]
 
 log = logging.getLogger("tierstore.mounts")
+
+T = TypeVar("T")
 
 HANDOVER_S = 600.0  # seconds after this node starts during which it asks a piece's previous owner
 HANDOVER_MISSES = 16  # asks in a row that found nothing, after which it stops asking
@@ -89,11 +92,8 @@ class MountOwners:
         try:
             answer, data = await self._peers.first(node, name, key, length, HOT)
         except (PeerRefused, CapacityNotFound):
-            self._handover_misses += 1
-            return None
-        self._handover_misses = 0
-        self.handed += 1
-        return source_object(key, answer), data
+            return self._handed(None)
+        return self._handed((source_object(key, answer), data))
 
     async def handed_piece(self, meta: ObjectMeta, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of that version from its previous owner's
@@ -102,15 +102,19 @@ class MountOwners:
         if node is None:
             return None
         try:
-            data = await self._peers.get(node, meta.bucket, meta.key, meta.etag, start, end, HOT)
+            return self._handed(await self._peers.get(node, meta.bucket, meta.key, meta.etag, start, end, HOT))
         except PeerRefused:
-            data = None
-        if data is None:
+            return self._handed(None)
+
+    def _handed(self, got: T | None) -> T | None:
+        """Count a handover ask's outcome (``got``: None when the previous
+        owner did not hold it) toward stopping after HANDOVER_MISSES in a row."""
+        if got is None:
             self._handover_misses += 1
-            return None
-        self._handover_misses = 0
-        self.handed += 1
-        return data
+        else:
+            self._handover_misses = 0
+            self.handed += 1
+        return got
 
     async def first(self, node: str, name: str, key: str, length: int) -> tuple[SourceObject, bytes]:
         """The object's description and first ``length`` bytes, from ``node``.

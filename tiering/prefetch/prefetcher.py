@@ -39,6 +39,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from tiering import pool
+from tiering.capacity.s3_answers import THROTTLING_CODES
 from tiering.errors import (
     AccessDenied,
     CapacityError,
@@ -83,11 +84,7 @@ INFLIGHT_BYTES = 128 * 1024 * 1024
 # What a store says when it wants fewer requests: S3's SlowDown (503) and
 # the throttling codes of S3-compatible stores (botocore's list), or any
 # 503 or 429. Read from the CapacityError's code and status, never its text.
-PUSHBACK_CODES = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottled",
-    "RequestThrottledException", "TooManyRequestsException", "RequestLimitExceeded",
-    "BandwidthLimitExceeded", "ServiceUnavailable",
-})
+PUSHBACK_CODES = THROTTLING_CODES | {"ServiceUnavailable"}
 PUSHBACK_STATUS = frozenset({429, 503})
 # Missing keys a window walk passes over beyond the window (they take no
 # place in it): bounded, so that an order of mostly missing keys costs a

@@ -31,7 +31,6 @@ SMALL_READ = 1024 * 1024
 NOW_READ = 256 * 1024
 
 
-
 class Region:
     """``count`` bytes of the open file ``fd`` from ``offset``: a block of a
     streamed body that the server sends from the file (``sendfile``),

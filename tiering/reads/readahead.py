@@ -36,9 +36,12 @@ class Held(NamedTuple):
 
 
 class Peered(NamedTuple):
-    """A piece's bytes as the node that keeps them sent them: counted peer."""
+    """A piece's bytes as another node sent them: counted peer. Cached here
+    only when ``kept``: this node keeps the piece now (its share, handed
+    over by the node that kept it before); else that node does."""
 
     data: bytes
+    kept: bool = False
 
 
 # An open descriptor (the caller's to close), fetched bytes (or an arriving
