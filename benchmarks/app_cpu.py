@@ -95,6 +95,16 @@ def signed_scope(key: str, host: str, batch: bytes | None = None) -> dict[str, A
     }
 
 
+def context_switches() -> int:
+    """The context switches of this process's threads so far (voluntary and
+    not, from /proc): a miss's handoffs between threads show here."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(FileNotFoundError), open(f"/proc/self/task/{task}/status") as status:
+            total += sum(int(line.split()[1]) for line in status if "ctxt_switches" in line)
+    return total
+
+
 async def _body(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
@@ -156,9 +166,10 @@ async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
             await node.stop()
 
 
-async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
-    """CPU per GET of objects missed once each (see ``--cold``); with
-    ``--floor``, each round's gateway figures are followed by the floor's."""
+async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float, float]]:
+    """CPU per GET of objects missed once each (see ``--cold``) and the
+    process's context switches per GET; with ``--floor``, each round's
+    gateway figures are followed by the floor's."""
     with temp_dir("app-cpu-cold") as tmp, contextlib.ExitStack() as stack:
         sets = args.rounds * (2 if args.floor else 1)
         keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(sets)]
@@ -207,13 +218,18 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float]]:
                     async with gate:
                         await one(scope, serving)
 
-                thread, process = time.thread_time(), time.process_time()
+                switches, thread, process = context_switches(), time.thread_time(), time.process_time()
                 await asyncio.gather(*(gated(scope) for scope in scopes))
                 thread, process = time.thread_time() - thread, time.process_time() - process
+                switches = context_switches() - switches
+                if os.environ.get("DEBUG_SW"):
+                    sys.path.insert(0, "/tmp"); import sw  # noqa
+                    now = sw.per_comm(); prev = getattr(sw, "prev", None); sw.prev = now
+                    if prev: print({k: round((now[k] - prev.get(k, 0)) / len(scopes), 2) for k in now}, file=sys.__stdout__)
                 bad = [s for s in statuses if s != 200]
                 if bad or len(statuses) != len(scopes):
                     raise SystemExit(f"{len(bad)} requests answered {sorted(set(bad))}")
-                rounds.append((thread / len(scopes) * 1e6, process / len(scopes) * 1e6))
+                rounds.append((thread / len(scopes) * 1e6, process / len(scopes) * 1e6, switches / len(scopes)))
             return rounds
         finally:
             await floor.close()
@@ -246,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                 rounds = runner.run(measure_cold(args) if args.cold else measure(args))
         finally:
             sys.stderr = stderr
-    thread = [t for t, _ in rounds]
-    process = [p for _, p in rounds]
+    thread = [r[0] for r in rounds]
+    process = [r[1] for r in rounds]
+    switches = [r[2] for r in rounds] if args.cold else []
     print(machine())
     what, unit = (f"batches of {args.batch}", "object") if args.batch else ("GETs", "GET")
     if args.cold and args.floor:
@@ -257,13 +274,14 @@ def main(argv: list[str] | None = None) -> int:
               f"data dir on {args.fs}), {args.rounds} rounds of {args.gets:,} each, alternating: process CPU "
               f"per miss, S3 app {statistics.median(gateway):.0f} us ({min(gateway):.0f}-{max(gateway):.0f}), "
               f"floor relay {statistics.median(floor):.0f} us ({min(floor):.0f}-{max(floor):.0f}); "
-              f"app / floor {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+              f"app / floor {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}); context "
+              f"switches per miss, app {statistics.median(switches[0::2]):.1f}, floor {statistics.median(switches[1::2]):.1f}")
         return 0
     if args.cold:
         print(f"S3 app alone, cold GETs of mounted {args.size:,}-byte objects (rclone store, {args.concurrency} "
               f"at a time, data dir on {args.fs}), {args.rounds} rounds of {args.gets:,}: process CPU "
               f"{statistics.median(process):.0f} us/GET (median; {min(process):.0f}-{max(process):.0f}), "
-              f"loop thread {statistics.median(thread):.0f}")
+              f"loop thread {statistics.median(thread):.0f}; {statistics.median(switches):.1f} context switches/GET")
         return 0
     print(f"S3 app alone, hot {what} of {args.size:,}-byte objects, {args.rounds} rounds of {args.gets:,}: "
           f"loop thread CPU {statistics.median(thread):.1f} us/{unit} (median; {min(thread):.1f}-{max(thread):.1f}), "

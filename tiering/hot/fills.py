@@ -7,6 +7,10 @@ pool's threads once it falls behind). While it runs its bytes are held here: a r
 same name takes them instead of fetching again, and a warm, which reports
 what is in the hot tier, waits for the write. Used for extents
 (``tiering/reads/fetch.py``) and mounted pieces (``tiering/mounts/buckets.py``).
+
+The same thread writes what such reads learnt behind their answers, many
+reads' worth in one call (:meth:`Fills.gather`: the index records of a
+batch of mounted misses in one database write).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import queue
 import threading
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tiering import pool
 
@@ -62,6 +66,13 @@ class Fills:
         future.add_done_callback(functools.partial(self._done, name))
         return future
 
+    def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
+        """Have the writer thread call ``call(head, *items)`` with ``item``
+        among the items gathered for the same ``call`` and ``head`` by the
+        end of its batch (after the batch's fills). Nothing waits for it; an
+        error is logged."""
+        self._writer.gather(call, head, item)
+
     def __contains__(self, name: str) -> bool:
         return name in self._running
 
@@ -85,10 +96,18 @@ class Fills:
             await asyncio.gather(*(asyncio.shield(task) for task in tasks), return_exceptions=True)
 
     async def drain(self) -> None:
-        """Until no fill runs (at shutdown); the writer thread then ends."""
+        """Until no fill runs and every gathered call ran (at shutdown); the
+        writer thread then ends."""
         while self._running:
             await asyncio.gather(*[task for _, task in self._running.values()], return_exceptions=True)
+        await self._writer.submit("", lambda: True)  # after what was queued before it
         self._writer.stop()
+
+
+class _Gathered(NamedTuple):
+    call: Callable[..., None]
+    head: Any
+    item: Any
 
 
 class _Writer:
@@ -101,19 +120,26 @@ class _Writer:
     def __init__(self) -> None:
         self.pending = 0  # submitted, not settled yet (the loop's count)
         self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, str, Callable[[], bool],
-                                             asyncio.Future[bool]] | None] = queue.SimpleQueue()
+                                             asyncio.Future[bool]] | _Gathered | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def submit(self, name: str, fill: Callable[[], bool]) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="tierstore-fills", daemon=True)
-            self._thread.start()
+        self._start()
         self._queue.put((loop, name, fill, future))
         self.pending += 1
         future.add_done_callback(self._settled)
         return future
+
+    def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
+        self._start()
+        self._queue.put(_Gathered(call, head, item))
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="tierstore-fills", daemon=True)
+            self._thread.start()
 
     def _settled(self, _: asyncio.Future[bool]) -> None:
         self.pending -= 1
@@ -130,10 +156,14 @@ class _Writer:
                 while len(batch) < 64:
                     batch.append(self._queue.get_nowait())
             done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool, BaseException | None]]] = {}
+            gathered: dict[tuple[Callable[..., None], Any], list[Any]] = {}
             stop = False
             for item in batch:
                 if item is None:
                     stop = True
+                    continue
+                if isinstance(item, _Gathered):
+                    gathered.setdefault((item.call, item.head), []).append(item.item)
                     continue
                 loop, name, fill, future = item
                 try:
@@ -144,6 +174,11 @@ class _Writer:
                 except BaseException as exc:  # noqa: BLE001  handed to whoever awaits the fill
                     outcome = (False, exc)
                 done.setdefault(loop, []).append((future, *outcome))
+            for (call, head), items in gathered.items():
+                try:
+                    call(head, *items)
+                except Exception as exc:  # noqa: BLE001  what a read learnt is not worth the thread
+                    log.warning("could not write %d records behind their reads: %s", len(items), exc)
             for loop, results in done.items():
                 with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                     loop.call_soon_threadsafe(_settle, results)

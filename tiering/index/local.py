@@ -75,25 +75,38 @@ class LocalRecords:
         database read: safe on the event loop), else None."""
         return self.records.get(nkey(mount, key))  # type: ignore[no-any-return]
 
-    def put_mounted(self, mount: str, *objects: MountedObject) -> None:
+    def put_mounted(self, mount: str, *objects: MountedObject, held: bool = False) -> None:
         """Put the descriptions of mounted objects (one just read or written,
         or a revalidation's page of renewals) in one unsynced write, and keep
         them decoded in the record cache: the next read of each key (an
         epoch's next, say) then stays on the event loop instead of reading
         the database in the pool. Not synced: a lost record costs one
         revalidation, never data; nor is one the disk has no room for
-        (the read that learnt it is answered all the same)."""
-        batch = WriteBatch(raw_mode=True)
+        (the read that learnt it is answered all the same). With ``held``,
+        of the objects :meth:`hold_mounted` held only those no write or
+        delete of their key replaced since."""
+        encoded: dict[bytes, bytes] = {}  # outside the lock
         records: dict[bytes, MountedObject] = {}
         for obj in objects:
             raw_key = nkey(mount, obj.key)
-            batch.put(raw_key, obj.to_bytes())
-            records[raw_key] = obj
+            encoded[raw_key], records[raw_key] = obj.to_bytes(), obj
+
+        def write(records: dict[bytes, MountedObject]) -> None:
+            batch = WriteBatch(raw_mode=True)
+            for raw_key in records:
+                batch.put(raw_key, encoded[raw_key])
+            self._store(batch, sync=False)
+
         if records:
             try:
-                self.records.write_through(lambda: self._store(batch, sync=False), records)
+                self.records.write_through(write, records, held)
             except _NO_ROOM:
                 pass
+
+    def hold_mounted(self, mount: str, obj: MountedObject) -> None:
+        """On the event loop: answer ``obj`` as the mounted object's record
+        from memory now, before ``put_mounted(..., held=True)`` writes it."""
+        self.records.hold(nkey(mount, obj.key), obj)
 
     def delete_mounted(self, mount: str, key: str) -> None:
         """Forget what the index knew of a mounted key. On a full disk the

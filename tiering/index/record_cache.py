@@ -15,6 +15,13 @@ drop): a record read before a write cannot be stored after that write's
 drop. A record is therefore never served from here once the write that
 replaced it has returned, which is when the gateway acknowledges it.
 
+Held records: a cold read of a mounted object learns its description and
+answers at once; the database write of the description runs later, with
+those of other reads, on the fills' writer thread. Meanwhile the record is
+*held*: served from here (:meth:`RecordCache.hold`), and written only if no
+other write or drop of its key came after it (:meth:`RecordCache.write_through`
+with ``held``), so a late write never puts back what a newer one replaced.
+
 Bounded by entries; the oldest kept is dropped first (no reordering on a
 hit, so a hit is one dict lookup and takes no lock).
 """
@@ -40,6 +47,7 @@ class RecordCache:
         self.entries = entries
         self._records: dict[bytes, Any] = {}
         self._lock = threading.Lock()
+        self._held: dict[bytes, Any] = {}  # records on their way to the database
         self.commits = 0  # writes that dropped keys, so far
         # Set while read workers run: every write of a cached kind of record
         # also moves its key's shared counter (tiering/index/generations.py).
@@ -64,17 +72,41 @@ class RecordCache:
         if self.entries <= 0:
             return
         with self._lock:
-            if self.commits == seen:
+            if self.commits == seen and key not in self._held:
                 self._put(key, record)
 
-    def write_through(self, write: Callable[[], None], records: dict[bytes, Any]) -> None:
-        """Run ``write`` (a database write of exactly ``records``, encoded)
-        and keep ``records`` as the new decoded values. The write runs under
-        the lock: another writer's write of one of these keys, before or
-        after it, is followed by that writer's drop, so the cache never
-        holds a value the database no longer has."""
+    def hold(self, key: bytes, record: Any) -> None:
+        """Serve ``record`` from now on, before the database has it: its
+        write follows (``write_through`` with ``held``)."""
         with self._lock:
-            write()
+            self._held[key] = record
+            if self.entries > 0:
+                self._put(key, record)
+
+    def write_through(self, write: Callable[[dict[bytes, Any]], None], records: dict[bytes, Any],
+                      held: bool = False) -> None:
+        """Run ``write`` (a database write of the records it is given,
+        encoded) of ``records`` and keep them as the new decoded values. The
+        write runs under the lock: another writer's write of one of these
+        keys, before or after it, is followed by that writer's drop, so the
+        cache never holds a value the database no longer has. With
+        ``held``, only the records still held as :meth:`hold` left them are
+        written: one whose key was written or dropped since is older than
+        the database's."""
+        with self._lock:
+            if held:
+                records = {key: record for key, record in records.items() if self._held.get(key) is record}
+                if not records:
+                    return
+            for key in records:
+                self._held.pop(key, None)
+            try:
+                write(records)
+            except BaseException:
+                if held:  # served from memory only while on their way
+                    for key in records:
+                        self._records.pop(key, None)
+                raise
             self.commits += 1
             if self.generations is not None:
                 self.generations.bump(records)
@@ -93,6 +125,8 @@ class RecordCache:
         """Forget ``keys`` after a write of them reached the database."""
         keys = tuple(keys)
         with self._lock:
+            for key in keys:
+                self._held.pop(key, None)
             self.commits += 1
             if self.generations is not None:
                 self.generations.bump(keys)

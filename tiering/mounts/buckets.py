@@ -59,7 +59,7 @@ from tiering.index.db import Index, ListPage
 from tiering.memo import ByIdentity
 from tiering.meta import BucketInfo, Mount, MountedObject, ObjectMeta, now_ms
 from tiering.model.names import check_bucket_name
-from tiering.mounts.checks import is_md5, md5, whole
+from tiering.mounts.checks import whole
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.owners import MountOwners, PeerRefused
 from tiering.mounts.revalidate import Revalidator
@@ -306,29 +306,23 @@ class Mounts:
     async def _record_first_piece(
         self, name: str, fresh: MountedObject, data: bytes, again: Callable[[MountedObject], Awaitable[bytes]],
     ) -> bytes:
-        """Record ``fresh`` and cache ``data``, its first piece, behind the
-        answer: the MD5 check of a whole object's bytes (those that fail go
-        to :func:`whole`) and the record in one pool call, the file by the
-        fills' writer."""
-        piece = piece_name(name, fresh.key, fresh.etag, 0)
-        check = fresh.etag if len(data) == fresh.size and is_md5(fresh.etag) else None
-
-        def record() -> bool:
-            if check is not None and md5(data) != check:
-                return False
-            self._index.put_mounted(name, fresh)
-            return True
-
-        if await pool.run(record):
-            self._fill_behind(name, fresh.key, piece, data)
-            return data
-        try:
-            data = await whole(data, fresh.etag, lambda: again(fresh))
-        except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
-            raise unreachable(self._mounts[name], exc) from None
-        await pool.run(self._index.put_mounted, name, fresh)
-        self._fill_behind(name, fresh.key, piece, data)
+        """Check a whole object's bytes against its MD5 ETag (:func:`whole`:
+        bytes that fail are fetched again), then record ``fresh`` and cache
+        ``data``, its first piece, behind the answer: both by the fills'
+        writer thread, the record served from memory meanwhile."""
+        if len(data) == fresh.size:
+            try:
+                data = await whole(data, fresh.etag, lambda: again(fresh))
+            except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
+                raise unreachable(self._mounts[name], exc) from None
+        self._index.hold_mounted(name, fresh)
+        self._fills.gather(self._put_held, name, fresh)
+        self._fill_behind(name, fresh.key, piece_name(name, fresh.key, fresh.etag, 0), data)
         return data
+
+    def _put_held(self, name: str, *objects: MountedObject) -> None:
+        """The fills' writer: the records of a batch of misses in one write."""
+        self._index.put_mounted(name, *objects, held=True)
 
     # -- writes (read-write mounts) ------------------------------------------------
 

@@ -100,3 +100,36 @@ def test_drain_waits_for_every_fill_and_ends_the_writer() -> None:
         assert not writer.is_alive()
 
     asyncio.run(go())
+
+
+def test_gathered_calls_run_on_the_writer_thread_a_batch_in_one_call(caplog: pytest.LogCaptureFixture) -> None:
+    """Items gathered while the writer is busy reach their call together,
+    after the batch's fills; drain waits for them; an error is logged."""
+
+    async def go() -> None:
+        fills = Fills()
+        release, ran_in = threading.Event(), []
+        calls: list[tuple[str, str, tuple[int, ...]]] = []
+
+        def record(head: str, *items: int) -> None:
+            calls.append((threading.current_thread().name, head, items))
+
+        def broken(head: str, *items: int) -> None:
+            raise ValueError("a bug")
+
+        fills.write("first", b"x", held_fill(release, ran_in))  # holds the writer busy
+        await asyncio.sleep(0.05)
+        fills.write("second", b"y", lambda: ran_in.append("second") is None)
+        for item in range(5):
+            fills.gather(record, "m", item)
+        fills.gather(record, "n", 9)
+        fills.gather(broken, "m", 1)
+        assert calls == []
+        release.set()
+        await fills.drain()
+        assert sorted(calls) == [("tierstore-fills", "m", (0, 1, 2, 3, 4)), ("tierstore-fills", "n", (9,))]
+        assert ran_in[-1] == "second"  # the batch's fill ran before its gathered calls
+
+    with caplog.at_level(logging.WARNING, logger="tierstore.fills"):
+        asyncio.run(go())
+    assert "could not write 1 records" in caplog.text

@@ -86,10 +86,10 @@ def test_a_renewal_keeps_its_records_decoded_and_a_later_put_replaces_them(index
 def test_a_write_through_of_a_full_cache_stays_bounded() -> None:
     cache = RecordCache(2)
     wrote = []
-    cache.write_through(lambda: wrote.append(1), {b"Na": 1, b"Nb": 2, b"Nc": 3})
+    cache.write_through(lambda _: wrote.append(1), {b"Na": 1, b"Nb": 2, b"Nc": 3})
     assert wrote == [1] and len(cache) == 2 and cache.get(b"Nc") == 3 and cache.get(b"Na") is None
     off = RecordCache(0)
-    off.write_through(lambda: wrote.append(2), {b"Na": 1})
+    off.write_through(lambda _: wrote.append(2), {b"Na": 1})
     assert wrote == [1, 2] and len(off) == 0
 
 
@@ -201,3 +201,41 @@ def test_read_now_refuses_missing_and_torn_files(tmp_path: Path) -> None:
     assert hot.read_now([(None, "seg-0-10", 10)]) == b"0123456789"
     hot.cache_path("seg-0-10").write_bytes(b"01234")  # torn by a crash
     assert hot.read_now([(None, "seg-0-10", 10)]) is None
+
+
+def test_a_held_record_is_served_at_once_and_written_unless_replaced_meanwhile(index: Index) -> None:
+    """A cold read's record is held (served from memory) until the writer
+    puts it; a write or delete of its key in between wins over the late put."""
+    first = MountedObject(key="k", size=1, etag="a", last_modified_ms=1, validated_ms=1)
+    index.hold_mounted("m", first)
+    assert index.cached_mounted("m", "k") == first and index._db.get(nkey("m", "k")) is None
+    index.put_mounted("m", first, held=True)
+    index.records.drop([nkey("m", "k")])
+    assert index.get_mounted("m", "k") == first  # in the database now
+
+    second, third = replace(first, etag="b"), replace(first, etag="c")
+    index.hold_mounted("m", second)
+    index.delete_mounted("m", "k")  # the source lost it before the held write ran
+    index.put_mounted("m", second, held=True)
+    assert index.get_mounted("m", "k") is None
+
+    index.hold_mounted("m", second)
+    index.put_mounted("m", third)  # a newer description written meanwhile
+    index.put_mounted("m", second, held=True)
+    index.records.drop([nkey("m", "k")])
+    assert index.get_mounted("m", "k") == third
+
+
+def test_a_held_record_the_database_refuses_is_not_served_from_memory() -> None:
+    cache = RecordCache(10)
+    cache.hold(b"Nk", "held")
+    assert cache.get(b"Nk") == "held"
+
+    def refuse(records: dict[bytes, object]) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        cache.write_through(refuse, {b"Nk": "held"}, held=True)
+    assert cache.get(b"Nk") is None
+    cache.keep(b"Nk", "read back", cache.commits)
+    assert cache.get(b"Nk") == "read back"  # no longer held: a reader may keep it again
