@@ -81,6 +81,11 @@ def test_a_cold_mounted_epoch_writes_a_handful_of_files(gw: Gateway, moto_endpoi
         assert again == got
         assert proxy.requests_to("GetObject", "/coldset/train/") == COUNT
         assert _hot_files(gw) - before == created
+        # The records the misses held in memory reached the index by the stop:
+        # after a restart the epoch is still warm.
+        gw.restart()
+        assert _read_all(make_client(gw.endpoint), "cold", keys) == got
+        assert proxy.requests_to("GetObject", "/coldset/train/") == COUNT
 
 
 def test_a_cold_managed_epoch_writes_a_handful_of_files(gw: Gateway) -> None:
