@@ -110,6 +110,10 @@ class _Gathered(NamedTuple):
     item: Any
 
 
+# A fill for the writer thread: the loop to tell, the name, the write, its future.
+_Fill = tuple[asyncio.AbstractEventLoop, str, Callable[[], bool], asyncio.Future[bool]]
+
+
 class _Writer:
     """A thread of its own that runs fills one after another, those queued
     meanwhile together, and tells the loop once per batch. In the pool, a
@@ -119,42 +123,54 @@ class _Writer:
 
     def __init__(self) -> None:
         self.pending = 0  # submitted, not settled yet (the loop's count)
-        self._queue: queue.SimpleQueue[tuple[asyncio.AbstractEventLoop, str, Callable[[], bool],
-                                             asyncio.Future[bool]] | _Gathered | None] = queue.SimpleQueue()
+        # What the loop submitted in its current turn: posted to the thread
+        # as one list when the turn ends, so the misses answered in one turn
+        # wake the writer once (woken for each, it took them one at a time).
+        self._outbox: list[_Fill | _Gathered] = []
+        self._queue: queue.SimpleQueue[list[_Fill | _Gathered] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def submit(self, name: str, fill: Callable[[], bool]) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        self._start()
-        self._queue.put((loop, name, fill, future))
+        self._put(loop, (loop, name, fill, future))
         self.pending += 1
         future.add_done_callback(self._settled)
         return future
 
     def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
-        self._start()
-        self._queue.put(_Gathered(call, head, item))
+        self._put(asyncio.get_running_loop(), _Gathered(call, head, item))
 
-    def _start(self) -> None:
+    def _put(self, loop: asyncio.AbstractEventLoop, item: _Fill | _Gathered) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="tierstore-fills", daemon=True)
             self._thread.start()
+        self._outbox.append(item)
+        if len(self._outbox) == 1:
+            loop.call_soon(self._post)
+
+    def _post(self) -> None:
+        if self._outbox:
+            items, self._outbox = self._outbox, []
+            self._queue.put(items)
 
     def _settled(self, _: asyncio.Future[bool]) -> None:
         self.pending -= 1
 
     def stop(self) -> None:
         if self._thread is not None:
+            self._post()
             self._queue.put(None)
             self._thread = None
 
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
+            posted = self._queue.get()
+            batch: list[_Fill | _Gathered | None] = [*posted] if posted is not None else [None]
             with contextlib.suppress(queue.Empty):
                 while len(batch) < 64:
-                    batch.append(self._queue.get_nowait())
+                    more = self._queue.get_nowait()
+                    batch.extend(more if more is not None else [None])
             done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool, BaseException | None]]] = {}
             gathered: dict[tuple[Callable[..., None], Any], list[Any]] = {}
             stop = False

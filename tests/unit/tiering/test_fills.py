@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 
 import pytest
 
@@ -133,3 +134,30 @@ def test_gathered_calls_run_on_the_writer_thread_a_batch_in_one_call(caplog: pyt
     with caplog.at_level(logging.WARNING, logger="tierstore.fills"):
         asyncio.run(go())
     assert "could not write 1 records" in caplog.text
+
+
+def test_what_one_turn_of_the_loop_submits_reaches_the_writer_together() -> None:
+    """Fills and gathered items submitted without yielding are posted to the
+    idle writer as one list when the loop's turn ends: one wake-up, and the
+    gathered items in one call."""
+
+    async def go() -> None:
+        fills = Fills()
+        calls: list[tuple[int, ...]] = []
+        ran: list[str] = []
+        futures = []
+
+        def record(head: str, *items: int) -> None:
+            calls.append(items)
+
+        for i in range(5):
+            futures.append(fills.write(f"p{i}", b"x", lambda i=i: ran.append(f"p{i}") is None))
+            fills.gather(record, "m", i)
+            time.sleep(0.002)  # the GIL given up (as a hash or a system call does): the writer could run
+        assert ran == [] and calls == []  # nothing posted before the turn ends
+        assert await asyncio.gather(*futures) == [True] * 5
+        await fills.drain()
+        assert calls == [(0, 1, 2, 3, 4)] and ran == [f"p{i}" for i in range(5)]
+
+    for _ in range(20):  # the writer idle and waiting each time: never one item at a time
+        asyncio.run(go())
