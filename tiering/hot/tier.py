@@ -197,10 +197,10 @@ class HotTier(CacheEviction, Restart, PackedPieces):
             try:
                 size = os.stat(path).st_size
                 os.unlink(path)
-            except FileNotFoundError:
+            except FileNotFoundError:  # removed already: its bytes were counted then
+                self.open_files.forget(path)
                 continue
-            finally:
-                self.open_files.forget(path, size)
+            self.open_files.forget(path, size)
             with self._lock:
                 self.staged -= size
 

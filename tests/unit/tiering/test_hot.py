@@ -47,6 +47,20 @@ def test_staged_bytes_are_never_evicted_and_bound_new_writes(tmp_path: Path) -> 
     assert hot.staged == 700
 
 
+def test_removing_staged_files_twice_counts_them_once(tmp_path: Path) -> None:
+    """A staged file already gone (removed by an earlier forget) is passed
+    over: the model test found the second removal raising."""
+    hot = HotTier(tmp_path, budget=1000)
+    assert hot.reserve(300)
+    writer = hot.writer(part_size=100, digests=Digests(), reserved=300)
+    writer.write(b"s" * 300)
+    chunks = writer.finish()
+    hot.remove(chunks[:1])
+    assert hot.staged == 200
+    hot.remove(chunks)
+    assert hot.staged == 0
+
+
 def test_torn_cache_file_is_a_miss(tmp_path: Path) -> None:
     hot = HotTier(tmp_path, budget=1000)
     hot.fill("seg-10-20", b"y" * 32)
