@@ -365,12 +365,14 @@ class HotTier(CacheEviction, Restart, PackedPieces):
             self.reserved += size
             self._filling.add(name)
         try:
-            if self.over_high or self.disk.short(self.reserved):
+            short = self.disk.short(self.reserved)  # one statvfs a fill, unless it evicts
+            if self.over_high or short:
                 # Down to the low watermark, not just below the high one: one
                 # eviction pass (a hinted one sorts the future) serves the
                 # next ~10% of the tier's fills instead of one.
                 self._evict_to(self._target())
-            if self.disk.short(self.reserved):
+                short = self.disk.short(self.reserved)
+            if short:
                 # Not cached: the disk has no room for it above the floor
                 # (the read that fetched the bytes is answered all the same).
                 self.disk.fills_skipped += 1
