@@ -21,7 +21,8 @@ With ``--cold``, every GET is a miss instead: a mounted bucket over
 each object read once, ``--concurrency`` (16) at a time, a new set of
 objects each round; the process's CPU per GET then counts the store GET,
 the checks, the record write and the hot-tier fill (``--fs ext4`` puts the
-data dir on a new ext4, see ``_common.data_filesystem``). With ``--floor``
+data dir on a new ext4, see ``_common.data_filesystem``); ``--method HEAD``
+sends each object a cold HEAD instead (one HEAD to the store). With ``--floor``
 each round is followed by one of the floor relay (benchmarks/_floor_relay.py:
 the same ranged GET with the same store client, one write, the answer, and
 nothing else) over objects of its own, and the miss is also given as a
@@ -66,10 +67,11 @@ from tiering.capacity.sigv4 import EMPTY_SHA256
 BUCKET = "app-cpu"
 
 
-def signed_scope(key: str, host: str, batch: bytes | None = None) -> dict[str, Any]:
-    """The ASGI scope of a GET as a lean SigV4 client sends it (header auth);
-    with ``batch`` (a JSON body), of a ``POST /{bucket}?batch`` instead."""
-    method, path, query = ("GET", f"/{BUCKET}/{key}", "") if batch is None else ("POST", f"/{BUCKET}", "batch=")
+def signed_scope(key: str, host: str, batch: bytes | None = None, method: str = "GET") -> dict[str, Any]:
+    """The ASGI scope of a GET (or another ``method`` of the key) as a lean
+    SigV4 client sends it (header auth); with ``batch`` (a JSON body), of a
+    ``POST /{bucket}?batch`` instead."""
+    method, path, query = (method, f"/{BUCKET}/{key}", "") if batch is None else ("POST", f"/{BUCKET}", "batch=")
     payload = EMPTY_SHA256 if batch is None else hashlib.sha256(batch).hexdigest()
     amz_date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     scope = sigv4.credential_scope(amz_date[:8], REGION)
@@ -209,7 +211,7 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float, flo
 
             rounds = []
             for number, round_keys in enumerate(keys):
-                scopes = [signed_scope(key, "127.0.0.1:9100") for key in round_keys]
+                scopes = [signed_scope(key, "127.0.0.1:9100", method=args.method) for key in round_keys]
                 statuses.clear()
                 gate = asyncio.Semaphore(args.concurrency)
                 serving = floor if args.floor and number % 2 else app
@@ -247,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="--cold: GETs at a time (16)")
     ap.add_argument("--fs", choices=("root", "ext4"), default="root", help="--cold: the data dir's filesystem")
     ap.add_argument("--floor", action="store_true", help="--cold: alternate with the floor relay's rounds")
+    ap.add_argument("--method", choices=("GET", "HEAD"), default="GET",
+                    help="--cold: the request each object gets (HEAD: a cold HEAD, as s3fs sends before a GET)")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
     tune_malloc()  # as `tierstore serve` does

@@ -208,7 +208,7 @@ class Mounts:
     async def head(self, name: str, key: str) -> ObjectMeta:
         """The object as last validated, asking the source (HEAD) when the
         validation has expired (or never happened)."""
-        known = await pool.run(self._index.get_mounted, name, key)
+        known = self._index.get_mounted(name, key)  # on the loop, as in open_for_read
         if known is not None and self._current(name, known, cached=True):
             return _as_meta(name, known)
 
@@ -300,7 +300,7 @@ class Mounts:
                                                      or len(raw) >= self._settings.part_size):
             body = await self._record_first_piece(name, fresh, raw, again)
             return fresh, Peered(body) if peer and body is raw else body
-        await pool.run(self._index.put_mounted, name, fresh)
+        self._record_behind(name, fresh)
         return fresh, data
 
     async def _record_first_piece(
@@ -315,13 +315,19 @@ class Mounts:
                 data = await whole(data, fresh.etag, lambda: again(fresh))
             except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
                 raise unreachable(self._mounts[name], exc) from None
-        self._index.hold_mounted(name, fresh)
-        self._fills.gather(self._put_held, name, fresh)
+        self._record_behind(name, fresh)
         self._fill_behind(name, fresh.key, piece_name(name, fresh.key, fresh.etag, 0), data)
         return data
 
+    def _record_behind(self, name: str, fresh: MountedObject) -> None:
+        """Serve ``fresh`` from memory now; the fills' writer puts it in the
+        index behind the answer, with the records of the other misses it
+        finds queued (``put_mounted(..., held=True)``: unless a write or
+        delete of the key came in between)."""
+        self._index.hold_mounted(name, fresh)
+        self._fills.gather(self._put_held, name, fresh)
+
     def _put_held(self, name: str, *objects: MountedObject) -> None:
-        """The fills' writer: the records of a batch of misses in one write."""
         self._index.put_mounted(name, *objects, held=True)
 
     # -- writes (read-write mounts) ------------------------------------------------
