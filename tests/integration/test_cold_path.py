@@ -2,7 +2,8 @@
 managed, read through boto3 from a real gateway, writes its misses into a
 few shared hot-tier logs (tiering/hot/logs.py) instead of a file per
 object, with one store request per object; a SIGKILL while those logs are
-being filled loses nothing and serves no wrong byte after the restart."""
+being filled loses nothing and serves no wrong byte after the restart. A
+cold HEAD of a mounted object is one ranged GET of its first byte."""
 
 from __future__ import annotations
 
@@ -138,3 +139,26 @@ def test_a_kill_while_logs_fill_serves_no_wrong_byte(gw: Gateway, moto_endpoint:
     fresh = make_client(gw.endpoint)
     got = _read_all(fresh, "cold", keys)
     assert [k for k in keys if got[k] != source[f"train/{k}"]] == []
+
+
+def test_a_cold_head_is_described_by_a_one_byte_get(gw: Gateway, moto_endpoint: str) -> None:
+    """A HEAD of a mounted object not validated yet asks the source with a
+    ranged GET of its first byte (the lean getter's, not botocore's HEAD):
+    the same description as the source's HEAD. An empty object has no first
+    byte: a HEAD describes it."""
+    src = direct(moto_endpoint)
+    src.create_bucket(Bucket="heads")
+    bodies = {"a.jpg": b"x" * 3000, "b.bin": os.urandom(70_000), "empty": b""}
+    for key, body in bodies.items():
+        src.put_object(Bucket="heads", Key=key, Body=body, ContentType="image/jpeg",
+                       Metadata={"origin": key}, CacheControl="max-age=60")
+    with counting_proxy(moto_endpoint) as proxy:
+        mount(gw, "heads", "s3://heads", f"http://127.0.0.1:{proxy.port}", freshness="immutable")
+        client = make_client(gw.endpoint)
+        fields = ("ContentLength", "ETag", "ContentType", "Metadata", "CacheControl", "LastModified")
+        for key in bodies:
+            got, want = client.head_object(Bucket="heads", Key=key), src.head_object(Bucket="heads", Key=key)
+            assert {f: got.get(f) for f in fields} == {f: want.get(f) for f in fields}, key
+        assert proxy.operations["HeadObject"] == 1  # the empty object's, after its GET's InvalidRange
+        assert proxy.operations["GetObject"] == len(bodies)
+        assert client.get_object(Bucket="heads", Key="b.bin")["Body"].read() == bodies["b.bin"]

@@ -215,7 +215,7 @@ class Mounts:
         async def ask() -> tuple[SourceObject, bytes | None]:
             if self.owners is not None and (handed := await self.owners.handed_first(name, key, 1)):
                 return handed[0], None  # ours now: described by the node that kept it
-            return await (await self.client(name)).head(key), None
+            return await (await self.client(name)).describe_object(key), None
 
         found, _ = await self._revalidate(name, key, known, ask)
         return _as_meta(name, found)
@@ -380,14 +380,7 @@ class Mounts:
                     return found, Peered(data)
             elif self.owners is not None and (handed := await self.owners.handed_first(name, key, probe)):
                 return handed[0], Peered(handed[1])  # ours now: cached here, checked as the source's
-            client = await self.client(name)
-            try:
-                found, data = await client.first(key, probe)
-            except CapacityError as exc:
-                if exc.detail.get("code") != "InvalidRange":
-                    raise
-                return await client.head(key), None  # an empty object: no byte to ask for
-            return found, data
+            return await (await self.client(name)).first_or_head(key, probe)
 
         async def again(obj: MountedObject) -> bytes:  # the whole object again, if its bytes fail the check
             return await (await self.client(name)).get_range(key, 0, obj.size, if_match=obj.etag)

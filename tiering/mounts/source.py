@@ -18,9 +18,15 @@ from typing import Any
 from tiering.capacity.s3 import S3Store
 from tiering.capacity.s3_answers import BadBody, parse_content_range, read_body
 from tiering.capacity.s3_upload import S3Upload
+from tiering.errors import CapacityError
 from tiering.meta import STORED_HEADERS
 
 # HEAD answer fields -> the stored header they carry.
+# Store error codes of a ranged GET of an object that has no first byte to
+# send: empty (InvalidRange), or archived (InvalidObjectState, as S3 answers
+# for Glacier objects not restored): a HEAD describes those.
+_NO_FIRST_BYTE = frozenset({"InvalidRange", "InvalidObjectState"})
+
 _HEADER_FIELDS = {
     "CacheControl": "cache-control",
     "ContentDisposition": "content-disposition",
@@ -113,6 +119,23 @@ class SourceBucket(S3Store):
         answer, data = await self.call("get_object", key, fetch)
         self.stats.bytes_read += len(data)
         return source_object(key, answer), data
+
+    async def first_or_head(self, key: str, length: int) -> tuple[SourceObject, bytes | None]:
+        """:meth:`first`, or for an object that has no first byte to send
+        (empty: InvalidRange; archived: InvalidObjectState) a HEAD's
+        description and no bytes."""
+        try:
+            return await self.first(key, length)
+        except CapacityError as exc:
+            if exc.detail.get("code") not in _NO_FIRST_BYTE:
+                raise
+        return await self.head(key), None
+
+    async def describe_object(self, key: str) -> SourceObject:
+        """The object's description, as :meth:`head` gives it, by a ranged
+        GET of its first byte on the lean getter (a HEAD goes through
+        botocore: about 1 ms of CPU more)."""
+        return (await self.first_or_head(key, 1))[0]
 
     async def page(self, prefix: str, delimiter: str, start_after: str, max_keys: int) -> SourcePage:
         """One ListObjectsV2 page of keys under ``prefix`` after
