@@ -28,6 +28,7 @@ STATUS: dict[str, int] = {
     "EntityTooSmall": 400,
     "ExpiredToken": 400,
     "IncompleteBody": 400,
+    "InvalidObjectState": 403,
     # Not an AWS code (S3 never runs out of room): RFC 4918's status, the
     # one MinIO and Ceph RGW answer for a full disk. docs/s3-compatibility.md.
     "InsufficientStorage": 507,
@@ -113,6 +114,7 @@ CODE_OF: dict[type[t.TierstoreError], str] = {
     # The capacity store failed after retries: the client may retry (503),
     # the message says which store and why (never its credentials).
     t.CapacityError: "ServiceUnavailable",
+    t.InvalidObjectState: "InvalidObjectState",  # before its base class ServiceUnavailable
     t.ServiceUnavailable: "ServiceUnavailable",
     t.TierstoreError: "InternalError",
 }
@@ -126,6 +128,7 @@ DEFAULT_MESSAGE: dict[str, str] = {
     "InternalError": "We encountered an internal error. Please try again.",
     "InvalidAccessKeyId": "The AWS Access Key Id you provided does not exist in our records.",
     "InvalidBucketName": "The specified bucket is not valid.",
+    "InvalidObjectState": "The operation is not valid for the object's storage class",
     "InvalidRange": "The requested range is not satisfiable",
     "KeyTooLongError": "Your key is too long",
     "MalformedXML": "The XML you provided was not well-formed or did not validate against our published schema",

@@ -202,6 +202,12 @@ class SourceDenied(ServiceUnavailable):
     it as an answer and counts the key missing instead of asking again."""
 
 
+class InvalidObjectState(SourceDenied):
+    """A mount's source holds the object archived (S3's 403
+    InvalidObjectState for a Glacier object not restored): the client gets
+    S3's answer, not a 503 to retry; a prefetch counts the key missing."""
+
+
 class NotHot(ServiceUnavailable):
     """A peer asked for bytes from the hot tier only, and they are not all
     there (cooperative warm, ``tiering/cluster/peers.py``): 503, it asks again later."""

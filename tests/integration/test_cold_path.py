@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.conftest import make_client, running_gateway
 from tests.integration.helpers import counting_proxy
@@ -145,20 +146,25 @@ def test_a_cold_head_is_described_by_a_one_byte_get(gw: Gateway, moto_endpoint: 
     """A HEAD of a mounted object not validated yet asks the source with a
     ranged GET of its first byte (the lean getter's, not botocore's HEAD):
     the same description as the source's HEAD. An empty object has no first
-    byte: a HEAD describes it."""
+    byte, nor has an archived one (InvalidObjectState): a HEAD describes those."""
     src = direct(moto_endpoint)
     src.create_bucket(Bucket="heads")
     bodies = {"a.jpg": b"x" * 3000, "b.bin": os.urandom(70_000), "empty": b""}
     for key, body in bodies.items():
         src.put_object(Bucket="heads", Key=key, Body=body, ContentType="image/jpeg",
                        Metadata={"origin": key}, CacheControl="max-age=60")
+    src.put_object(Bucket="heads", Key="archived", Body=b"cold", StorageClass="GLACIER")
     with counting_proxy(moto_endpoint) as proxy:
         mount(gw, "heads", "s3://heads", f"http://127.0.0.1:{proxy.port}", freshness="immutable")
         client = make_client(gw.endpoint)
         fields = ("ContentLength", "ETag", "ContentType", "Metadata", "CacheControl", "LastModified")
-        for key in bodies:
+        for key in [*bodies, "archived"]:
             got, want = client.head_object(Bucket="heads", Key=key), src.head_object(Bucket="heads", Key=key)
             assert {f: got.get(f) for f in fields} == {f: want.get(f) for f in fields}, key
-        assert proxy.operations["HeadObject"] == 1  # the empty object's, after its GET's InvalidRange
-        assert proxy.operations["GetObject"] == len(bodies)
+        # The empty and the archived object: a HEAD after the GET's InvalidRange or InvalidObjectState.
+        assert proxy.operations["HeadObject"] == 2
+        assert proxy.operations["GetObject"] == len(bodies) + 1
         assert client.get_object(Bucket="heads", Key="b.bin")["Body"].read() == bodies["b.bin"]
+        with pytest.raises(ClientError) as archived:
+            client.get_object(Bucket="heads", Key="archived")
+        assert archived.value.response["Error"]["Code"] == "InvalidObjectState"

@@ -48,6 +48,7 @@ from tiering.errors import (
     BucketAlreadyOwnedByYou,
     CapacityError,
     CapacityNotFound,
+    InvalidObjectState,
     NoSuchBucket,
     NoSuchKey,
     ServiceUnavailable,
@@ -536,7 +537,10 @@ class MountWarm:
 
 
 def unreachable(mount: Mount, exc: CapacityError) -> ServiceUnavailable:
-    """The 503 of a source failure (SourceDenied when the source said 403)."""
+    """The 503 of a source failure (SourceDenied when the source said 403),
+    or S3's own 403 for an object archived at the source."""
+    if exc.detail.get("code") == "InvalidObjectState":
+        return InvalidObjectState(f"The object is archived at the source of bucket {mount.name}: {exc}")
     kind = SourceDenied if exc.detail.get("status") == 403 else ServiceUnavailable
     return kind(f"The source of bucket {mount.name} ({mount.source}) is unreachable: {exc}")
 
