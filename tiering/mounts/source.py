@@ -21,12 +21,12 @@ from tiering.capacity.s3_upload import S3Upload
 from tiering.errors import CapacityError
 from tiering.meta import STORED_HEADERS
 
-# HEAD answer fields -> the stored header they carry.
 # Store error codes of a ranged GET of an object that has no first byte to
 # send: empty (InvalidRange), or archived (InvalidObjectState, as S3 answers
 # for Glacier objects not restored): a HEAD describes those.
 _NO_FIRST_BYTE = frozenset({"InvalidRange", "InvalidObjectState"})
 
+# HEAD answer fields -> the stored header they carry.
 _HEADER_FIELDS = {
     "CacheControl": "cache-control",
     "ContentDisposition": "content-disposition",
