@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from packer import codec as _codec
+from packer.crc import extent_crc
 from packer.encoder import (
+    CRC32C_FOOTERS,
     HEADER_CRC_SPAN,
     HEADER_SIZE,
     HEADER_STRUCT,
@@ -124,7 +126,7 @@ def decode_entry(ref: EntryRef, stored: bytes | memoryview) -> bytes:
     view = bytes_view(stored)
     if len(view) != ref.stored:
         raise CorruptData(f"extent of {len(view)} bytes, expected {ref.stored}")
-    if zlib.crc32(view) != ref.crc:
+    if extent_crc(view, ref.crc32c) != ref.crc:
         raise CorruptData(f"extent crc mismatch at offset {ref.offset}")
     return _codec.decode(ref.codec, stored, ref.raw)
 
@@ -179,7 +181,7 @@ def _dict(value: object, what: str) -> dict[str, Any]:
     return value
 
 
-def _entry_from_json(value: object) -> EntryRef:
+def _entry_from_json(value: object, crc32c: bool) -> EntryRef:
     obj = _dict(value, "entry")
     ref = EntryRef(
         bucket=_get(obj, "bucket", str),
@@ -193,6 +195,7 @@ def _entry_from_json(value: object) -> EntryRef:
         crc=_get_count(obj, "crc"),
         upload=_get_optional(obj, "upload", str),
         meta=_get_optional(obj, "meta", dict),
+        crc32c=crc32c,
     )
     if ref.crc > 0xFFFFFFFF:
         raise CorruptData("segment footer: crc out of range")
@@ -222,7 +225,8 @@ def _footer_from_json(document: object, data_end: int) -> Footer:
     version = _get(obj, "v", int)
     if version not in READABLE_FOOTERS:
         raise UnsupportedVersion(f"segment footer version {version}, this code reads {READABLE_FOOTERS}")
-    entries = tuple(_entry_from_json(e) for e in _get(obj, "entries", list))
+    crc32c = version >= CRC32C_FOOTERS
+    entries = tuple(_entry_from_json(e, crc32c) for e in _get(obj, "entries", list))
     position = HEADER_SIZE
     for ref in entries:
         if ref.offset != position:

@@ -7,7 +7,9 @@ A segment is one immutable object in the capacity store::
     offset data_end   footer   zstd frame of a JSON document describing the entries
     size - 36         trailer  36 bytes
 
-All integers are big-endian. Every checksum is ``zlib.crc32``.
+All integers are big-endian. The header's, the trailer's and the footer's
+checksums are ``zlib.crc32``; an entry's is CRC32C from footer version 3 on
+(packer/crc.py).
 
 Header (16 bytes)::
 
@@ -20,7 +22,10 @@ Footer: the zstd frame (with its content size) of compact, key-sorted, ASCII
 JSON ``{"v": 2, "segment": id, "created_ms": int, "entries": [...],
 "tombstones": [...], "records": [...]}``. Each entry is an object with
 ``bucket key seq part offset stored raw codec crc`` and, when set, ``upload``
-and ``meta``; ``crc`` is the crc32 of the entry's stored bytes. A tombstone
+and ``meta``; ``crc`` is the CRC of the entry's stored bytes: CRC32C in
+footer version 3, which this encoder writes, zlib's CRC32 in versions 1
+and 2 (the kind is the footer's, so a reader that knows only versions 1
+and 2 refuses a version 3 segment rather than failing its CRCs). A tombstone
 is ``bucket key seq`` and, from footer version 2 on, optionally ``version``
 (the version sequence number of the one object version it deletes) and
 ``null`` (that version was the key's null version: every older null version
@@ -60,12 +65,16 @@ import zlib
 from typing import Any, Final
 
 from packer import codec as _codec
+from packer.crc import extent_crc
 from packer.errors import CorruptData
 from packer.footer import EntryRef, Tombstone
 
 VERSION: Final = 1  # header and trailer layout
-FOOTER_VERSION: Final = 2  # the footer document; 2 added tombstones of one object version
-READABLE_FOOTERS: Final = (1, 2)
+# The footer document: 2 added tombstones of one object version, 3 made
+# every entry's crc a CRC32C.
+FOOTER_VERSION: Final = 3
+READABLE_FOOTERS: Final = (1, 2, 3)
+CRC32C_FOOTERS: Final = 3  # the first footer version whose entries carry CRC32C
 MAGIC: Final = b"TSSEG\x00\r\n"
 TRAILER_MAGIC: Final = b"TSSEGEND"
 
@@ -86,6 +95,13 @@ FOOTER_LEVEL: Final = 3
 MAX_FOOTER_RAW: Final = 256 * 1024 * 1024
 _FOOTER_RAW_FLOOR: Final = 16 * 1024 * 1024
 _FOOTER_MAX_RATIO: Final = 64
+
+
+def _writes_crc32c() -> bool:
+    """Whether the entries this encoder writes carry CRC32C: from the
+    footer version it writes (read at the call, so that a test can write a
+    segment as an older version did)."""
+    return FOOTER_VERSION >= CRC32C_FOOTERS
 
 
 def footer_cap(stored_length: int) -> int:
@@ -207,7 +223,7 @@ class SegmentEncoder:
             name, stored = _codec.encode(view, level=level)
         else:
             name, stored = _codec.NONE, bytes(view)
-        crc = zlib.crc32(stored)
+        crc = extent_crc(stored, _writes_crc32c())
         return self._append(bucket, key, seq, part, stored, len(view), name, crc, upload, meta)
 
     def add_stored(
@@ -222,9 +238,13 @@ class SegmentEncoder:
         crc: int,
         upload: str | None = None,
         meta: dict[str, Any] | None = None,
+        crc32c: bool = False,
     ) -> tuple[EntryRef, bytes]:
         """Append an already-encoded extent as is (compaction copies extents
-        without recompressing); its crc is checked so corruption is not copied."""
+        without recompressing); its ``crc`` (a CRC32C if ``crc32c``, else
+        zlib's CRC32: the kind of the segment it comes from) is checked so
+        corruption is not copied, and a CRC32 is replaced by the CRC32C this
+        segment's entries carry."""
         self._require(_OPEN, "add an entry")
         stored = bytes(bytes_view(stored))
         if codec not in _codec.CODECS:
@@ -232,8 +252,10 @@ class SegmentEncoder:
         _check_count("raw", raw)
         if codec == _codec.NONE and raw != len(stored):
             raise ValueError(f"codec none needs raw == stored, got {raw} != {len(stored)}")
-        if zlib.crc32(stored) != crc:
+        if extent_crc(stored, crc32c) != crc:
             raise CorruptData(f"crc mismatch copying {bucket}/{key} seq {seq} part {part}")
+        if crc32c != _writes_crc32c():
+            crc = extent_crc(stored, not crc32c)
         return self._append(bucket, key, seq, part, stored, raw, codec, crc, upload, meta)
 
     def _append(
@@ -267,6 +289,7 @@ class SegmentEncoder:
             crc=crc,
             upload=upload,
             meta=None if meta is None else _normalised(meta),
+            crc32c=_writes_crc32c(),
         )
         self._entries.append(ref)
         self._offset += len(stored)

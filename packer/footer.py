@@ -32,9 +32,10 @@ class EntryRef:
     stored: int  # stored length
     raw: int  # raw (decoded) length
     codec: str  # codec.NONE | codec.ZSTD
-    crc: int  # zlib.crc32 of the stored bytes
+    crc: int  # CRC of the stored bytes: CRC32C if crc32c, else zlib.crc32 (packer/crc.py)
     upload: str | None = None  # id of the multipart upload the piece was written for
     meta: dict[str, Any] | None = None  # opaque JSON-able object metadata
+    crc32c: bool = False  # set by the footer's version (3 and later), not stored per entry
 
     @property
     def range(self) -> ByteRange:

@@ -44,6 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from urllib.parse import urlsplit
 
+from awscrt.checksums import crc32c
+
 ERRORS = {  # kind -> (status, S3 code, message)
     "internal_error": (500, "InternalError", "We encountered an internal error. Please try again."),
     "slow_down": (503, "SlowDown", "Please reduce your request rate."),
@@ -168,6 +170,7 @@ def _digest_refusal(request: _Message, body: bytes) -> str | None:
     digests = {
         "content-md5": lambda: hashlib.md5(body).digest(),
         "x-amz-checksum-crc32": lambda: zlib.crc32(body).to_bytes(4, "big"),
+        "x-amz-checksum-crc32c": lambda: crc32c(body).to_bytes(4, "big"),
         "x-amz-checksum-sha1": lambda: hashlib.sha1(body).digest(),
         "x-amz-checksum-sha256": lambda: hashlib.sha256(body).digest(),
     }

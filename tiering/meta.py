@@ -101,7 +101,8 @@ def _layout(cls: type[_Record]) -> tuple[dict[str, None], tuple[tuple[str, Conve
 @dataclass(frozen=True, slots=True)
 class Extent(_Record):
     """Where one piece of an object lives in the capacity tier: a byte range
-    of a segment, how it is encoded, and the checksum of the stored bytes."""
+    of a segment, how it is encoded, and the checksum of the stored bytes
+    (a CRC32C if ``crc32c``, else zlib's CRC32: packer/crc.py)."""
 
     segment: str
     offset: int
@@ -109,6 +110,7 @@ class Extent(_Record):
     raw: int
     codec: str = "none"
     crc: int = 0
+    crc32c: bool = False  # records written before CRC32C lack it: their extents carry CRC32
 
     @property
     def weight(self) -> int:

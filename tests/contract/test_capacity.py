@@ -549,7 +549,7 @@ async def test_s3_short_body_is_retried(s3store: S3Store, monkeypatch: pytest.Mo
 async def test_s3_uploads_carry_a_checksum(
     make_s3: Callable[..., S3Store], monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
-    """Every body sent carries its CRC32, so the store refuses one damaged in
+    """Every body sent carries its CRC32C, so the store refuses one damaged in
     transit instead of keeping it; also when botocore is configured to send
     checksums only where an operation requires them."""
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")
@@ -558,7 +558,7 @@ async def test_s3_uploads_carry_a_checksum(
     sent: list[tuple[str, str | None]] = []
 
     def record(request: Any, event_name: str, **_: Any) -> None:
-        sent.append((event_name.split(".")[-1], request.headers.get("x-amz-checksum-crc32")))
+        sent.append((event_name.split(".")[-1], request.headers.get("x-amz-checksum-crc32c")))
 
     store._client.meta.events.register("before-send.s3.PutObject", record)
     store._client.meta.events.register("before-send.s3.UploadPart", record)

@@ -39,7 +39,13 @@ from tiering.capacity.s3_answers import (
     retryable,
 )
 from tiering.capacity.s3_get import Keys, LeanGetter, RangeInto
-from tiering.capacity.s3_upload import MAX_PART_SIZE, MIN_PART_SIZE, S3Upload, one_line
+from tiering.capacity.s3_upload import (
+    MAX_PART_SIZE,
+    MIN_PART_SIZE,
+    UPLOAD_CHECKSUM,
+    S3Upload,
+    one_line,
+)
 from tiering.capacity.store import (
     CapacityStats,
     CapacityUpload,
@@ -170,10 +176,11 @@ class S3Store:
             read_timeout=_READ_TIMEOUT,
             # One attempt per botocore call: _call owns the retry policy.
             retries={"total_max_attempts": 1},
-            # Every body sent carries its CRC32 (x-amz-checksum-crc32), also
-            # where AWS_REQUEST_CHECKSUM_CALCULATION=when_required would drop
-            # it: the store refuses a body damaged on the way (BadDigest,
-            # retried) rather than keeping it.
+            # Every body sent carries a checksum, also where
+            # AWS_REQUEST_CHECKSUM_CALCULATION=when_required would drop it:
+            # the store refuses a body damaged on the way (BadDigest,
+            # retried) rather than keeping it. The writes below ask for
+            # CRC32C (UPLOAD_CHECKSUM) over botocore's default CRC32.
             request_checksum_calculation="when_supported",
             # A body read back is checked against the store's checksum where
             # the read asks for it (ChecksumMode, whole objects): S3 sends no
@@ -321,7 +328,7 @@ class S3Store:
         body = data if isinstance(data, bytes) else bytes(data)
         await self.call(
             "put_object", name, self.client().put_object, Bucket=self.bucket, Key=key, Body=body,
-            **object_args,
+            ChecksumAlgorithm=UPLOAD_CHECKSUM, **object_args,
         )
         self.stats.bytes_written += len(body)
 
@@ -347,7 +354,8 @@ class S3Store:
         condition = {"IfNoneMatch": "*"} if expect is None else {"IfMatch": expect}
         try:
             response = await self.call(
-                "put_object", name, self.client().put_object, Bucket=self.bucket, Key=key, Body=data, **condition
+                "put_object", name, self.client().put_object, Bucket=self.bucket, Key=key, Body=data,
+                ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition,
             )
         except CapacityError as exc:
             if exc.detail.get("code") in CONFLICT_CODES or exc.detail.get("status") == 412:

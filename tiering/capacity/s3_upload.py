@@ -17,6 +17,10 @@ log = logging.getLogger("tiering.capacity.s3")
 MIN_PART_SIZE = 5 * 1024**2  # S3: every part but the last (EntityTooSmall)
 MAX_PART_SIZE = 5 * 1024**3
 MAX_PARTS = 10_000
+# The checksum every body written to the store carries (x-amz-checksum-crc32c),
+# which the store verifies: CRC32C, which botocore computes with awscrt at
+# about 0.16 ms per 8 MiB here, against 2.8 ms for its CRC32.
+UPLOAD_CHECKSUM = "CRC32C"
 
 
 def one_line(exc: BaseException) -> str:
@@ -195,16 +199,16 @@ class S3Upload:
                 f" {MAX_PARTS} parts of {store.part_size} bytes"
             )
         if self._upload_id is None:
-            # CRC32 per part, as s3transfer does: the store verifies each part
-            # and the Complete names each part's checksum. A store that ignores
-            # the algorithm does not echo it, and Complete then names none.
+            # A checksum per part, as s3transfer does: the store verifies each
+            # part and the Complete names each part's checksum. A store that
+            # ignores the algorithm does not echo it, and Complete then names none.
             response = await store.call(
                 "create_multipart_upload",
                 self._name,
                 store.client().create_multipart_upload,
                 Bucket=store.bucket,
                 Key=self._key,
-                ChecksumAlgorithm="CRC32",
+                ChecksumAlgorithm=UPLOAD_CHECKSUM,
                 **self._object_args,
             )
             self._upload_id = response["UploadId"]

@@ -43,7 +43,6 @@ import hashlib
 import json
 import ssl
 import time
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ import aiohttp
 from botocore.exceptions import ClientError
 
 from packer import codec
+from packer.crc import extent_crc
 from tiering import pool
 from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.s3_get import Keys, LeanGetter
@@ -83,7 +83,7 @@ def stored_matches(ext: Extent, raw: bytes, level: int) -> bool:
     if len(raw) != ext.raw:
         return False
     stored = raw if ext.codec == codec.NONE else codec.compress(raw, level)
-    return len(stored) == ext.stored and zlib.crc32(stored) == ext.crc
+    return len(stored) == ext.stored and extent_crc(stored, ext.crc32c) == ext.crc
 
 
 class PeerRefused(Exception):

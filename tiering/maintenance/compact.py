@@ -214,7 +214,7 @@ class Compactor:
                 )
                 ref, data = await pool.run(
                     encoder.add_stored, entry.bucket, entry.key, entry.seq, entry.part,
-                    stored, entry.raw, entry.codec, entry.crc,
+                    stored, entry.raw, entry.codec, entry.crc, crc32c=entry.crc32c,
                 )
                 out.append(data)
                 moved[(segment, entry.offset, entry.stored)] = extent_of(name, ref)

@@ -32,7 +32,7 @@ from tiering.settings import TierSettings
 
 
 def extent_of(segment: str, ref: seg.EntryRef) -> Extent:
-    return Extent(segment, ref.offset, ref.stored, ref.raw, ref.codec, ref.crc)
+    return Extent(segment, ref.offset, ref.stored, ref.raw, ref.codec, ref.crc, ref.crc32c)
 
 
 def manifest(meta: ObjectMeta) -> dict[str, Any]:

@@ -120,7 +120,7 @@ class _Abandoned(CapacityError):
 
 
 def _entry_ref(ext: Extent) -> seg.EntryRef:
-    return seg.EntryRef("", "", 0, 0, ext.offset, ext.stored, ext.raw, ext.codec, ext.crc)
+    return seg.EntryRef("", "", 0, 0, ext.offset, ext.stored, ext.raw, ext.codec, ext.crc, crc32c=ext.crc32c)
 
 
 def _retrieve(future: asyncio.Future[bytes]) -> None:
@@ -206,7 +206,7 @@ class ExtentReader:
             return filling
         if ext.place in self._flight:
             return await self.fetch(ext, pin, peer)  # joins that fetch
-        arrival = Arrival(ext.stored, ext.crc)
+        arrival = Arrival(ext.stored, ext.crc, ext.crc32c)
         self._live[ext.place] = arrival
         task = self._flight.spawn(ext.place, self._arrive(ext, arrival, pin))
         self._arrivals.add(task)

@@ -14,8 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packer import codec
+from packer.crc import extent_crc
 from packer.errors import CorruptData, FormatError, UnsupportedVersion
 from packer.format import (
+    FOOTER_VERSION,
     HEADER_SIZE,
     MAGIC,
     TRAILER_MAGIC,
@@ -238,7 +240,7 @@ def test_add_stored_copies_without_recompressing() -> None:
         stored = source.segment[ref.range.start : ref.range.end]
         copy, emitted = encoder.add_stored(
             ref.bucket, ref.key, ref.seq, ref.part, stored, ref.raw, ref.codec, ref.crc,
-            upload=ref.upload, meta=ref.meta,
+            upload=ref.upload, meta=ref.meta, crc32c=ref.crc32c,
         )
         assert emitted == stored and copy.codec == ref.codec and copy.crc == ref.crc
         out.append(emitted)
@@ -253,7 +255,7 @@ def test_add_stored_copies_without_recompressing() -> None:
     encoder.header()
     with pytest.raises(CorruptData):
         encoder.add_stored(
-            ref.bucket, ref.key, ref.seq, ref.part, stored, ref.raw, ref.codec, ref.crc
+            ref.bucket, ref.key, ref.seq, ref.part, stored, ref.raw, ref.codec, ref.crc, crc32c=True
         )
 
 
@@ -341,6 +343,55 @@ def test_decode_entry_checks_length_and_crc() -> None:
         decode_entry(ref, stored[:-1])
     with pytest.raises(CorruptData):
         decode_entry(ref, stored[:-1] + bytes([stored[-1] ^ 1]))
+
+
+# --- footer version 3: entries checked with CRC32C ---------------------------
+
+
+def test_entries_are_written_with_crc32c() -> None:
+    built = small_segment()
+    footer, _ = decode_segment(built.segment)
+    assert footer.entries == tuple(built.refs)
+    for ref in built.refs:
+        stored = built.segment[ref.range.start : ref.range.end]
+        assert ref.crc32c and ref.crc == extent_crc(stored, True)
+        assert ref.crc != zlib.crc32(stored) or not stored
+
+
+def test_crc32c_is_carried_over_pieces() -> None:
+    data = random.Random(3).randbytes(100_000)
+    running = extent_crc(data[:12_345], True)
+    assert extent_crc(data[12_345:], True, running) == extent_crc(data, True)
+    assert extent_crc(b"123456789", True) == 0xE3069283  # the CRC32C check value
+
+
+def test_version_two_footers_are_checked_with_crc32() -> None:
+    """A segment written before CRC32C (footer "v": 2) reads as it did: its
+    entries' crcs are zlib's; the same crcs in a version 3 footer are wrong."""
+    footer, raws = decode_segment(forge_json(valid_document(v=2), b"abc"))
+    assert raws == [b"abc"] and not footer.entries[0].crc32c
+    with pytest.raises(CorruptData):
+        decode_segment(forge_json(valid_document(v=3), b"abc"))
+    footer, raws = decode_segment(forge_json(valid_document(v=3, entry__crc=extent_crc(b"abc", True)), b"abc"))
+    assert raws == [b"abc"] and footer.entries[0].crc32c
+
+
+def test_a_crc32_entry_is_copied_with_its_crc32c() -> None:
+    """Compaction copies an entry of an old segment: its CRC32 is checked,
+    and the copy carries the CRC32C the new segment's entries carry."""
+    old, _ = decode_segment(forge_json(valid_document(v=2), b"abc"))
+    ref = old.entries[0]
+    encoder = SegmentEncoder("copy")
+    out = [encoder.header()]
+    copy, stored = encoder.add_stored("b", "k", 1, 0, b"abc", 3, "none", ref.crc, crc32c=ref.crc32c)
+    assert copy.crc32c and copy.crc == extent_crc(b"abc", True)
+    out += [stored, encoder.finish()]
+    footer, raws = decode_segment(b"".join(out))
+    assert raws == [b"abc"] and footer.entries == (copy,)
+    encoder = SegmentEncoder("copy")
+    encoder.header()
+    with pytest.raises(CorruptData):  # a CRC32 taken for a CRC32C is a mismatch
+        encoder.add_stored("b", "k", 1, 0, b"abc", 3, "none", ref.crc, crc32c=True)
 
 
 def test_short_tail_is_a_caller_error() -> None:
@@ -491,7 +542,7 @@ def test_future_versions_are_unsupported() -> None:
     with pytest.raises(UnsupportedVersion):
         decode_segment(forge(frame, flags=4))
     with pytest.raises(UnsupportedVersion):
-        decode_segment(forge_json(valid_document(v=3, entries=[])))
+        decode_segment(forge_json(valid_document(v=4, entries=[])))
 
 
 # --- footer version 2: tombstones of one object version ----------------------
@@ -530,7 +581,7 @@ def test_version_tombstones_round_trip() -> None:
     )
     frame = b"".join(out)[footer.data_end:-TRAILER_SIZE]
     document = json.loads(zstandard.ZstdDecompressor().decompress(frame))
-    assert document["v"] == 2
+    assert document["v"] == FOOTER_VERSION == 3
     assert document["tombstones"][0] == {"bucket": "b", "key": "k", "seq": 9, "version": 5}
 
 

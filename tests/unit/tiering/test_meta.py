@@ -57,3 +57,13 @@ def test_fields_an_older_version_did_not_write_take_their_defaults() -> None:
     assert meta == ObjectMeta("b", "k", 0, "e", 1, 2, chunks=(Chunk(0, "f"),))
     assert meta.headers == {} and meta.part_sizes == () and meta.checksum is None
     assert plain["chunks"] == [{"size": 0, "file_id": "f"}]  # the input is not changed
+
+
+def test_an_extent_recorded_before_crc32c_is_checked_with_crc32() -> None:
+    """Records written before segments carried CRC32C have no ``crc32c``:
+    their extents' crcs are zlib's CRC32, as their segments' footers say."""
+    plain = {"segment": "s", "offset": 16, "stored": 3, "raw": 3, "codec": "none", "crc": 891568578}
+    old = Extent.from_bytes(msgpack.packb(plain, use_bin_type=True))
+    assert old == Extent("s", 16, 3, 3, "none", 891568578) and not old.crc32c
+    new = Extent("s", 16, 3, 3, "none", 0x364B3FB7, crc32c=True)
+    assert Extent.from_bytes(new.to_bytes()) == new
