@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -175,11 +176,15 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float, flo
     with temp_dir("app-cpu-cold") as tmp, contextlib.ExitStack() as stack:
         sets = args.rounds * (2 if args.floor else 1)
         keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(sets)]
-        for key in (k for round_keys in keys for k in round_keys):
-            path = tmp / "store" / "src" / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(os.urandom(args.size))
+        (tmp / "store" / "src").mkdir(parents=True)
+        if args.checksum == "none":
+            for key in (k for round_keys in keys for k in round_keys):
+                path = tmp / "store" / "src" / key
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(os.urandom(args.size))
         store = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))  # started by entering
+        if args.checksum != "none":
+            upload(store.endpoint, [k for round_keys in keys for k in round_keys], args.size, args.checksum)
         data_fs = stack.enter_context(data_filesystem(args.fs, tmp))
         config = Config(data_dir=data_fs / "data", credentials={ACCESS_KEY: SECRET_KEY}, region=REGION)
         node = Node(config)
@@ -238,6 +243,21 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float, flo
             await node.stop()
 
 
+def upload(endpoint: str, keys: list[str], size: int, checksum: str) -> None:
+    """PUT ``keys`` of random bytes to the store's ``src`` bucket with a
+    ``checksum`` (as an SDK of 2025 uploads: boto3 sends a CRC32 unless
+    told otherwise, S3 itself adds a CRC64NVME to every new object)."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=MOTO_KEY, aws_secret_access_key=MOTO_KEY,
+                          region_name="us-east-1", config=BotoConfig(s3={"addressing_style": "path"},
+                                                                    max_pool_connections=8))
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda key: client.put_object(Bucket="src", Key=key, Body=os.urandom(size),
+                                                    ChecksumAlgorithm=checksum), keys))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--objects", type=int, default=200)
@@ -249,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="--cold: GETs at a time (16)")
     ap.add_argument("--fs", choices=("root", "ext4"), default="root", help="--cold: the data dir's filesystem")
     ap.add_argument("--floor", action="store_true", help="--cold: alternate with the floor relay's rounds")
+    ap.add_argument("--checksum", choices=("none", "CRC32", "CRC32C", "CRC64NVME"), default="none",
+                    help="--cold: objects PUT with this checksum (none: written as files, MD5 ETags only)")
     ap.add_argument("--method", choices=("GET", "HEAD"), default="GET",
                     help="--cold: the request each object gets (HEAD: a cold HEAD, as s3fs sends before a GET)")
     args = ap.parse_args(argv)

@@ -295,9 +295,11 @@ def test_resets_mid_multipart_upload(gw: Gateway, proxy: FaultProxy, client, fbu
 @pytest.fixture(scope="module")
 def mounted(gw: Gateway, proxy: FaultProxy, moto_endpoint: str) -> dict[str, bytes]:
     """A bucket at moto, written directly, mounted through the proxy.
-    obj-0 is stored with a CRC32 (the store sends it back, botocore checks
-    it); obj-1 and obj-2 without one, as older uploads are: only their MD5
-    ETag can tell."""
+    obj-0 is stored with a CRC32, which the store sends back with the
+    gateway's ranged GET (checksum mode); obj-1 and obj-2 without one, as
+    older uploads are: only their MD5 ETag can tell. obj-3 is a one-part
+    multipart upload with a full-object CRC32: its ETag (``-1``) is no MD5,
+    only the checksum can tell."""
     def source(checksums: str):  # type: ignore[no-untyped-def]
         return boto3.client(
             "s3", endpoint_url=moto_endpoint, aws_access_key_id="testing",
@@ -312,6 +314,14 @@ def mounted(gw: Gateway, proxy: FaultProxy, moto_endpoint: str) -> dict[str, byt
         source("when_supported" if key == "obj-0" else "when_required").put_object(
             Bucket=name, Key=key, Body=body
         )
+    data["obj-3"] = pattern(150_000, 44)
+    s3 = source("when_supported")
+    upload = s3.create_multipart_upload(Bucket=name, Key="obj-3", ChecksumAlgorithm="CRC32",
+                                        ChecksumType="FULL_OBJECT")["UploadId"]
+    part = s3.upload_part(Bucket=name, Key="obj-3", UploadId=upload, PartNumber=1, Body=data["obj-3"],
+                          ChecksumAlgorithm="CRC32")
+    s3.complete_multipart_upload(Bucket=name, Key="obj-3", UploadId=upload, MultipartUpload={"Parts": [
+        {"PartNumber": 1, "ETag": part["ETag"], "ChecksumCRC32": part["ChecksumCRC32"]}]})
     body = {"name": "f-mounted", "source": f"s3://{name}", "endpoint": proxy.endpoint,
             "access_key": "testing", "secret_key": "testing", "freshness": "immutable"}
     gw.admin("POST", "/mounts", json=body)
@@ -319,16 +329,16 @@ def mounted(gw: Gateway, proxy: FaultProxy, moto_endpoint: str) -> dict[str, byt
 
 
 def test_mounted_objects_corrupt_in_transit_are_refetched(gw: Gateway, proxy: FaultProxy, mounted) -> None:
-    """A ranged GET from a mount's source carries no checksum; a piece that
-    is the whole object is checked against its MD5 ETag. Corrupted twice:
-    the third fetch is served. Corrupted every time: 503 naming the
+    """A piece that is the whole object is checked against the store's
+    checksum of the whole content (obj-0, obj-3), else its MD5 ETag (obj-1).
+    Corrupted twice: the third fetch is served. Corrupted every time: 503 naming the
     corruption, nothing cached, and the same read works once the source
     answers cleanly."""
     s3r = RecordingClient(gw.endpoint)
     proxy.rates = Rates(flip=1.0, only=get_object, max_streak=2)
-    for key in ("obj-0", "obj-1"):
+    for key in ("obj-0", "obj-1", "obj-3"):
         got = s3r.client.get_object(Bucket="f-mounted", Key=key)["Body"].read()
-        assert md5(got) == md5(mounted[key])
+        assert md5(got) == md5(mounted[key]), key
     proxy.rates = Rates(flip=1.0, only=get_object)
     err = boto_error(s3r, s3r.client.get_object, 503, "ServiceUnavailable", Bucket="f-mounted", Key="obj-2")
     assert "corrupt" in err.response["Error"]["Message"]

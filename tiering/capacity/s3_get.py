@@ -156,10 +156,13 @@ class LeanGetter:
 
     async def get_object(
         self, *, Bucket: str, Key: str, Range: str, IfMatch: str | None = None,  # noqa: N803  botocore's names
-        extra: Mapping[str, str] | None = None,
+        extra: Mapping[str, str] | None = None, ChecksumMode: str | None = None,  # noqa: N803
     ) -> dict[str, Any]:
-        """``extra`` headers go out unsigned (not ``x-amz-*`` ones: S3 wants those signed)."""
-        status, received, data = await self._get_object(Bucket, Key, Range, IfMatch, extra)
+        """``extra`` headers go out unsigned (not ``x-amz-*`` ones: S3 wants
+        those signed). ``ChecksumMode="ENABLED"``: the store is asked for the
+        object's checksum (``ChecksumCRC32`` ... in the answer, where it has one)."""
+        status, received, data = await self._get_object(Bucket, Key, Range, IfMatch, extra,
+                                                        ChecksumMode == "ENABLED")
         answer = _described(received)
         answer["Body"] = _Body(data)
         answer["ResponseMetadata"] = {"HTTPStatusCode": status}
@@ -171,7 +174,7 @@ class LeanGetter:
     ) -> bytes:
         """As ``get_object``, the body alone: nothing of the answer's headers
         is described (a peer's piece of a known version needs none)."""
-        return (await self._get_object(Bucket, Key, Range, IfMatch, extra))[2]
+        return (await self._get_object(Bucket, Key, Range, IfMatch, extra, False))[2]
 
     async def get_into(self, *, Bucket: str, Key: str, Range: str, body_to: BodyTo) -> bytes | None:  # noqa: N803
         """A ranged GET whose body goes, as it arrives, into the ``Into``
@@ -203,11 +206,13 @@ class LeanGetter:
         return data
 
     async def _get_object(self, bucket: str, key: str, byte_range: str, if_match: str | None,
-                          extra: Mapping[str, str] | None) -> tuple[int, Mapping[str, str], bytes]:
+                          extra: Mapping[str, str] | None,
+                          checksum_mode: bool) -> tuple[int, Mapping[str, str], bytes]:
         if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
         path = self._path(bucket, key)
-        headers = self.sign(path, "", byte_range, if_match, await self._keys(), time.gmtime())
+        headers = self.sign(path, "", byte_range, if_match, await self._keys(), time.gmtime(),
+                            checksum_mode=checksum_mode)
         if extra:
             headers.update(extra)
         return await self._get(path, "", headers, "GetObject")
@@ -282,10 +287,12 @@ class LeanGetter:
         return path if key is None else f"{path}/{quote(key, safe='/-_.~')}"
 
     def sign(self, path: str, query: str, byte_range: str | None, if_match: str | None, keys: Keys,
-             now: time.struct_time, method: str = "GET", payload: str = EMPTY_SHA256) -> dict[str, str]:
+             now: time.struct_time, method: str = "GET", payload: str = EMPTY_SHA256,
+             checksum_mode: bool = False) -> dict[str, str]:
         """The headers of one signed GET of ``path`` (already percent-encoded)
         with ``query`` (canonical: names sorted, names and values encoded);
-        or of another ``method`` whose body's SHA-256 is ``payload``."""
+        or of another ``method`` whose body's SHA-256 is ``payload``;
+        ``checksum_mode``: with ``x-amz-checksum-mode: ENABLED``."""
         amz_date = time.strftime("%Y%m%dT%H%M%SZ", now)
         date = amz_date[:8]
         headers = {"host": self._host}
@@ -293,6 +300,8 @@ class LeanGetter:
             headers["if-match"] = if_match
         if byte_range is not None:
             headers["range"] = byte_range
+        if checksum_mode:
+            headers["x-amz-checksum-mode"] = "ENABLED"
         headers["x-amz-content-sha256"] = payload
         headers["x-amz-date"] = amz_date
         if keys.token:
@@ -339,6 +348,9 @@ _FIELDS = {
     "cache-control": "CacheControl", "content-disposition": "ContentDisposition",
     "content-encoding": "ContentEncoding", "content-language": "ContentLanguage",
     "x-amz-website-redirect-location": "WebsiteRedirectLocation", "expires": "ExpiresString",
+    "x-amz-checksum-crc32": "ChecksumCRC32", "x-amz-checksum-crc32c": "ChecksumCRC32C",
+    "x-amz-checksum-crc64nvme": "ChecksumCRC64NVME", "x-amz-checksum-sha1": "ChecksumSHA1",
+    "x-amz-checksum-sha256": "ChecksumSHA256", "x-amz-checksum-type": "ChecksumType",
 }
 _META = "x-amz-meta-"
 

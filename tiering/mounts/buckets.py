@@ -7,9 +7,11 @@ caches the bytes it read in the hot tier, one file per ``part_size`` piece,
 named by (mount, key, ETag, piece): a new version at the source has new
 names, so a stale piece can never be served for it.
 
-Integrity: a ranged GET carries no checksum, so a piece can only be checked
-for its length; a piece that is the whole object is also checked against
-the ETag where that is the MD5 of the bytes (``tiering/mounts/checks.py``).
+Integrity: a piece of a larger object can only be checked for its length
+(S3 sends no checksum of a range); a piece that is the whole object is also
+checked against the store's checksum of the whole content where the first
+GET's answer carried one, else against the ETag where that is the MD5 of
+the bytes (``tiering/mounts/checks.py``).
 
 Freshness: an ``immutable`` mount trusts what it validated once; otherwise a
 validation holds ``freshness`` seconds, after which the next HEAD or GET asks
@@ -299,21 +301,23 @@ class Mounts:
         raw = data.data if isinstance(data, Peered) else data
         if again is not None and raw is not None and (len(raw) == found.size
                                                      or len(raw) >= self._settings.part_size):
-            body = await self._record_first_piece(name, fresh, raw, again)
+            body = await self._record_first_piece(name, fresh, raw, again, found.checksum)
             return fresh, Peered(body) if peer and body is raw else body
         self._record_behind(name, fresh)
         return fresh, data
 
     async def _record_first_piece(
         self, name: str, fresh: MountedObject, data: bytes, again: Callable[[MountedObject], Awaitable[bytes]],
+        checksum: tuple[str, str] | None,
     ) -> bytes:
-        """Check a whole object's bytes against its MD5 ETag (:func:`whole`:
-        bytes that fail are fetched again), then record ``fresh`` and cache
+        """Check a whole object's bytes against the store's ``checksum`` of
+        them, or its MD5 ETag (:func:`whole`: bytes that fail are fetched
+        again), then record ``fresh`` and cache
         ``data``, its first piece, behind the answer: both by the fills'
         writer thread, the record served from memory meanwhile."""
         if len(data) == fresh.size:
             try:
-                data = await whole(data, fresh.etag, lambda: again(fresh))
+                data = await whole(data, fresh.etag, lambda: again(fresh), checksum)
             except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
                 raise unreachable(self._mounts[name], exc) from None
         self._record_behind(name, fresh)

@@ -48,6 +48,9 @@ class SourceObject:
     content_type: str = "binary/octet-stream"
     headers: dict[str, str] = field(default_factory=dict)
     user_meta: dict[str, str] = field(default_factory=dict)
+    # The store's checksum of the whole content, where it sent one (asked for
+    # with checksum mode): (algorithm, base64 value); see whole_checksum.
+    checksum: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,25 @@ def unquoted_etag(raw: str | None) -> str:
     return (raw or "").strip('"')
 
 
+# The x-amz-checksum-* algorithms, cheapest to verify first (docs/performance.md):
+# every one of them is cheaper than the MD5 of the ETag.
+_CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA1", "SHA256")
+
+
+def whole_checksum(answer: dict[str, Any]) -> tuple[str, str] | None:
+    """The checksum of the object's whole content in a store's answer:
+    (algorithm, base64 value), the cheapest to verify; None when there is
+    none, or only a composite one (of the part checksums of a multipart
+    upload, ``-N`` suffixed), which says nothing of the bytes themselves."""
+    if answer.get("ChecksumType") == "COMPOSITE":
+        return None
+    for algorithm in _CHECKSUMS:
+        value = answer.get("Checksum" + algorithm)
+        if value and "-" not in value:
+            return algorithm, value
+    return None
+
+
 def source_object(key: str, answer: dict[str, Any]) -> SourceObject:
     """A HEAD or GET answer's description of the object."""
     headers = {h: str(answer[f]) for f, h in _HEADER_FIELDS.items() if answer.get(f)}
@@ -79,6 +101,7 @@ def source_object(key: str, answer: dict[str, Any]) -> SourceObject:
         content_type=answer.get("ContentType") or "binary/octet-stream",
         headers={h: v for h, v in headers.items() if h in STORED_HEADERS},
         user_meta=dict(answer.get("Metadata") or {}),
+        checksum=whole_checksum(answer),
     )
 
 
@@ -101,12 +124,16 @@ class SourceBucket(S3Store):
         """The object's description and its first ``length`` bytes in one
         ranged GET (a small object whole): what a cold read needs, without a
         HEAD first. On a configured endpoint it is the lean GET's (a third
-        of botocore's CPU), like every ranged read. CapacityNotFound if absent."""
+        of botocore's CPU), like every ranged read. The store is asked for
+        the object's checksum too: where it sends one of the whole content
+        (rclone and moto do with a range, S3 only without one), the bytes of
+        a small object are checked against it rather than against the MD5
+        of the ETag, which costs several times more. CapacityNotFound if absent."""
 
         async def fetch() -> tuple[dict[str, Any], bytes]:
             self.client()  # started
             answer = await self._getter.get_object(
-                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{length - 1}"
+                Bucket=self.bucket, Key=self._key(key), Range=f"bytes=0-{length - 1}", ChecksumMode="ENABLED"
             )
             data = await read_body(answer)
             content_range = answer.get("ContentRange")

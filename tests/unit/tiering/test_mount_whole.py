@@ -8,7 +8,9 @@ import hashlib
 import pytest
 
 from tiering.errors import CapacityError
-from tiering.mounts.checks import whole
+from tiering.model.checksums import new_hasher
+from tiering.mounts.checks import LOOP_MAX, whole
+from tiering.mounts.source import whole_checksum
 
 DATA = b"training sample " * 1000
 ETAG = hashlib.md5(DATA).hexdigest()
@@ -54,3 +56,61 @@ def test_an_etag_that_is_not_the_md5_accepts_bytes_seen_twice() -> None:
 @pytest.mark.parametrize("etag", ["abc-3", f"{ETAG}-2", "", "W/x"])
 def test_multipart_and_foreign_etags_are_not_checked(etag: str) -> None:
     assert check(damaged(DATA, 0), etag, []) == (damaged(DATA, 0), 0)
+
+
+# --- the store's checksum of the whole content ---------------------------------
+
+
+def b64(algorithm: str, data: bytes) -> str:
+    hasher = new_hasher(algorithm)
+    hasher.update(data)
+    return hasher.b64()
+
+
+def check_sum(first: bytes, checksum: tuple[str, str], later: list[bytes], etag: str = ETAG) -> tuple[bytes, int]:
+    fetches = iter(later)
+    count = 0
+
+    async def again() -> bytes:
+        nonlocal count
+        count += 1
+        return next(fetches)
+
+    return asyncio.run(whole(first, etag, again, checksum)), count
+
+
+@pytest.mark.parametrize("algorithm", ["CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256"])
+def test_a_store_checksum_is_checked_instead_of_the_md5(algorithm: str) -> None:
+    checksum = (algorithm, b64(algorithm, DATA))
+    assert check_sum(DATA, checksum, [], etag="0" * 32) == (DATA, 0), "the MD5 ETag is not asked"
+    assert check_sum(damaged(DATA, 7), checksum, [DATA]) == (DATA, 1)
+    with pytest.raises(CapacityError, match=f"{algorithm} checksum"):
+        check_sum(damaged(DATA, 1), checksum, [damaged(DATA, 2), damaged(DATA, 3)])
+
+
+def test_a_store_checksum_checks_objects_whose_etag_is_no_md5() -> None:
+    checksum = ("CRC32", b64("CRC32", DATA))
+    assert check_sum(damaged(DATA, 0), checksum, [DATA], etag="abc-1") == (DATA, 1)
+
+
+def test_large_bodies_are_checked_in_the_pool() -> None:
+    data = bytes(range(256)) * (LOOP_MAX["CRC32"] // 256 + 1)
+    assert check_sum(data, ("CRC32", b64("CRC32", data)), []) == (data, 0)
+    assert check_sum(damaged(data, 3), ("CRC32", b64("CRC32", data)), [data]) == (data, 1)
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ({}, None),
+        ({"ChecksumCRC32": "AAAAAA=="}, ("CRC32", "AAAAAA==")),
+        ({"ChecksumCRC32": "AAAAAA==", "ChecksumCRC64NVME": "AAAAAAAAAAA="}, ("CRC64NVME", "AAAAAAAAAAA=")),
+        ({"ChecksumSHA256": "x=", "ChecksumCRC32C": "y="}, ("CRC32C", "y=")),
+        ({"ChecksumCRC32": "AAAAAA==-3"}, None),  # composite: of the part checksums
+        ({"ChecksumCRC32": "AAAAAA==", "ChecksumType": "COMPOSITE"}, None),
+        ({"ChecksumCRC32": "AAAAAA==", "ChecksumType": "FULL_OBJECT"}, ("CRC32", "AAAAAA==")),
+        ({"ChecksumCRC32": ""}, None),
+    ],
+)
+def test_which_store_checksum_is_taken(answer: dict[str, str], expected: tuple[str, str] | None) -> None:
+    assert whole_checksum(answer) == expected
