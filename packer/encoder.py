@@ -255,7 +255,7 @@ class SegmentEncoder:
         if extent_crc(stored, crc32c) != crc:
             raise CorruptData(f"crc mismatch copying {bucket}/{key} seq {seq} part {part}")
         if crc32c != _writes_crc32c():
-            crc = extent_crc(stored, not crc32c)
+            crc = extent_crc(stored, _writes_crc32c())
         return self._append(bucket, key, seq, part, stored, raw, codec, crc, upload, meta)
 
     def _append(
