@@ -76,17 +76,21 @@ MOUNTED = "mounted"  # the gateway's bucket
 KiB = 1024
 
 
-def put_source(endpoint: str | None, keys: list[str], size: int, www: Path, files: Path | None) -> None:
-    """The data set into moto at ``endpoint`` (no delay), or as files under
-    ``files`` (rclone's root); for nginx, into ``www/mounted``."""
+def put_source(endpoint: str | None, keys: list[str], size: int, www: Path, files: Path | None,
+               checksum: str | None = None) -> None:
+    """The data set into the S3 store at ``endpoint`` (moto with no delay,
+    or rclone; with ``checksum``, each PUT carries one, which the store
+    keeps), or as files under ``files`` (rclone's root); for nginx, into
+    ``www/mounted``."""
     s3 = moto_client(endpoint) if endpoint else None
     if s3 is not None:
         s3.create_bucket(Bucket=SOURCE)
+    extra = {"ChecksumAlgorithm": checksum} if checksum else {}
 
     def put(i: int) -> None:
         body = body_of(i, size)
         if s3 is not None:
-            s3.put_object(Bucket=SOURCE, Key=f"{PREFIX}/{keys[i]}", Body=body)
+            s3.put_object(Bucket=SOURCE, Key=f"{PREFIX}/{keys[i]}", Body=body, **extra)
         for path in [www / MOUNTED / keys[i]] + ([files / SOURCE / PREFIX / keys[i]] if files else []):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(body)
@@ -118,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hot-fs", choices=("root", "ext4"), default="root",
                     help="the gateway's data dir on the temp dir's filesystem (root, default) or on a new "
                          "ext4 made for the run (a loop image: root only), as a node's own NVMe would be")
+    ap.add_argument("--checksum", choices=("none", "CRC32", "CRC64NVME"), default="none",
+                    help="objects PUT with this checksum, which the gateway checks instead of the MD5 ETag "
+                         "(none: rclone's files written into its directory, moto's PUT with boto3's defaults)")
     ap.add_argument("--hinted", action="store_true",
                     help="also a cold epoch registered with POST /epochs just before, read from a shared queue "
                          "and then with interleaved readers (each on a new mount of the same source)")
@@ -141,10 +148,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"putting {objects:,} objects into the store ({args.store}) ...", flush=True)
         if args.store == "moto":
             moto = stack.enter_context(delayed_moto(args.latency_ms))
-            put_source(moto.endpoint, keys, args.size, tmp / "www", None)
-        else:  # the files first: rclone serves the directory as it finds it
+            put_source(moto.endpoint, keys, args.size, tmp / "www", None,
+                       None if args.checksum == "none" else args.checksum)
+        elif args.checksum == "none":  # the files first: rclone serves the directory as it finds it
             put_source(None, keys, args.size, tmp / "www", tmp / "store")
             rclone = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))  # started by entering
+        else:  # PUT through rclone's S3 API, each object with its checksum
+            (tmp / "store").mkdir()
+            rclone = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))  # started by entering
+            put_source(rclone.endpoint, keys, args.size, tmp / "www", None, args.checksum)
+        if args.store == "rclone":
             proxy = stack.enter_context(DelayProxy(rclone.port))
             proxy.delay_s = args.latency_ms / 2000
             moto = DelayedMoto(rclone.endpoint, rclone.proc.pid, proxy)  # type: ignore[union-attr]
