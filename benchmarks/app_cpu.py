@@ -22,7 +22,10 @@ each object read once, ``--concurrency`` (16) at a time, a new set of
 objects each round; the process's CPU per GET then counts the store GET,
 the checks, the record write and the hot-tier fill (``--fs ext4`` puts the
 data dir on a new ext4, see ``_common.data_filesystem``); ``--method HEAD``
-sends each object a cold HEAD instead (one HEAD to the store). With ``--floor``
+sends each object a cold HEAD instead (one HEAD to the store); ``--managed``:
+the objects are written through the gateway instead, flushed into segments
+in rclone (the capacity store) and evicted, so each GET is a miss of a
+small extent. With ``--floor``
 each round is followed by one of the floor relay (benchmarks/_floor_relay.py:
 the same ranged GET with the same store client, one write, the answer, and
 nothing else) over objects of its own, and the miss is also given as a
@@ -196,50 +199,77 @@ async def measure_cold(args: argparse.Namespace) -> list[tuple[float, float, flo
             await node.tiering.mounts.mount(Mount(  # type: ignore[union-attr]
                 name=BUCKET, bucket="src", prefix="", created_ms=now_ms(), endpoint=store.endpoint,
                 access_key=MOTO_KEY, secret_key=MOTO_KEY, freshness=60.0))
-            statuses: list[int] = []
-            never = asyncio.Event()
-
-            async def one(scope: dict[str, Any], app: Any) -> None:
-                received: list[bool] = []
-
-                async def receive() -> dict[str, Any]:
-                    if received:
-                        await never.wait()
-                    received.append(True)
-                    return {"type": "http.request", "body": b"", "more_body": False}
-
-                async def send(message: dict[str, Any]) -> None:
-                    if message["type"] == "http.response.start":
-                        statuses.append(message["status"])
-
-                await app(scope, receive, send)
-
             rounds = []
             for number, round_keys in enumerate(keys):
                 scopes = [signed_scope(key, "127.0.0.1:9100", method=args.method) for key in round_keys]
-                statuses.clear()
-                gate = asyncio.Semaphore(args.concurrency)
                 serving = floor if args.floor and number % 2 else app
-
-                async def gated(scope: dict[str, Any], gate: asyncio.Semaphore = gate, serving: Any = serving) -> None:
-                    async with gate:
-                        await one(scope, serving)
-
-                switches, thread, process = context_switches(), time.thread_time(), time.process_time()
-                await asyncio.gather(*(gated(scope) for scope in scopes))
-                thread, process = time.thread_time() - thread, time.process_time() - process
-                switches = context_switches() - switches
-                if os.environ.get("DEBUG_SW"):
-                    sys.path.insert(0, "/tmp"); import sw  # noqa
-                    now = sw.per_comm(); prev = getattr(sw, "prev", None); sw.prev = now
-                    if prev: print({k: round((now[k] - prev.get(k, 0)) / len(scopes), 2) for k in now}, file=sys.__stdout__)
-                bad = [s for s in statuses if s != 200]
-                if bad or len(statuses) != len(scopes):
-                    raise SystemExit(f"{len(bad)} requests answered {sorted(set(bad))}")
-                rounds.append((thread / len(scopes) * 1e6, process / len(scopes) * 1e6, switches / len(scopes)))
+                rounds.append(await cold_round(serving, scopes, args.concurrency))
             return rounds
         finally:
             await floor.close()
+            await node.stop()
+
+
+async def cold_round(app: Any, scopes: list[dict[str, Any]], concurrency: int) -> tuple[float, float, float]:
+    """``scopes`` through ``app``, ``concurrency`` at a time: the loop
+    thread's and the process's CPU per request (us), and the process's
+    context switches per request. Every answer must be a 200."""
+    statuses: list[int] = []
+    never = asyncio.Event()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(scope: dict[str, Any]) -> None:
+        received: list[bool] = []
+
+        async def receive() -> dict[str, Any]:
+            if received:
+                await never.wait()
+            received.append(True)
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        async with gate:
+            await app(scope, receive, send)
+
+    switches, thread, process = context_switches(), time.thread_time(), time.process_time()
+    await asyncio.gather(*(one(scope) for scope in scopes))
+    thread, process = time.thread_time() - thread, time.process_time() - process
+    switches = context_switches() - switches
+    bad = [s for s in statuses if s != 200]
+    if bad or len(statuses) != len(scopes):
+        raise SystemExit(f"{len(bad)} requests answered {sorted(set(bad))}")
+    return thread / len(scopes) * 1e6, process / len(scopes) * 1e6, switches / len(scopes)
+
+
+async def measure_managed_cold(args: argparse.Namespace) -> list[tuple[float, float, float]]:
+    """CPU per GET of objects written through the gateway, flushed into
+    segments in the capacity store (``rclone serve s3``) and evicted: each
+    round reads a new set once, every GET a miss of a small extent."""
+    with temp_dir("app-cpu-managed") as tmp, contextlib.ExitStack() as stack:
+        (tmp / "store" / "capacity").mkdir(parents=True)
+        store = stack.enter_context(RcloneStore(tmp / "rclone", tmp / "store"))  # started by entering
+        data_fs = stack.enter_context(data_filesystem(args.fs, tmp))
+        config = Config(data_dir=data_fs / "data", credentials={ACCESS_KEY: SECRET_KEY}, region=REGION,
+                        capacity="s3://capacity", capacity_endpoint=store.endpoint,
+                        capacity_access_key=MOTO_KEY, capacity_secret_key=MOTO_KEY)
+        node = Node(config)
+        app = S3App(config, node, node.metrics, node.access_log)
+        await node.start()
+        try:
+            service = node.tiering.objects  # type: ignore[union-attr]
+            await service.create_bucket(BUCKET)
+            keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(args.rounds)]
+            for key in (k for round_keys in keys for k in round_keys):
+                data = os.urandom(args.size)
+                await service.put(BUCKET, key, _body(data), NewObject(), Integrity(expected_size=len(data)))
+            await node.tiering.tiers.flush()  # type: ignore[union-attr]
+            await node.tiering.tiers.residency.evict(BUCKET, "")  # type: ignore[union-attr]
+            return [await cold_round(app, [signed_scope(key, "127.0.0.1:9100") for key in round_keys],
+                                     args.concurrency) for round_keys in keys]
+        finally:
             await node.stop()
 
 
@@ -269,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=16, help="--cold: GETs at a time (16)")
     ap.add_argument("--fs", choices=("root", "ext4"), default="root", help="--cold: the data dir's filesystem")
     ap.add_argument("--floor", action="store_true", help="--cold: alternate with the floor relay's rounds")
+    ap.add_argument("--managed", action="store_true",
+                    help="--cold: objects written through the gateway, flushed to rclone and evicted, not mounted")
     ap.add_argument("--checksum", choices=("none", "CRC32", "CRC32C", "CRC64NVME"), default="none",
                     help="--cold: objects PUT with this checksum (none: written as files, MD5 ETags only)")
     ap.add_argument("--method", choices=("GET", "HEAD"), default="GET",
@@ -285,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             # through its socket transport, which costs several times more
             # on asyncio's own selector loop.
             with asyncio.Runner(loop_factory=loop_factory()) as runner:
-                rounds = runner.run(measure_cold(args) if args.cold else measure(args))
+                cold = measure_managed_cold if args.managed else measure_cold
+                rounds = runner.run(cold(args) if args.cold else measure(args))
         finally:
             sys.stderr = stderr
     thread = [r[0] for r in rounds]
@@ -304,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
               f"switches per miss, app {statistics.median(switches[0::2]):.1f}, floor {statistics.median(switches[1::2]):.1f}")
         return 0
     if args.cold:
-        print(f"S3 app alone, cold GETs of mounted {args.size:,}-byte objects (rclone store, {args.concurrency} "
+        what = "managed (flushed, evicted)" if args.managed else "mounted"
+        print(f"S3 app alone, cold GETs of {what} {args.size:,}-byte objects (rclone store, {args.concurrency} "
               f"at a time, data dir on {args.fs}), {args.rounds} rounds of {args.gets:,}: process CPU "
               f"{statistics.median(process):.0f} us/GET (median; {min(process):.0f}-{max(process):.0f}), "
               f"loop thread {statistics.median(thread):.0f}; {statistics.median(switches):.1f} context switches/GET")

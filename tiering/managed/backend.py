@@ -119,8 +119,10 @@ class ManagedBuckets:
     async def plan(self, read: Read) -> ReadPlan:
         """Decide ``read`` and, for a small object all in the hot tier, read
         its body, in one pool call: a hot GET costs one hand-off. Larger or
-        colder bodies stream from :meth:`stream`."""
-        meta, decision, data = await pool.run(self._plan_sync, read)
+        colder bodies stream from :meth:`stream`; one whose record the
+        record cache holds is decided on the event loop, without that call."""
+        now = self._decided_now(read)
+        meta, decision, data = now if now is not None else await pool.run(self._plan_sync, read)
         tally = ReadTally()
         if not (read.body and decision.sends_body):
             return plan(meta, read, decision, tally=tally)
@@ -134,6 +136,25 @@ class ManagedBuckets:
             return plan(meta, read, decision, b"".join([block async for block in chunks]), tally)
         body = self.stream(meta, wanted, tally, ask_peers=read.peer is None, blocks=read.blocks)
         return plan(meta, read, decision, body, tally)
+
+    def _decided_now(self, read: Read) -> tuple[ObjectMeta, Decision, None] | None:
+        """``read`` decided on the event loop when there is nothing for the
+        pool to read: its body is not a small object all in the hot tier (a
+        miss of a small object, any large one, or no body asked). None
+        otherwise (and for a missing key or a version): :meth:`_plan_sync`.
+        The record is a point read, on the loop as a mounted object's is
+        (about 5 us decoded); the pool call of a cold small GET only found
+        out that its bytes were not cached, at about 100 us of the process's
+        CPU and six context switches (``benchmarks/app_cpu.py --cold --managed``)."""
+        if read.version is not None:
+            return None
+        meta = self._index.get_object(read.bucket, read.key)
+        if meta is None:
+            return None
+        decision = decide(meta, read)
+        if read.body and decision.sends_body and meta.size <= SMALL_READ and self.is_hot(meta, ByteRange(0, meta.size)):
+            return None  # read whole in the pool
+        return meta, decision, None
 
     def _plan_sync(self, read: Read) -> tuple[ObjectMeta, Decision, bytes | None]:
         while True:
