@@ -119,8 +119,8 @@ class ManagedBuckets:
     async def plan(self, read: Read) -> ReadPlan:
         """Decide ``read`` and, for a small object all in the hot tier, read
         its body, in one pool call: a hot GET costs one hand-off. Larger or
-        colder bodies stream from :meth:`stream`; one whose record the
-        record cache holds is decided on the event loop, without that call."""
+        colder bodies stream from :meth:`stream`; a read with nothing for
+        the pool to read is decided on the event loop (:meth:`_decided_now`)."""
         now = self._decided_now(read)
         meta, decision, data = now if now is not None else await pool.run(self._plan_sync, read)
         tally = ReadTally()

@@ -60,8 +60,9 @@ BLOCK = 512 * 1024
 
 class Arrival:
     """The stored bytes of one extent of ``size`` bytes and CRC ``crc`` (a
-    CRC32C if ``crc32c``, else zlib's CRC32) as they arrive, readable meanwhile (:meth:`read`); settled by its fetch
-    with the checked bytes or an error.
+    CRC32C if ``crc32c``, else zlib's CRC32) as they arrive, readable
+    meanwhile (:meth:`read`); settled by its fetch with the checked bytes
+    or an error.
 
     It is the ``Into`` of the store's GET (``tiering/capacity/store.py``):
     the bytes land in one buffer of the extent's size (the event loop reads
