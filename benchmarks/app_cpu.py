@@ -115,6 +115,15 @@ async def _body(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
+async def put_random(node: Node, keys: list[str], size: int) -> None:
+    """``keys`` of ``size`` random bytes written through ``node`` into BUCKET (made here)."""
+    service = node.tiering.objects  # type: ignore[union-attr]
+    await service.create_bucket(BUCKET)
+    for key in keys:
+        data = os.urandom(size)
+        await service.put(BUCKET, key, _body(data), NewObject(), Integrity(expected_size=len(data)))
+
+
 async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
     with temp_dir("app-cpu") as tmp:
         config = Config(data_dir=tmp / "data", credentials={ACCESS_KEY: SECRET_KEY}, region=REGION)
@@ -122,12 +131,8 @@ async def measure(args: argparse.Namespace) -> list[tuple[float, float]]:
         app = S3App(config, node, node.metrics, node.access_log)
         await node.start()
         try:
-            service = node.tiering.objects  # type: ignore[union-attr]
-            await service.create_bucket(BUCKET)
             keys = [f"k{i:06d}" for i in range(args.objects)]
-            for key in keys:
-                data = os.urandom(args.size)
-                await service.put(BUCKET, key, _body(data), NewObject(), Integrity(expected_size=len(data)))
+            await put_random(node, keys, args.size)
             statuses: list[int] = []
             body = [b""]
             received: list[bool] = []
@@ -259,12 +264,8 @@ async def measure_managed_cold(args: argparse.Namespace) -> list[tuple[float, fl
         app = S3App(config, node, node.metrics, node.access_log)
         await node.start()
         try:
-            service = node.tiering.objects  # type: ignore[union-attr]
-            await service.create_bucket(BUCKET)
             keys = [[f"r{r}/k{i:06d}" for i in range(args.gets)] for r in range(args.rounds)]
-            for key in (k for round_keys in keys for k in round_keys):
-                data = os.urandom(args.size)
-                await service.put(BUCKET, key, _body(data), NewObject(), Integrity(expected_size=len(data)))
+            await put_random(node, [k for round_keys in keys for k in round_keys], args.size)
             await node.tiering.tiers.flush()  # type: ignore[union-attr]
             await node.tiering.tiers.residency.evict(BUCKET, "")  # type: ignore[union-attr]
             return [await cold_round(app, [signed_scope(key, "127.0.0.1:9100") for key in round_keys],
