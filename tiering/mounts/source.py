@@ -19,7 +19,7 @@ from tiering.capacity.s3 import S3Store
 from tiering.capacity.s3_answers import BadBody, parse_content_range, read_body
 from tiering.capacity.s3_upload import S3Upload
 from tiering.errors import CapacityError
-from tiering.meta import STORED_HEADERS
+from tiering.meta import STORED_HEADERS, Checksum
 
 # Store error codes of a ranged GET of an object that has no first byte to
 # send: empty (InvalidRange), or archived (InvalidObjectState, as S3 answers
@@ -69,22 +69,29 @@ def unquoted_etag(raw: str | None) -> str:
 
 
 # The x-amz-checksum-* algorithms, cheapest to verify first (docs/performance.md):
-# every one of them is cheaper than the MD5 of the ETag.
+# every one of them is cheaper than the MD5 of the ETag. An object has one.
 _CHECKSUMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA1", "SHA256")
+
+
+def answer_checksum(answer: dict[str, Any], untyped: str) -> Checksum | None:
+    """The object checksum a store's answer carries (botocore's
+    ``Checksum<ALGORITHM>`` fields), of the type the answer names, else
+    ``untyped``; None when it carries none."""
+    for algorithm in _CHECKSUMS:
+        if value := answer.get("Checksum" + algorithm):
+            return Checksum(algorithm, value, answer.get("ChecksumType") or untyped)
+    return None
 
 
 def whole_checksum(answer: dict[str, Any]) -> tuple[str, str] | None:
     """The checksum of the object's whole content in a store's answer:
-    (algorithm, base64 value), the cheapest to verify; None when there is
-    none, or only a composite one (of the part checksums of a multipart
-    upload, ``-N`` suffixed), which says nothing of the bytes themselves."""
-    if answer.get("ChecksumType") == "COMPOSITE":
+    (algorithm, base64 value); None when there is none, or only a composite
+    one (of the part checksums of a multipart upload, ``-N`` suffixed),
+    which says nothing of the bytes themselves."""
+    checksum = answer_checksum(answer, "FULL_OBJECT")
+    if checksum is None or checksum.type == "COMPOSITE" or "-" in checksum.value:
         return None
-    for algorithm in _CHECKSUMS:
-        value = answer.get("Checksum" + algorithm)
-        if value and "-" not in value:
-            return algorithm, value
-    return None
+    return checksum.algorithm, checksum.value
 
 
 def source_object(key: str, answer: dict[str, Any]) -> SourceObject:

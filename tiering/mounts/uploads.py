@@ -44,7 +44,7 @@ from tiering.model.digests import ingest
 from tiering.model.inputs import Integrity, NewObject
 from tiering.model.uploads import ChosenPart, check_order, md5_of_parts
 from tiering.mounts.buckets import Mounts, unreachable
-from tiering.mounts.source import epoch_ms, unquoted_etag
+from tiering.mounts.source import answer_checksum, epoch_ms, unquoted_etag
 
 PART_MEMORY = 1024**3  # bytes of mounted-upload parts held in memory at once
 
@@ -186,11 +186,8 @@ class MountUploads:
             raise unreachable(mount, exc) from None
         if not answer and meta.etag != md5_of_parts([want.etag for want in chosen]):
             raise NoSuchUpload(UploadId=upload_id)
-        algorithm = next((a for a in _ALGORITHMS if answer.get(f"Checksum{a}")), None)
-        if algorithm is not None:
-            kind = answer.get("ChecksumType") or "COMPOSITE"
-            meta = replace(meta, checksum=Checksum(algorithm, answer[f"Checksum{algorithm}"], kind))
-        return meta
+        checksum = answer_checksum(answer, "COMPOSITE")  # a multipart upload's, unless it says otherwise
+        return meta if checksum is None else replace(meta, checksum=checksum)
 
     async def abort(self, name: str, key: str, upload_id: str) -> None:
         self._mounts.writable(name)
@@ -227,9 +224,6 @@ class MountUploads:
             for item in answer["Uploads"]
         ]
         return uploads, bool(answer.get("IsTruncated"))
-
-
-_ALGORITHMS = ("CRC64NVME", "CRC32C", "CRC32", "SHA256", "SHA1")
 
 
 def _refusal(mount: Mount, exc: CapacityError, upload_id: str | None) -> TierstoreError:

@@ -122,14 +122,14 @@ class _Abandoned(CapacityError):
     Never leaves this module."""
 
 
-async def _decoded(ext: Extent, ref: seg.EntryRef, stored: bytes | memoryview) -> bytes:
+async def _decoded(ext: Extent, stored: bytes | memoryview) -> bytes:
     """The extent's verified raw bytes (FormatError when they fail): on the
     event loop for a small extent stored as it is with a CRC32C (its check
     is a CRC over at most LOOP_DECODE bytes, about 4 us), where a pool call
     would cost the process several times that in handoffs; else in the pool."""
     if ext.crc32c and ext.codec == codec.NONE and ext.stored <= LOOP_DECODE:
-        return seg.decode_entry(ref, stored)
-    return await pool.run(seg.decode_entry, ref, stored)
+        return seg.decode_entry(_entry_ref(ext), stored)
+    return await pool.run(seg.decode_entry, _entry_ref(ext), stored)
 
 
 def _entry_ref(ext: Extent) -> seg.EntryRef:
@@ -310,8 +310,7 @@ class ExtentReader:
     ) -> bytes:
         """GET the extent alone until its bytes verify, ``_ATTEMPTS`` times
         in all (``tried`` already made, by a run); with ``fill`` (pinned or
-        not), cached behind the check in the same pool call."""
-        ref = _entry_ref(ext)
+        not), cached behind the check by the fills' writer."""
         gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
         for attempt in range(tried + 1, _ATTEMPTS + 1):
             async with gets:
@@ -323,7 +322,7 @@ class ExtentReader:
             try:
                 if fill is not None:
                     return await self._decode_and_fill(ext, stored, fill)
-                return await _decoded(ext, ref, stored)
+                return await _decoded(ext, stored)
             except FormatError as exc:
                 log.warning("extent %s@%d failed verification (attempt %d): %s", ext.segment, ext.offset, attempt, exc)
                 if attempt == _ATTEMPTS:
@@ -338,7 +337,7 @@ class ExtentReader:
         fail verification), then cached (pinned when ``pin``) behind the
         answer by the fills' writer thread. The fill is registered
         (``_fills``) before this returns."""
-        data = await _decoded(ext, _entry_ref(ext), stored)
+        data = await _decoded(ext, stored)
         self._start_fill(ext, data, pin)
         return data
 
