@@ -22,7 +22,8 @@ WORKDIR /src
 # Dependencies first, read from pyproject.toml itself (no second list to keep
 # in step), so a change of the source rebuilds only the layers below.
 COPY pyproject.toml ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+# The gateway is the base install (the client) plus its `server` extra.
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['server']))" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt \
     && rm /tmp/requirements.txt
 COPY README.md ./

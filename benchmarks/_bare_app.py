@@ -49,8 +49,8 @@ def make_app(size: int) -> Any:
 def make_files_app(directory: Path, batch: int) -> Any:
     import _common  # noqa: F401  (puts the repo root on sys.path)
 
-    from gateway import tar
     from gateway.handlers.batch import RUN
+    from gateway.s3 import tar
     from tiering.files import unfilled
 
     paths = sorted(directory.iterdir())
@@ -97,8 +97,8 @@ def main() -> None:
         return
     import _common  # noqa: F401
 
-    from gateway import listener, process
-    from gateway.config import Config
+    from gateway.config.values import Config
+    from gateway.serving import listener, process
 
     directory = Path(sys.argv[sys.argv.index("--files") + 1])
     batch = int(sys.argv[sys.argv.index("--batch") + 1])

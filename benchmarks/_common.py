@@ -30,7 +30,15 @@ import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.utils import parse_timestamp
 
-from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, free_ports, stop_process, wait_http
+from tests.servers import (
+    ACCESS_KEY,
+    SECRET_KEY,
+    Gateway,
+    free_port,
+    free_ports,
+    stop_process,
+    wait_http,
+)
 
 REGION = "us-east-1"
 

@@ -60,13 +60,13 @@ from _compare_peers import MOTO_KEY, RcloneStore
 from _floor_relay import FloorRelay
 
 from gateway.app import S3App
-from gateway.config import Config
-from gateway.process import loop_factory, tune_gc, tune_malloc
+from gateway.config.values import Config
 from gateway.node import Node
+from gateway.serving.process import loop_factory, tune_gc, tune_malloc
 from tiering.capacity import sigv4
-from tiering.model.inputs import Integrity, NewObject
-from tiering.meta import Mount, now_ms
 from tiering.capacity.sigv4 import EMPTY_SHA256
+from tiering.meta import Mount, now_ms
+from tiering.model.inputs import Integrity, NewObject
 
 BUCKET = "app-cpu"
 

@@ -69,7 +69,16 @@ from types import ModuleType
 from typing import TypeVar
 
 import boto3
-from _common import ACCESS_KEY, REGION, SECRET_KEY, gateway, machine, run_and_report, table, temp_dir
+from _common import (
+    ACCESS_KEY,
+    REGION,
+    SECRET_KEY,
+    gateway,
+    machine,
+    run_and_report,
+    table,
+    temp_dir,
+)
 from _compare_client import PlainClient, SignedClient
 from _compare_peers import NginxLocal
 from _compare_workloads import cpu_meter, epoch
@@ -79,9 +88,9 @@ from ab import bare_app
 from botocore.config import Config as BotoConfig
 from delay_proxy import DelayProxy
 
-from gateway.batch_client import BatchClient, BatchDataset
+from gateway.client.batch import BatchClient, BatchDataset
+from gateway.client.order import shuffled
 from tests.servers import children
-from tiering.prefetch.order import shuffled
 
 KiB, MiB = 1024, 1024**2
 BUCKET = "data"

@@ -30,12 +30,12 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from botocore.exceptions import ClientError
 from _common import client, machine, table, temp_dir, write_results
 from _moto import delayed_moto, s3_capacity_args
+from botocore.exceptions import ClientError
 from capacity import gateway, log
 
-from gateway.sizes import parse_size
+from gateway.config.sizes import parse_size
 from tests.servers import Gateway
 
 MODES = ("one writer", "a writer per bucket")

@@ -13,7 +13,7 @@ SIGTERM), temp dirs removed:
                is checked by timing HEADs
   tierstore    a managed bucket whose capacity store is the delayed store;
                cold = flushed and evicted, hinted = evicted and the epoch's
-               order registered (gateway.hints), hot = read once
+               order registered (gateway.client.hints), hot = read once
   moto direct  the delayed store itself, no cache in between ("rclone direct"
                with ``--store rclone``)
   nginx-local  nginx serving the same files from local disk (the HTTP limit
@@ -28,7 +28,7 @@ SIGTERM), temp dirs removed:
 Workloads (``--quick`` sizes in parentheses):
 
   1. an epoch of ``--objects`` 64 KiB objects (4,000; 1,000) in a shuffled
-     order (``tiering.prefetch.order.shuffled``), ``--readers`` (16) threads with a
+     order (``gateway.client.order.shuffled``), ``--readers`` (16) threads with a
      lean client each (one keep-alive connection, SigV4 by a cached key,
      whichever server it reads: nginx ignores the signature, and every
      server is read by the same client): objects/s, MiB/s, p50/p99,
@@ -70,9 +70,9 @@ from _epoch_workload import Admin, body_of, checker, key_of
 from _moto import CAPACITY_BUCKET, moto_client, moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
 
-from gateway.hints import Hints
+from gateway.client.hints import Hints
+from gateway.client.order import shuffled
 from tests.servers import ADMIN_TOKEN, children
-from tiering.prefetch.order import shuffled
 
 KiB, MiB = 1024, 1024**2
 BUCKET = "data"  # in tierstore, in moto (moto direct, nginx-cache, rclone), in JuiceFS

@@ -34,7 +34,7 @@ from _common import client, machine, table, temp_dir, write_results
 from _moto import delayed_moto, s3_capacity_args
 from capacity import gateway, log
 
-from gateway.sizes import parse_size
+from gateway.config.sizes import parse_size
 from tests.servers import Gateway
 
 NODES = ("n1", "n2", "n3")

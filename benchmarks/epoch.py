@@ -8,7 +8,7 @@ One moto S3 server (with ranged GETs that read only the range, see
 written twice: straight into moto (``s3://source/``, one object per key) and
 through the gateway into a managed bucket whose capacity store is moto behind
 the proxy, then flushed and evicted. Each epoch reads every object once, in
-a new order (``tiering.prefetch.order.shuffled`` of the keys with the epoch's seed),
+a new order (``gateway.client.order.shuffled`` of the keys with the epoch's seed),
 from ``--readers`` (8) threads with a boto3 client each: reader r reads
 positions r, r + 8, r + 16, ... of the order.
 
@@ -67,9 +67,9 @@ from _epoch_workload import (
 from _moto import moto_client, moto_store, s3_capacity_args
 from delay_proxy import DelayProxy
 
-from gateway.hints import Hints
+from gateway.client.hints import Hints
+from gateway.client.order import shuffled
 from tests.servers import ADMIN_TOKEN
-from tiering.prefetch.order import shuffled
 
 HIGH_WATERMARK = 0.9  # tiering.hot.tier.HotTier's default: reads fill the cache up to it
 

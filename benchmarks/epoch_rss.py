@@ -6,7 +6,7 @@ the gateway, flushed and evicted; the gateway's hot tier (``--hot-size``,
 half the data set by default) holds about half of them, so every epoch both
 hits and misses: it fetches, fills the cache and evicts. Then, for
 ``--minutes`` (10), epoch after epoch reads every object once in a new
-shuffled order (``tiering.prefetch.order.shuffled`` with the epoch's number as seed)
+shuffled order (``gateway.client.order.shuffled`` with the epoch's number as seed)
 from ``--readers`` (16) threads, each a lean signed client on one keep-alive
 connection; every body is checked against the object's MD5.
 
@@ -37,7 +37,7 @@ from _moto import delayed_moto, s3_capacity_args
 from _soak_measure import MAX_RSS_SLOPE, Sampler, proc_status, rss_figures
 from capacity import KiB, MiB, admin, log
 
-from tiering.prefetch.order import shuffled
+from gateway.client.order import shuffled
 
 BUCKET = "epochs"
 SAMPLE_EVERY = 2.0

@@ -26,7 +26,16 @@ from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
 import httpx
-from _common import client, gateway, machine, moto_server, percentile, table, temp_dir, write_results
+from _common import (
+    client,
+    gateway,
+    machine,
+    moto_server,
+    percentile,
+    table,
+    temp_dir,
+    write_results,
+)
 from small_objects import run_phase
 
 from tests.servers import ADMIN_TOKEN

@@ -57,7 +57,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from rocksdict import WriteBatch, WriteOptions
 
-from gateway import xml
+from gateway.s3 import xml
 from tiering.index.db import Index
 from tiering.meta import BucketInfo, Chunk, ObjectMeta, now_ms
 

@@ -50,7 +50,7 @@ from _common import (  # first: puts the repo root on sys.path
 from _compare_client import SignedClient
 from _moto import delayed_moto, moto_client, s3_capacity_args
 
-from gateway.sizes import parse_size
+from gateway.config.sizes import parse_size
 from tests.servers import Gateway, children, free_ports
 from tiering.cluster.peers import owner
 

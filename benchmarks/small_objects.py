@@ -32,7 +32,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from _common import client, gateway, machine, moto_server, percentile, process_cpu, table, temp_dir, write_results
+from _common import (
+    client,
+    gateway,
+    machine,
+    moto_server,
+    percentile,
+    process_cpu,
+    table,
+    temp_dir,
+    write_results,
+)
 
 BUCKET = "bench-small"
 

@@ -69,7 +69,6 @@ from capacity import KiB, MiB, admin, log, parse_size
 from tests.servers import Gateway
 from tiering.maintenance import fsck
 
-
 # -- the run --------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ gateway into a managed bucket whose capacity store is moto behind the proxy,
 which is then flushed and evicted.
 
 An epoch reads every shard once in the gateway's documented shuffle
-(``tiering.prefetch.order.shuffled``, which ``gateway.hints.shard_epoch`` uses) with
+(``gateway.client.order.shuffled``, which ``gateway.client.hints.shard_epoch`` uses) with
 the epoch's seed. ``--readers`` (4) threads each stream their share of the
 order, positions r, r + N, ... (what ``split_by_worker`` gives DataLoader
 worker r), through ``webdataset.WebDataset``, counting samples and bytes
@@ -55,15 +55,21 @@ import _common  # first: puts the repo root on sys.path
 import boto3
 import httpx
 from _common import (
-    client, gateway, machine, percentile, table, temp_dir, write_results,
+    client,
+    gateway,
+    machine,
+    percentile,
+    table,
+    temp_dir,
+    write_results,
 )
 from _epoch_workload import Admin, Meter
 from _moto import MOTO_KEY, delayed_moto, s3_capacity_args
 from botocore.config import Config as BotoConfig
 
-from gateway.hints import Hints, shard_epoch
+from gateway.client.hints import Hints, shard_epoch
+from gateway.client.order import expand, shuffled
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
-from tiering.prefetch.order import expand, shuffled
 
 
 def _import_webdataset() -> ModuleType:

@@ -19,10 +19,21 @@ from typing import Any
 
 import boto3
 
-from gateway.batch_client import BatchDataset
-from gateway.hints import HintedSampler
+from gateway.client.batch import BatchDataset
+from gateway.client.hints import HintedSampler
 
-from _recipe import KiB, RandomIndices, arguments, check, create_bucket, epoch_line, last_epoch, payload, rate, same_bytes
+from _recipe import (
+    KiB,
+    RandomIndices,
+    arguments,
+    check,
+    create_bucket,
+    epoch_line,
+    last_epoch,
+    payload,
+    rate,
+    same_bytes,
+)
 
 try:
     from torch import Generator

@@ -1,6 +1,6 @@
 """PyTorch-style data sets over a tierstore bucket, with or without torch:
 a map-style data set (one GET per sample) read in a random order that
-``gateway.hints.HintedSampler`` registers with the gateway, and an iterable
+``gateway.client.hints.HintedSampler`` registers with the gateway, and an iterable
 data set that splits its objects across workers. With torch installed both
 go into ``torch.utils.data.DataLoader``; without it the recipe drives them by
 hand. Every sample is checked, and the epoch is shown as ``GET /epochs``
@@ -20,7 +20,7 @@ from typing import Any
 
 import boto3
 
-from gateway.hints import HintedSampler
+from gateway.client.hints import HintedSampler
 
 from _recipe import (
     KiB,

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import boto3
 import webdataset as wds
 
-from gateway.batch_client import virtual_shards
+from gateway.client.batch import virtual_shards
 
 from _recipe import KiB, arguments, check, create_bucket, fail, payload, rate, same_bytes
 

@@ -23,7 +23,7 @@ import time
 import boto3
 import webdataset as wds
 
-from gateway.hints import shard_epoch
+from gateway.client.hints import shard_epoch
 
 from _recipe import (
     KiB,

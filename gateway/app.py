@@ -20,13 +20,16 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gateway import routes, sigv4, xml
-from gateway.access import Access, signed
-from gateway.accesslog import AccessLog
-from gateway.config import Config
-from gateway.context import Context, owner_ids
-from gateway.errors import S3Error, to_s3_error
-from gateway.http import (
+from gateway import routes
+from gateway.auth import sigv4
+from gateway.auth.access import Access, signed
+from gateway.config.values import Config
+from gateway.handlers.context import Context, owner_ids
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import tier_of
+from gateway.s3 import xml
+from gateway.s3.errors import S3Error, to_s3_error
+from gateway.s3.http import (
     CLIENT_HEADER,
     ClientDisconnected,
     Response,
@@ -34,7 +37,6 @@ from gateway.http import (
     has_body,
     new_request_id,
 )
-from gateway.metrics import tier_of
 
 log = logging.getLogger("tierstore.s3")
 
@@ -97,7 +99,7 @@ class Plane(Protocol):
 
 
 class Recorder(Protocol):
-    """Where finished requests are counted (``gateway.metrics.Metrics``; a
+    """Where finished requests are counted (``gateway.observability.metrics.Metrics``; a
     read worker's relay to the writer)."""
 
     def observe(self, op: str, status: int, tier: str, seconds: float, received: int, sent: int,
@@ -113,7 +115,7 @@ class S3App:
     """
 
     # Raised by ``_pass_on`` (or a handler) when the request is left to
-    # another process (a read worker's, gateway/worker.py): out of _http
+    # another process (a read worker's, gateway/workers/worker.py): out of _http
     # before anything was sent, and not recorded here.
     PASS_ON: tuple[type[BaseException], ...] = ()
 
@@ -219,7 +221,7 @@ class S3App:
             tier = tier_of(tally)
             hot, capacity, peer = (tally.hot, tally.capacity, tally.peer) if tally is not None else (0, 0, 0)
             objects = getattr(tally, "objects", None)  # a batch's (gateway/handlers/batch.py)
-            # Who asked (gateway/access.py): a user's name, root or anonymous;
+            # Who asked (gateway/auth/access.py): a user's name, root or anonymous;
             # "" when the request was refused before anyone was recognised.
             user = req.caller.name if req is not None and req.caller is not None else ""
             self.metrics.observe(op, status, tier, seconds, received, sent, hot, capacity, objects or 0, user,
@@ -277,7 +279,7 @@ class S3App:
         )
 
     def _authorize(self, access: Access, req: S3Request, op: str) -> None:
-        """The one authorisation point (gateway/access.py): who asks
+        """The one authorisation point (gateway/auth/access.py): who asks
         (``req.caller``), and may they run ``op`` on this bucket or object?
         AccessDenied if not. (A read worker passes a refusal on instead: the
         writer answers, logs and counts it.)"""

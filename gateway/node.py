@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 
-from gateway.access import Access
-from gateway.accesslog import AccessLog
-from gateway.config import Config
-from gateway.context import Context
-from gateway.listener import StartupError
-from gateway.metrics import Metrics
+from gateway.auth.access import Access
+from gateway.config.values import Config
+from gateway.handlers.context import Context
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import Metrics
+from gateway.serving.listener import StartupError
 from gateway.storage import open_node
 from tiering import pool
 from tiering.errors import CapacityError

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from gateway.context import Context
-from gateway.errors import S3Error
 from gateway.handlers import batch, buckets, listing, multipart, objects, permissions, tagging
-from gateway.http import Response, S3Request
+from gateway.handlers.context import Context
+from gateway.s3.errors import S3Error
+from gateway.s3.http import Response, S3Request
 
 Handler = Callable[[Context, S3Request], Awaitable[Response]]
 

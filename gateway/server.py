@@ -3,7 +3,7 @@
 :func:`serve` is the gateway's composition root: it builds the node
 (``gateway.node.Node``: configuration, metrics, access log, the tiering node)
 once, and hands it to the S3 app, the admin API and, with ``--workers``, the
-read workers' lookup server. It runs two servers (``gateway.listener``) side
+read workers' lookup server. It runs two servers (``gateway.serving.listener``) side
 by side. Order, and why:
 
 1. Bind both listening sockets first, so a busy port fails before the data
@@ -28,11 +28,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway import listener, process
 from gateway.admin import NodeStatus, build_admin_app
-from gateway.config import HOT_CAP, HOT_SHARE, Config
-from gateway.credentials import stored_secrets
-from gateway.listener import StartupError, authority
+from gateway.client.sources import stored_secrets
+from gateway.config.sizes import size
+from gateway.config.values import HOT_CAP, HOT_SHARE, Config
+from gateway.serving import listener, process
+from gateway.serving.listener import StartupError, authority
 from gateway.version import VERSION
 
 if TYPE_CHECKING:
@@ -127,8 +128,8 @@ async def _start_read_workers(
     app), the lookup socket, and ``config.workers`` worker processes on the
     S3 port; all stopped by ``stack``, workers first. Returns the task of
     the writer's socket server."""
-    from gateway.worker import WorkerSetup
-    from gateway.workers import read_workers, socket_dir
+    from gateway.workers.supervisor import read_workers, socket_dir
+    from gateway.workers.worker import WorkerSetup
     from tiering.index.generations import Generations
 
     tiering = node.tiering
@@ -208,7 +209,6 @@ def banner(config: Config, s3_port: int, admin_port: int) -> str:
 
 def _floor(config: Config) -> str:
     """The free space the hot tier leaves, and where it came from when nobody set it."""
-    from gateway.cli.render import size
 
     if not config.free_floor_from:
         return size(config.free_floor)
@@ -218,7 +218,6 @@ def _floor(config: Config) -> str:
 
 def _hot_tier(config: Config) -> str:
     """The budget, and where it came from when nobody set it."""
-    from gateway.cli.render import size
 
     if not config.hot_size_from:
         return size(config.hot_size)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gateway.config import Config, tier_settings
-from gateway.tls import client_tls
+from gateway.client.admin import client_tls
+from gateway.config.values import Config, tier_settings
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup
 from tiering.index.db import Index

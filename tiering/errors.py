@@ -1,7 +1,7 @@
 """The one exception hierarchy for everything below the HTTP edge.
 
 Each class names a failure in storage terms. The gateway maps every class to
-its S3 error code and HTTP status in a single table (``gateway/errors.py``);
+its S3 error code and HTTP status in a single table (``gateway/s3/errors.py``);
 nothing here knows about HTTP.
 """
 

@@ -5,6 +5,9 @@ orchestrators can probe them; everything else requires
 ``Authorization: Bearer <admin token>``. The OpenAPI schema and docs pages
 stay open: they describe the API, they expose no data. docs/admin-api.md
 lists every route; a test keeps the two in step.
+
+May import: ``client``, ``config``, ``observability``, ``s3``, ``storage``
+(peer clients for cooperative jobs) and ``version``; tiering's service.
 """
 
 from gateway.admin.app import build_admin_app

@@ -13,12 +13,12 @@ from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from gateway import metrics
 from gateway.admin import buckets, epochs, jobs, mounts, page, users
 from gateway.admin.bodies import admin_router
 from gateway.admin.context import AdminContext, NodeStatus
 from gateway.admin.errors import AdminError, fix_schema, install_error_handlers, responses
-from gateway.config import Config, redacted
+from gateway.config.values import Config, redacted
+from gateway.observability import metrics
 from gateway.version import VERSION
 
 READY_TIMEOUT = 2.0  # seconds the capacity store gets to answer a readiness probe

@@ -23,9 +23,9 @@ from fastapi.routing import APIRoute
 from pydantic import AfterValidator
 
 from gateway.admin.errors import AdminError
+from gateway.client.order import MAX_KEYS
 from tiering import pool
 from tiering.model.names import unencodable
-from tiering.prefetch.order import MAX_KEYS
 
 MiB = 1024 * 1024
 # A body of at most this many bytes: an epoch or warm job of MAX_KEYS keys

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.admin.errors import AdminError
-from gateway.config import Config
-from gateway.metrics import Metrics
+from gateway.config.values import Config
+from gateway.observability.metrics import Metrics
 from tiering.identity.store import Identities
 from tiering.node import Node
 

@@ -13,10 +13,10 @@ from gateway.admin.bodies import Text, TextList, admin_router
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import PATTERNS_HELP, URLS_HELP, Strict, iso
+from gateway.client.order import MAX_KEYS, PatternError, expand_all, shuffled
 from tiering import pool
 from tiering.errors import InvalidArgument, NoSuchBucket
 from tiering.prefetch.epoch import Epoch
-from tiering.prefetch.order import MAX_KEYS, expand_all, shuffled
 
 MiB = 1024 * 1024
 
@@ -32,7 +32,7 @@ class NewEpoch(Strict):
     prefix: Text | None = Field(None, description="Every key under this prefix, in the order `seed` gives.")
     seed: int | None = Field(
         None, description="With prefix: the keys ordered by BLAKE2b-64 of '<seed>:<key>' "
-        "(tiering.prefetch.order.shuffled); without a seed, in key order.",
+        "(gateway.client.order.shuffled); without a seed, in key order.",
     )
     readers: int = Field(1, ge=1, le=65536, description="Readers sharing the order: reader r reads positions "
                          "r, r+N, r+2N, ... (DataLoader workers times ranks).")
@@ -139,6 +139,8 @@ def router(ctx: AdminContext) -> APIRouter:
             raise AdminError("NoSuchBucket", f"bucket {new.bucket!r} does not exist") from None
         except InvalidArgument as exc:
             raise AdminError("InvalidRequest", exc.message) from None
+        except PatternError as exc:
+            raise AdminError("InvalidRequest", str(exc)) from None
         return epoch_view(epoch)
 
     @api.get("/epochs", tags=["epochs"], response_model=EpochList)

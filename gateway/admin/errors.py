@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway.http import new_request_id
+from gateway.s3.http import new_request_id
 from tiering.errors import InsufficientStorage, NotWriter, ServiceUnavailable, SlowDown
 
 log = logging.getLogger("tierstore.admin")

@@ -26,12 +26,12 @@ from gateway.admin.models import (
     WarmRequest,
     job_view,
 )
+from gateway.client.order import PatternError, expand_all
 from gateway.storage import peer_client
 from tiering import pool
 from tiering.cluster.peers import PeerClient
 from tiering.errors import InvalidArgument, NoSuchBucket, NoSuchKey
 from tiering.jobs import Job, JobFinished, Work
-from tiering.prefetch.order import expand_all
 
 # Longest a ?wait=true request holds on; the job goes on after it.
 WAIT_LIMIT = 3600.0
@@ -136,6 +136,8 @@ def router(ctx: AdminContext) -> APIRouter:
             raise AdminError("InvalidRequest", f"no manifest {request.manifest!r} in {request.bucket!r}") from None
         except InvalidArgument as exc:
             raise AdminError("InvalidRequest", exc.message) from None
+        except PatternError as exc:
+            raise AdminError("InvalidRequest", str(exc)) from None
 
         peers = _peer_client(ctx, request)
 

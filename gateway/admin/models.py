@@ -12,12 +12,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from gateway.admin.bodies import Text, TextList, printable
-from gateway.sizes import parse_size
-from gateway.xml import iso8601
+from gateway.client.order import MAX_DEPTH, MAX_KEYS, MAX_PATTERN
+from gateway.config.sizes import parse_size
+from gateway.s3.xml import iso8601
 from tiering.capacity import CapacityStats
 from tiering.jobs import Job
 from tiering.meta import BucketInfo, Mount, ObjectMeta
-from tiering.prefetch.order import MAX_DEPTH, MAX_KEYS, MAX_PATTERN
 from tiering.settings import TierSettings
 
 MiB = 1024 * 1024
@@ -59,7 +59,7 @@ PositiveSize = Annotated[int, BeforeValidator(_size), Field(gt=0), _size_schema(
 # and answers InvalidBucketName.
 BUCKET_NAME = {"pattern": r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", "minLength": 3, "maxLength": 63}
 # How a key list is read: literally, unless the request asks for one of
-# these forms (tiering/prefetch/order.py: expand_all).
+# these forms (gateway/client/order.py: expand_all).
 PATTERNS_HELP = (
     "Expand WebDataset-style brace patterns in the keys: train-{0000..0099}.tar is 100 keys, {a,b} a "
     f"choice (options may hold ranges and braces of their own). A pattern has at most {MAX_PATTERN:,} "

@@ -21,7 +21,7 @@ from gateway.admin.bodies import Text, TextList, admin_router, printable
 from gateway.admin.context import AdminContext
 from gateway.admin.errors import AdminError, responses
 from gateway.admin.models import Strict
-from gateway.xml import iso8601
+from gateway.s3.xml import iso8601
 from tiering.errors import CapacityError
 from tiering.identity import builtin
 from tiering.identity.errors import (

@@ -23,10 +23,11 @@ import typer
 from typer.core import TyperGroup
 
 from gateway.cli import browser, render
-from gateway.cli.client import JSON, AdminClient, ApiError, Unreachable
 from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
-from gateway.cli.target import Target, resolve_target
-from gateway.sizes import parse_size
+from gateway.client.admin import JSON, AdminClient, ApiError, Unreachable
+from gateway.client.target import Target, resolve_target
+from gateway.config.settings import COERCERS
+from gateway.config.sizes import parse_size
 
 PANEL = "Admin API (talk to a running gateway)"
 POLL_INTERVAL = 0.2  # seconds between GET /jobs/{id} while a progress bar is shown
@@ -160,7 +161,7 @@ def _session(
 ) -> Iterator[Session]:
     try:
         target = resolve_target(
-            admin_url=admin_url, token=token, config_file=config_file, data_dir=data_dir
+            admin_url=admin_url, token=token, config_file=config_file, data_dir=data_dir, known=COERCERS
         )
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)

@@ -5,7 +5,7 @@ machine and data dir (``serve``, ``recover``, ``check``, ``env``); the commands 
 talk to a running gateway are in ``gateway/cli/admin.py`` (docs/cli.md).
 
 Flags default to None so that "not given" is distinguishable from a value and
-the environment and the --config file can fill in (see ``gateway/config.py``).
+the environment and the --config file can fill in (see ``gateway/config/values.py``).
 Errors a user can fix print one line on stderr, never a traceback: exit 2 for
 a bad configuration, 1 when the gateway cannot start.
 """
@@ -28,8 +28,9 @@ from gateway.cli import mounts as mount_commands
 from gateway.cli import prefetch as prefetch_commands
 from gateway.cli import users as user_commands
 from gateway.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, fail, option, with_options
-from gateway.cli.target import resolve_s3, resolve_target
-from gateway.config import Config, check_serving, load_config
+from gateway.client.target import resolve_s3, resolve_target
+from gateway.config.settings import COERCERS
+from gateway.config.values import Config, check_serving, load_config
 from gateway.version import VERSION
 
 app = typer.Typer(
@@ -369,8 +370,9 @@ def env_(config_file: ConfigFile = None, data_dir: DataDir = None) -> None:
     over the capacity store's own credentials chain.
     """
     try:
-        s3 = resolve_s3(config_file=config_file, data_dir=data_dir)
-        admin = resolve_target(admin_url=None, token=None, config_file=config_file, data_dir=data_dir)
+        s3 = resolve_s3(config_file=config_file, data_dir=data_dir, known=COERCERS)
+        admin = resolve_target(admin_url=None, token=None, config_file=config_file, data_dir=data_dir,
+                               known=COERCERS)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     exports = [

@@ -15,7 +15,7 @@ import typer
 from gateway.cli import render
 from gateway.cli.admin import PANEL, Location, Session, Wait, _ListByDefault, _location, _run, admin
 from gateway.cli.common import EXIT_USAGE, fail
-from gateway.sizes import parse_size
+from gateway.config.sizes import parse_size
 
 KeysFrom = Annotated[
     Path | None,

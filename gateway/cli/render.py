@@ -21,26 +21,13 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-NONE = "-"
+from gateway.config.sizes import NONE, size
+
 PIPE_WIDTH = 200
-_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 # --------------------------------------------------------------------------
 # Values
-
-
-def size(value: object) -> str:
-    """Bytes in binary units, as sizes are given to the gateway: ``8.0 MiB``."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return NONE
-    if abs(value) < 1024:
-        return f"{value:g} B"
-    for unit in _UNITS:
-        value /= 1024
-        if abs(value) < 1024 or unit == _UNITS[-1]:
-            break
-    return f"{value:.1f} {unit}"
 
 
 def percent(value: object) -> str:

@@ -25,11 +25,11 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from gateway import body, tar
-from gateway.context import Context
-from gateway.errors import S3Error, to_s3_error
-from gateway.http import Response, S3Request
-from gateway.process import MALLOC_MMAP_THRESHOLD
+from gateway.handlers.context import Context
+from gateway.s3 import body, tar
+from gateway.s3.errors import S3Error, to_s3_error
+from gateway.s3.http import Response, S3Request
+from gateway.serving.process import MALLOC_MMAP_THRESHOLD
 from tiering.batch.hot import HotBatch
 from tiering.batch.member import Member
 from tiering.batch.reads import MAX_KEYS
@@ -53,7 +53,7 @@ COALESCE = 256 * 1024
 # with the headers written in and the bodies read into their places
 # (HotBatch.read). A run stays under this many bytes unless one
 # member is larger: from 1 MiB on, glibc's malloc maps every buffer anew
-# (gateway/listener.py's threshold) and the kernel zeroes it page by page
+# (gateway/serving/listener.py's threshold) and the kernel zeroes it page by page
 # on first touch, which cost the loop 16 % of a hot batch's time in a
 # py-spy profile; under it, freed buffers are reused.
 RUN = MALLOC_MMAP_THRESHOLD - 4096
@@ -151,7 +151,7 @@ async def get_batch(ctx: Context, req: S3Request) -> Response:
 
 def _refused(req: S3Request, keys: list[str]) -> set[int]:
     """The members the caller may not read (``s3:GetObject`` on each, as a
-    GET of it would ask, gateway/access.py); AccessDenied when that is all
+    GET of it would ask, gateway/auth/access.py); AccessDenied when that is all
     of them, or any of them with ``on_error=fail``."""
     caller = req.caller
     if caller is None or caller.principal.kind == "root":
@@ -294,7 +294,7 @@ def _header(meta: ObjectMeta) -> bytes:
 
 
 # A hot member's tar header, made once per object version and found again
-# by its record's identity, as a GET's response head is (gateway.headers).
+# by its record's identity, as a GET's response head is (gateway.s3.headers).
 _HEADERS: ByIdentity[ObjectMeta, bytes] = ByIdentity(8192)
 
 

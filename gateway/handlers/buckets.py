@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from gateway import body, xml
-from gateway.context import Context, owner_of
-from gateway.errors import S3Error
 from gateway.handlers import permissions
-from gateway.http import Response, S3Request
+from gateway.handlers.context import Context, owner_of
+from gateway.s3 import body, xml
+from gateway.s3.errors import S3Error
+from gateway.s3.http import Response, S3Request
 from tiering.errors import BucketAlreadyOwnedByYou
 
 XML = "application/xml"

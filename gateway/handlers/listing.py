@@ -6,10 +6,10 @@ import base64
 import binascii
 import re
 
-from gateway import xml
-from gateway.context import Context, owner_of
-from gateway.errors import S3Error
-from gateway.http import Response, S3Request
+from gateway.handlers.context import Context, owner_of
+from gateway.s3 import xml
+from gateway.s3.errors import S3Error
+from gateway.s3.http import Response, S3Request
 from tiering.index.db import ListPage
 from tiering.model.versions import VersionPage, parse_version
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gateway import body, headers, xml
-from gateway.context import Context, owner_of
-from gateway.errors import S3Error
 from gateway.handlers import permissions
+from gateway.handlers.context import Context, owner_of
 from gateway.handlers.listing import MAX_INT32, encoding_type, max_keys
 from gateway.handlers.objects import copy_source, version_header, write_conditions
-from gateway.http import Response, S3Request
+from gateway.s3 import body, headers, xml
+from gateway.s3.errors import S3Error
+from gateway.s3.http import Response, S3Request
 from packer.ranges import ByteRange
 from tiering.meta import Part
 from tiering.model import checksums

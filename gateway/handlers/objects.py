@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, unquote_to_bytes
 
-from gateway import body, headers, xml
-from gateway.context import Context
-from gateway.errors import S3Error, to_s3_error
 from gateway.handlers import permissions
-from gateway.http import Response, S3Request
+from gateway.handlers.context import Context
+from gateway.s3 import body, headers, xml
+from gateway.s3.errors import S3Error, to_s3_error
+from gateway.s3.http import Response, S3Request
 from tiering.cluster.peers import PEER_HEADER
 from tiering.errors import PreconditionFailed, TierstoreError
 from tiering.meta import ObjectMeta
@@ -63,7 +63,7 @@ def _read(req: S3Request, body: bool) -> Read:
         body=body,
         peer=req.headers.get(PEER_HEADER),  # another gateway asking (tiering/cluster/peers.py)
         version=version,
-        blocks=body and req.blocks,  # hot pieces sent from their files, and more (gateway/sendfile.py)
+        blocks=body and req.blocks,  # hot pieces sent from their files, and more (gateway/serving/sendfile.py)
     )
 
 
@@ -237,7 +237,7 @@ async def delete_objects(ctx: Context, req: S3Request) -> Response:
         try:
             check_key(key)
             version = parse_version(version) if version is not None else None
-            # Each key is authorised on its own (gateway/access.py), as S3 does.
+            # Each key is authorised on its own (gateway/auth/access.py), as S3 does.
             if caller is not None and not caller.allows(
                     "s3:DeleteObjectVersion" if version is not None else "s3:DeleteObject", req.bucket, key,
                     keep=False):

@@ -4,7 +4,7 @@ take it (CreateBucket, PutObject, CopyObject, CreateMultipartUpload).
 
 Both live in the identities document (``tiering/identity``), so every node
 honours them within its follow interval, and the authorisation point
-(``gateway/access.py``) reads them from its snapshot. Two canned ACLs are
+(``gateway/auth/access.py``) reads them from its snapshot. Two canned ACLs are
 honoured: ``private`` (the owner only) and ``public-read`` (the AllUsers
 group may read: list a bucket, GET an object). ``bucket-owner-read`` and
 ``bucket-owner-full-control`` are ``private`` here (one account owns
@@ -15,10 +15,10 @@ something they do not say.
 
 from __future__ import annotations
 
-from gateway import body, xml
-from gateway.context import Context, owner_of
-from gateway.errors import S3Error
-from gateway.http import Response, S3Request
+from gateway.handlers.context import Context, owner_of
+from gateway.s3 import body, xml
+from gateway.s3.errors import S3Error
+from gateway.s3.http import Response, S3Request
 from tiering.identity.policy import MAX_DOCUMENT, MAX_TEXT, PolicyError
 from tiering.identity.state import MAX_OBJECT_ACLS, State
 

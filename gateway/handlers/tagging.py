@@ -7,10 +7,10 @@ of the same bytes (same ETag and Last-Modified, as in S3).
 
 from __future__ import annotations
 
-from gateway import body, xml
-from gateway.context import Context
+from gateway.handlers.context import Context
 from gateway.handlers.objects import version_header, version_param
-from gateway.http import Response, S3Request
+from gateway.s3 import body, xml
+from gateway.s3.http import Response, S3Request
 
 XML = "application/xml"
 MAX_TAGGING_BODY = 64 * 1024  # ten tags of 128 + 256 characters are ~10 KiB

@@ -434,7 +434,7 @@ def recover(data_dir: Path, capacity_args: list[str]) -> subprocess.CompletedPro
 
 _OFFLINE = """
 import asyncio, json, sys
-from gateway.config import load_config
+from gateway.config.values import load_config
 from gateway.storage import run_recover
 flags = json.loads(sys.argv[1])
 report = asyncio.run(run_recover(load_config(flags)))

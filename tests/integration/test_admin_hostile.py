@@ -232,12 +232,12 @@ def test_a_fine_pattern_still_works(gw: Gateway, jobs_before: list[str]) -> None
 
 # Loaded by the gateway's interpreter (sitecustomize): GET /stats fails as a bug would.
 _INJECT = textwrap.dedent("""
-    import gateway.metrics
+    import gateway.observability.metrics
 
     def _broken(self):
         raise RuntimeError("injected admin bug")
 
-    gateway.metrics.Metrics.stats = _broken
+    gateway.observability.metrics.Metrics.stats = _broken
 """)
 
 

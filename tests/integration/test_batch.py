@@ -1,6 +1,6 @@
 """Batch GET (docs/batch.md) against a real gateway: ``POST /{bucket}?batch``
 and presigned ``GET /{bucket}/{manifest}?batch``, read as tar streams by
-``tarfile`` and by the package's client (gateway/batch_client.py)."""
+``tarfile`` and by the package's client (gateway/client/batch.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import boto3
 import httpx
 import pytest
 
-from gateway.batch_client import BatchClient, BatchCut, BatchDataset, BatchError, RequestFailed
+from gateway.client.batch import BatchClient, BatchCut, BatchDataset, BatchError, RequestFailed
 from tests.conftest import make_client, running_gateway
 from tests.faults import FaultProxy, Rates, get_object
 from tests.integration.helpers import gateway_over_moto

@@ -27,7 +27,7 @@ import boto3
 import httpx
 import pytest
 
-from gateway.hints import Hints
+from gateway.client.hints import Hints
 from tests.conftest import make_client
 from tests.integration.helpers import counting_proxy, peered_nodes
 from tests.integration.s3raw import Sender

@@ -27,7 +27,7 @@ import pytest
 from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config_sources import env_name
+from gateway.client.sources import env_name
 from tests.conftest import assert_consistent, make_client
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway, free_port, wait_http
 from tests.unit.test_packaging import (

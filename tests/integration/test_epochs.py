@@ -20,13 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 from gateway.cli.app import app as cli_app
-from gateway.cli.client import Unreachable
-from gateway.hints import HintedSampler, Hints, shard_epoch
+from gateway.client.admin import Unreachable
+from gateway.client.hints import HintedSampler, Hints, shard_epoch
+from gateway.client.order import shuffled
 from tests.conftest import make_client, running_gateway
 from tests.faults import FaultProxy, Rates
 from tests.integration.helpers import wait_until
 from tests.servers import ADMIN_TOKEN, Gateway, free_port
-from tiering.prefetch.order import shuffled
 
 CAPACITY_KEYS = ["--capacity-access-key", "testing", "--capacity-secret-key", "testing"]
 

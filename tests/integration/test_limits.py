@@ -35,7 +35,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from gateway.errors import to_s3_error
+from gateway.s3.errors import to_s3_error
 from tests.conftest import make_client
 from tests.integration.s3raw import RecordingClient, Sender, check_error, check_error_parts, sign
 from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from gateway.admin import build_admin_app, page
-from gateway.config import Config
-from gateway.metrics import Metrics
+from gateway.config.values import Config
+from gateway.observability.metrics import Metrics
 from tests.servers import ACCESS_KEY, ADMIN_TOKEN, SECRET_KEY, Gateway
 
 PUBLIC_ADMIN_ROUTES = {

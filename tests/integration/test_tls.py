@@ -26,7 +26,7 @@ import s3fs
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import SSLError
 
-from gateway.accesslog import FLUSH_SECONDS
+from gateway.observability.accesslog import FLUSH_SECONDS
 from tests.conftest import assert_consistent
 from tests.integration.conftest import clean_env
 from tests.integration.helpers import wait_until

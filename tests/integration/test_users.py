@@ -21,7 +21,7 @@ from botocore import UNSIGNED
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import ClientError
 
-from gateway.batch_client import BatchClient, BatchError, RequestFailed
+from gateway.client.batch import BatchClient, BatchError, RequestFailed
 from tests.conftest import assert_consistent, make_client
 from tests.servers import ADMIN_TOKEN, Gateway
 

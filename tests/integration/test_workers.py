@@ -22,7 +22,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from gateway.worker import REPORT_EVERY
+from gateway.workers.worker import REPORT_EVERY
 from tests.conftest import make_client, running_gateway
 from tests.integration.helpers import wait_until
 from tests.integration.oracle import RawReader

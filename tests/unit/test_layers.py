@@ -206,10 +206,11 @@ def room_of(module: str) -> str:
     return module.split(".")[1] if module.count(".") >= 1 else ""
 
 
-def test_rooms_are_ordered() -> None:
+@pytest.mark.parametrize("table", ["ROOMS", "GATEWAY_FLOORS"])
+def test_rooms_are_ordered(table: str) -> None:
     """Each room names only rooms listed before it: the table itself has no loop."""
     seen: set[str] = set()
-    for room, allowed in ROOMS.items():
+    for room, allowed in globals()[table].items():
         assert allowed <= seen, f"{room} may import {sorted(allowed - seen)}, listed after it"
         seen.add(room)
 
@@ -248,6 +249,99 @@ def test_a_wrong_direction_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
                         lambda: {**real, "tiering.index.db": real["tiering.index.db"] | {"tiering.hot.tier"}})
     with pytest.raises(AssertionError, match="tiering.index.db -> tiering.hot.tier"):
         test_tiering_imports_follow_the_rooms()
+
+
+# --- the rooms of gateway/ --------------------------------------------------------------
+
+# Floors of gateway/, bottom first: a room (a package) or a top-level module, and the floors
+# it may import. Each names only floors listed before it, so the directions form no loop.
+# The client room is the floor a training job imports: nothing of the server below it.
+GATEWAY_FLOORS: dict[str, set[str]] = {
+    "version": set(),
+    "client": set(),
+    "config": {"client"},
+    "s3": set(),
+    "auth": {"s3"},
+    "observability": {"config", "s3"},
+    "serving": {"config", "s3"},
+    "handlers": {"auth", "config", "s3", "serving"},
+    "routes": {"handlers", "s3"},
+    "app": {"auth", "config", "handlers", "observability", "routes", "s3"},
+    "storage": {"client", "config"},
+    "node": {"auth", "config", "handlers", "observability", "serving", "storage"},
+    "admin": {"client", "config", "observability", "s3", "storage", "version"},
+    "workers": {"app", "auth", "config", "handlers", "observability", "routes", "s3", "serving"},
+    "server": {"admin", "app", "client", "config", "node", "serving", "version", "workers"},
+    "cli": {"client", "config", "server", "storage", "version"},
+    "__main__": {"cli"},
+}
+GATEWAY_ROOMS = {"client", "config", "s3", "auth", "observability", "serving", "handlers", "admin",
+                 "workers", "cli"}
+# What the client room may not import, beyond gateway/'s other rooms: the server's packages
+# and the libraries only the server installs (pyproject.toml's ``server`` extra).
+CLIENT_FORBIDDEN = {"tiering", "packer", "fastapi", "starlette", "uvicorn", "rocksdict", "aiobotocore",
+                    "zstandard", "msgpack", "awscrt", "typer", "rich", "prometheus_client", "cryptography",
+                    "httptools"}
+
+
+def test_gateway_imports_follow_the_floors() -> None:
+    """A gateway module imports its own room and the floors its floor may."""
+    wrong = []
+    for module, targets in import_graph().items():
+        if not module.startswith("gateway.") or module.count(".") < 1:
+            continue
+        source = room_of(module)
+        for target in sorted(t for t in targets if t.startswith("gateway.")):
+            floor = room_of(target)
+            if floor != source and floor not in GATEWAY_FLOORS.get(source, set()):
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against gateway's floors (tests/unit/test_layers.py GATEWAY_FLOORS):\n  " + \
+        "\n  ".join(wrong)
+
+
+def test_the_client_room_imports_nothing_of_the_server() -> None:
+    files = sorted((ROOT / "gateway" / "client").rglob("*.py"))
+    assert files
+    bad = {str(f.relative_to(ROOT)): sorted(imported_roots(f) & CLIENT_FORBIDDEN) for f in files
+           if imported_roots(f) & CLIENT_FORBIDDEN}
+    assert not bad, f"the client room imports the server: {bad}"
+
+
+def test_gateway_top_level_is_small_and_every_room_is_described() -> None:
+    top = sorted(p.stem for p in (ROOT / "gateway").glob("*.py") if p.stem != "__init__")
+    assert set(top) == set(GATEWAY_FLOORS) - GATEWAY_ROOMS, f"gateway/ top level: {top}"
+    assert len(top) <= MAX_TOP_MODULES
+    rooms = sorted(p.parent.name for p in (ROOT / "gateway").glob("*/__init__.py"))
+    assert rooms == sorted(GATEWAY_ROOMS), f"rooms on disk {rooms} against the table"
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((ROOT / "gateway" / room / "__init__.py").read_text()))
+        assert doc and "May import" in doc, f"gateway/{room}/__init__.py says what it owns and may import"
+
+
+def test_every_package_has_a_docstring() -> None:
+    missing = [str(p.relative_to(ROOT)) for package in PRODUCT_PACKAGES
+               for p in sorted((ROOT / package).rglob("__init__.py"))
+               if not ast.get_docstring(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not missing, f"packages without a docstring: {missing}"
+
+
+def test_a_wrong_gateway_direction_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor check itself: the S3 protocol room importing a handler is refused."""
+    real = import_graph()
+    monkeypatch.setattr(sys.modules[__name__], "import_graph",
+                        lambda: {**real, "gateway.s3.xml": real["gateway.s3.xml"] | {"gateway.handlers.objects"}})
+    with pytest.raises(AssertionError, match="gateway.s3.xml -> gateway.handlers.objects"):
+        test_gateway_imports_follow_the_floors()
+
+
+def test_a_client_import_of_the_server_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client check itself: a client module importing tiering is refused."""
+    real = imported_roots
+    hints = ROOT / "gateway" / "client" / "hints.py"
+    monkeypatch.setattr(sys.modules[__name__], "imported_roots",
+                        lambda path: real(path) | {"tiering"} if path == hints else real(path))
+    with pytest.raises(AssertionError, match="hints.py"):
+        test_the_client_room_imports_nothing_of_the_server()
 
 
 # --- sizes -------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from gateway.admin import build_admin_app
-from gateway.config import Config, load_config
-from gateway.config_sources import ENV_PREFIX, env_name
+from gateway.client.sources import ENV_PREFIX, env_name
+from gateway.config.values import Config, load_config
 from tests.unit.gateway.test_admin_docs import _NotStarted
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ class HotBatch:
     members at a time (:meth:`read`); :meth:`close` when done.
 
     Built by ``BatchReads.lookup_open`` for a managed bucket, and by a read
-    worker from the files it opened (``gateway/worker.py``)."""
+    worker from the files it opened (``gateway/workers/worker.py``)."""
 
     def __init__(self, members: list[Member], files: list[Pieces | None], tally: ReadTally,
                  observe: Callable[[str], None] | None = None,

@@ -1,6 +1,6 @@
 """The SigV4 arithmetic both sides of the gateway use (sans-I/O).
 
-The gateway verifies its clients' signatures (``gateway.sigv4``) and signs
+The gateway verifies its clients' signatures (``gateway.auth.sigv4``) and signs
 its own ranged GETs to the capacity store (``tiering.capacity.s3_get``): the same
 derived key, scope and string to sign. Text is encoded as UTF-8 with
 surrogateescape, so bytes a caller decoded that way go back out unchanged.

@@ -12,5 +12,5 @@ every node (``store.py``).
 
 May import: the foundation modules (``tiering.errors``, ``pool``, ...) and
 ``capacity``. The data plane's authorisation point is the gateway's
-(``gateway/access.py``); this room decides, it does not route.
+(``gateway/auth/access.py``); this room decides, it does not route.
 """

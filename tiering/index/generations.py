@@ -1,6 +1,6 @@
 """Write generations of object keys, shared with read workers.
 
-A read worker (``gateway/worker.py``) keeps the writer's answers to its
+A read worker (``gateway/workers/worker.py``) keeps the writer's answers to its
 lookups (an object's record and hot files) so that the next GET of the key
 needs no lookup. To serve such an answer it must know that no write of the
 key was acknowledged since it was given. The writer keeps, in a file both

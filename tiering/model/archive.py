@@ -1,6 +1,6 @@
 """The batch archive as a reader sees it: a tar of members named by their
 keys, a key that could not be read as a member ``__errors__/<key>`` holding
-its S3 error code (the writer is ``gateway/tar.py`` with
+its S3 error code (the writer is ``gateway/s3/tar.py`` with
 ``gateway/handlers/batch.py``).
 
 ``members`` walks a whole archive in memory, sans-I/O: what a gateway reads

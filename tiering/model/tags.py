@@ -4,7 +4,7 @@ An object has at most 10 tags with distinct keys; a key is 1 to 128
 characters, a value 0 to 256, counted in UTF-16 code units as S3 stores
 them; both hold only Unicode letters, numbers and separators (white space)
 and ``_ . : / = + - @``; the ``aws:`` prefix is reserved. The request
-parsers (``gateway/headers.py`` for ``x-amz-tagging``, ``gateway/xml.py``
+parsers (``gateway/s3/headers.py`` for ``x-amz-tagging``, ``gateway/s3/xml.py``
 for a Tagging document) turn the client's form into a dict; this module
 decides whether the dict is a tag set.
 """

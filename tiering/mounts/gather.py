@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 RUN_OBJECTS = 64
 # A run's answer is received into one buffer: under glibc's mmap threshold
-# (1 MiB, gateway/process.py) it reuses freed memory; over it, every answer
+# (1 MiB, gateway/serving/process.py) it reuses freed memory; over it, every answer
 # is a new mapping the kernel zeroes page by page, which cost the reading
 # node a fifth of a gathered batch's CPU with runs of 4 MiB.
 RUN_BYTES = 960 * 1024

@@ -50,10 +50,13 @@ from tiering.index.db import Index
 from tiering.meta import BucketInfo, ObjectMeta
 from tiering.mounts.buckets import Mounts
 from tiering.prefetch.epoch import Entry, Epoch, future_of
-from tiering.prefetch.order import MAX_KEYS
 from tiering.prefetch.prefetcher import Prefetcher, is_hot
 from tiering.reads.fetch import ExtentReader
 from tiering.settings import TierSettings
+
+# Keys one epoch may name: the bound the admin API and the client's pattern
+# expansion hold too (gateway/client/order.py; tests/unit/gateway/test_order.py ties them).
+MAX_KEYS = 10_000_000
 
 log = logging.getLogger("tierstore.epochs")
 

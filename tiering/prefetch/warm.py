@@ -5,7 +5,7 @@ key per line, blank lines and ``#`` comments skipped). Keys and manifest
 lines are keys, taken literally; the admin API expands them first only when
 asked (``patterns``: WebDataset-style shard patterns such as
 ``train-{0000..0099}.tar``; ``urls``: ``s3://bucket/key`` of the same
-bucket; see ``tiering.prefetch.order.expand_all``).
+bucket; see ``gateway.client.order.expand_all``).
 
 A key that does not exist, or that a mount's source refuses to let be read
 (403), is counted once as missing (``missing``, the first ``missing_keys``)

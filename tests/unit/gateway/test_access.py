@@ -1,4 +1,4 @@
-"""The authorisation point (gateway/access.py) without a server: every
+"""The authorisation point (gateway/auth/access.py) without a server: every
 routed operation has its IAM action, decisions are kept until the
 identities change, and what each kind of caller may do."""
 
@@ -10,9 +10,9 @@ import os
 import pytest
 
 from gateway import routes
-from gateway.access import ACTIONS, Access, signed
-from gateway.errors import S3Error
-from gateway.http import S3Request
+from gateway.auth.access import ACTIONS, Access, signed
+from gateway.s3.errors import S3Error
+from gateway.s3.http import S3Request
 from tiering.identity.directory import Directory
 from tiering.identity.sealing import Sealer
 from tiering.identity.state import State

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.accesslog import (
+from gateway.observability.accesslog import (
     FLUSH_BYTES,
     FORMATS,
     AccessLog,

@@ -17,8 +17,8 @@ from gateway.admin.bodies import MAX_BODY, MAX_DEPTH, MAX_ELEMENTS, parse_body, 
 from gateway.admin.epochs import NewEpoch
 from gateway.admin.errors import AdminError
 from gateway.admin.models import EvictRequest, NewMount, Pin, WarmRequest, plain
-from gateway.config import Config
-from gateway.metrics import Metrics
+from gateway.config.values import Config
+from gateway.observability.metrics import Metrics
 from tiering.jobs import Job, JobState
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from gateway.admin import build_admin_app
 from gateway.admin.errors import CODES
-from gateway.config import Config
-from gateway.metrics import Metrics
+from gateway.config.values import Config
+from gateway.observability.metrics import Metrics
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "admin-api.md"
 # Pages, not in the schema: the schema itself, its browsable form, the status page.

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from gateway.admin import build_admin_app
-from gateway.config import Config
-from gateway.metrics import Metrics
+from gateway.config.values import Config
+from gateway.observability.metrics import Metrics
 
 
 class _BrokenTiers:

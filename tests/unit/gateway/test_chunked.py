@@ -1,4 +1,4 @@
-"""gateway.chunked: aws-chunked bodies from botocore, from the S3 docs and by hand."""
+"""gateway.s3.chunked: aws-chunked bodies from botocore, from the S3 docs and by hand."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from botocore import httpchecksum as bc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.chunked import (
+from gateway.s3.chunked import (
     MAX_LINE,
     MAX_TRAILERS,
     SIGNED,
@@ -23,13 +23,13 @@ from gateway.chunked import (
     UNSIGNED_TRAILER,
     AwsChunkedDecoder,
 )
-from gateway.errors import S3Error
+from gateway.s3.errors import S3Error
 
 EMPTY = hashlib.sha256(b"").hexdigest()
 
 
 class HmacSigner:
-    """Test double of gateway.sigv4's chunk signer, written from the S3 docs."""
+    """Test double of gateway.auth.sigv4's chunk signer, written from the S3 docs."""
 
     def __init__(self, secret: str, date: str, region: str, seed: str) -> None:
         key = ("AWS4" + secret).encode()

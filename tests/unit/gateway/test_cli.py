@@ -31,11 +31,11 @@ from gateway.admin import build_admin_app
 from gateway.cli import admin as cli_admin
 from gateway.cli import app as cli
 from gateway.cli.admin import S3Location, parse_object_url, parse_s3_url
-from gateway.cli.client import AdminClient
-from gateway.cli.target import resolve_s3, resolve_target
-from gateway.config import Config, load_config
-from gateway.credentials import credentials_path
-from gateway.metrics import Metrics
+from gateway.client.admin import AdminClient
+from gateway.client.sources import credentials_path
+from gateway.client.target import resolve_s3, resolve_target
+from gateway.config.values import Config, load_config
+from gateway.observability.metrics import Metrics
 from gateway.version import VERSION
 from tests.servers import free_port
 

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import (
+from gateway.client.sources import credentials_path
+from gateway.config.cores import auto_workers, available_cores, quota_cores
+from gateway.config.sizes import GiB, MiB, parse_size
+from gateway.config.values import (
     REDACTED,
     Config,
     check_serving,
@@ -19,9 +22,6 @@ from gateway.config import (
     redacted,
     tier_settings,
 )
-from gateway.cores import auto_workers, available_cores, quota_cores
-from gateway.credentials import credentials_path
-from gateway.sizes import GiB, MiB, parse_size
 from tests.tls import Pki, make_pki
 
 

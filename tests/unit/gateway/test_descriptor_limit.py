@@ -1,4 +1,4 @@
-"""gateway.process.raise_descriptor_limit: a gateway process starts with a
+"""gateway.serving.process.raise_descriptor_limit: a gateway process starts with a
 soft descriptor limit raised towards its hard limit, so the descriptors hot
 reads keep open (tiering/hot/open_files.py) are as many as they may be."""
 
@@ -10,12 +10,12 @@ import sys
 
 import pytest
 
-from gateway.process import DESCRIPTORS
+from gateway.serving.process import DESCRIPTORS
 
 SCRIPT = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), int(sys.argv[2])))
-from gateway.process import raise_descriptor_limit
+from gateway.serving.process import raise_descriptor_limit
 from tiering.hot.open_files import capacity
 print(raise_descriptor_limit(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], capacity())
 """

@@ -7,8 +7,8 @@ from __future__ import annotations
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.cli import render
-from gateway.errors import to_s3_error
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
+from gateway.s3.errors import to_s3_error
 from tests.unit.gateway.test_metrics import TIER_STATUS
 from tiering import errors as t
 
@@ -59,7 +59,7 @@ def test_status_shows_the_disk(capsys) -> None:
 
 
 def test_the_floor_by_default_and_as_set(tmp_path) -> None:
-    from gateway.config import default_free_floor, index_reserve, load_config, tier_settings
+    from gateway.config.values import default_free_floor, index_reserve, load_config, tier_settings
 
     GiB = 1024 * MiB
     assert default_free_floor(96 * MiB) == 24 * MiB  # a quarter of a small volume at most

@@ -35,12 +35,14 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from gateway import body, headers, routes, sigv4, xml
-from gateway._signing import AuthContext, split_query
-from gateway.chunked import MODES, SIGNED, SIGNED_TRAILER, UNSIGNED_TRAILER, AwsChunkedDecoder
-from gateway.errors import S3Error, to_s3_error
+from gateway import routes
+from gateway.auth import sigv4
+from gateway.auth.signing import AuthContext, split_query
 from gateway.handlers import listing, multipart, objects
-from gateway.http import S3Request
+from gateway.s3 import body, headers, xml
+from gateway.s3.chunked import MODES, SIGNED, SIGNED_TRAILER, UNSIGNED_TRAILER, AwsChunkedDecoder
+from gateway.s3.errors import S3Error, to_s3_error
+from gateway.s3.http import S3Request
 from packer.ranges import ByteRange
 from tests import summary
 from tests.unit.gateway.test_chunked import build_signed, build_unsigned, crc32_b64, signer

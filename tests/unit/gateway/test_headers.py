@@ -1,10 +1,10 @@
-"""An object version's encoded head (gateway.headers.object_head)."""
+"""An object version's encoded head (gateway.s3.headers.object_head)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway import headers
+from gateway.s3 import headers
 from tiering.memo import ByIdentity
 from tiering.meta import ObjectMeta
 

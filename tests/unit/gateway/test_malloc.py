@@ -1,4 +1,4 @@
-"""gateway.process.tune_malloc: applied on glibc, left alone when the
+"""gateway.serving.process.tune_malloc: applied on glibc, left alone when the
 environment already tunes malloc."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-CALL = "from gateway.process import tune_malloc; print(tune_malloc())"
+CALL = "from gateway.serving.process import tune_malloc; print(tune_malloc())"
 
 
 def tuned(**env: str) -> str:
@@ -33,9 +33,9 @@ def test_the_environment_wins(name: str) -> None:
 
 
 def test_gc_collects_the_young_generation_less_often() -> None:
-    """gateway.process.tune_gc: the youngest generation's threshold raised,
+    """gateway.serving.process.tune_gc: the youngest generation's threshold raised,
     the older ones' kept."""
-    script = ("import gc, json; before = gc.get_threshold(); from gateway.process import tune_gc, GC_YOUNG; "
+    script = ("import gc, json; before = gc.get_threshold(); from gateway.serving.process import tune_gc, GC_YOUNG; "
               "tune_gc(); print(json.dumps([before, gc.get_threshold(), GC_YOUNG]))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     before, after, young = json.loads(done.stdout)

@@ -7,7 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.cli import render
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
 from tests.unit.gateway.test_metrics import TIER_STATUS
 
 MEMBERS = [

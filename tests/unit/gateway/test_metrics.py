@@ -18,11 +18,11 @@ from botocore.credentials import Credentials
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.accesslog import AccessLog
 from gateway.app import S3App
-from gateway.config import Config
-from gateway.metrics import CONTENT_TYPE, LATENCY_BUCKETS, Metrics, quantile, tier_of
+from gateway.config.values import Config
 from gateway.node import Node
+from gateway.observability.accesslog import AccessLog
+from gateway.observability.metrics import CONTENT_TYPE, LATENCY_BUCKETS, Metrics, quantile, tier_of
 from tiering.reads.plan import ReadTally
 
 # --------------------------------------------------------------------------

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gateway.context import Context
+from gateway.handlers.context import Context
 from gateway.handlers.objects import get_object, head_object
-from gateway.http import S3Request
+from gateway.s3.http import S3Request
 from tiering.capacity import LocalDirStore
 from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node

@@ -1,4 +1,4 @@
-"""A body block sent from its file (gateway/sendfile.py), over a socket pair:
+"""A body block sent from its file (gateway/serving/sendfile.py), over a socket pair:
 after what was written before it, through a full socket buffer, and a
 client gone in the middle."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from gateway.http import ClientDisconnected
-from gateway.sendfile import send_region
+from gateway.s3.http import ClientDisconnected
+from gateway.serving.sendfile import send_region
 from tiering.reads.plan import Region
 
 MiB = 1024 * 1024

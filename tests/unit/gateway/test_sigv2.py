@@ -25,9 +25,9 @@ from botocore.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway import sigv2
-from gateway.errors import S3Error
-from gateway.sigv4 import AuthContext, authenticate
+from gateway.auth import sigv2
+from gateway.auth.sigv4 import AuthContext, authenticate
+from gateway.s3.errors import S3Error
 
 AK = "AKIDTIERSTORETEST"
 SECRET = "s3cr3t/KEY+with=odd chars ü"

@@ -22,8 +22,8 @@ from botocore.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.errors import S3Error
-from gateway.sigv4 import AuthContext, authenticate
+from gateway.auth.sigv4 import AuthContext, authenticate
+from gateway.s3.errors import S3Error
 from tiering.capacity.sigv4 import signing_key
 
 AK = "AKIDTIERSTORETEST"
@@ -293,7 +293,7 @@ def test_presigned_rejects_added_amz_header() -> None:
 
 
 def test_sigv2_presigned_url_goes_to_sigv2() -> None:
-    # Verified by gateway.sigv2 (tests/unit/gateway/test_sigv2.py), not refused.
+    # Verified by gateway.auth.sigv2 (tests/unit/gateway/test_sigv2.py), not refused.
     query = "AWSAccessKeyId=AK&Signature=abc%3D&Expires=4102444800"  # in 2100
     error = refused(("GET", "/b/k", query, {"host": "h"}), "InvalidAccessKeyId")
     assert error.fields["AWSAccessKeyId"] == "AK"
@@ -443,7 +443,7 @@ def test_other_algorithms(value: str) -> None:
 
 
 def test_sigv2_authorization_goes_to_sigv2() -> None:
-    # "AWS AK:signature" is verified by gateway.sigv2, not refused.
+    # "AWS AK:signature" is verified by gateway.auth.sigv2, not refused.
     error = refused(_with_authorization(signed(), "AWS AKID:c2lnbmF0dXJl"), "InvalidAccessKeyId")
     assert error.fields["AWSAccessKeyId"] == "AKID"
     refused(_with_authorization(signed(), f"AWS {AK}:c2lnbmF0dXJl"), "SignatureDoesNotMatch")

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.admin import build_admin_app, page
 from gateway.cli import browser as cli_browser
-from gateway.config import Config
+from gateway.config.values import Config
 from tests.unit.gateway.test_admin_docs import _NotStarted
 from tests.unit.test_packaging import ROOT, TOKEN, admin_get
 

@@ -1,4 +1,4 @@
-"""gateway/tar.py: what it writes, read back by the standard library."""
+"""gateway/s3/tar.py: what it writes, read back by the standard library."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import tarfile
 
 import pytest
 
-from gateway import tar
 from gateway.handlers import batch
+from gateway.s3 import tar
 from tiering.batch.member import Member
 from tiering.errors import NoSuchKey
 from tiering.meta import ObjectMeta

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from gateway import tar
+from gateway.s3 import tar
 from tiering.model.archive import ERRORS, BadArchive, members
 
 
