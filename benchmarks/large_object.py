@@ -33,11 +33,20 @@ checked against the object's CRC after the clock stops. Per GET: MiB/s and
 the CPU (user + system, from /proc) of the server's processes: the gateway
 and its children, nginx's master and worker, the store and the proxy.
 
+With ``--mounted``, the gateways do not PUT the object: each mounts the
+store's bucket (through the proxy) and reads the object there, as a data
+set already in S3 is read. Cold is then a first touch: the mount made
+anew before the GET (nothing cached, nothing described), hot the GETs
+after it. ``--objects N`` (1) reads N objects of ``--size-mib`` at once,
+one thread each, cold and hot: each GET's MiB/s is set against one direct
+stream of one object alone, the peer a user would otherwise have.
+
 Reported per gateway: cold against the direct stream of the same round,
 hot against nginx of the same round (each round's ratio, and the median),
 and the gateway's CPU per GET; with ``--old``, new over old.
 
 Run:  .venv/bin/python benchmarks/large_object.py [--old ../old-checkout] [--rounds 5]
+      .venv/bin/python benchmarks/large_object.py --mounted --size-mib 64 --objects 2
 """
 
 from __future__ import annotations
@@ -48,6 +57,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -67,6 +77,7 @@ from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children, free_port, 
 MiB = 1024 * 1024
 BUCKET = "bench"  # in the store: each gateway's segments under its prefix, and the direct object
 KEY = "large.bin"
+MOUNT = "mnt"  # the gateway bucket that mounts the store's BUCKET, with --mounted
 HERE = Path(__file__).resolve().parent
 
 
@@ -162,19 +173,38 @@ def cpu_of(pids: Callable[[], list[int]]) -> float:
     return sum(process_cpu(pid) for pid in pids())
 
 
-def timed(reader: Reader, bucket: str, key: str, pids: Callable[[], list[int]], crc: int,
+def timed(readers: list[Reader], bucket: str, keys: list[str], pids: Callable[[], list[int]], crc: int,
           size: int, gets: int = 1) -> dict:
-    """``gets`` whole GETs one after the other: MiB/s over all of them, the
-    server's CPU seconds and the time to the first head, per GET."""
-    before, seconds, first = cpu_of(pids), 0.0, 0.0
-    for n in range(gets):
-        took, got = reader.get(bucket, key)
-        if got != crc:
-            raise RuntimeError(f"GET {bucket}/{key} on :{reader.port} returned other bytes")
-        seconds += took
-        first = first or reader.first_s
-    cpu = (cpu_of(pids) - before) / gets
-    return {"s": seconds / gets, "mib_s": gets * size / MiB / seconds, "cpu_s": cpu, "first_s": first}
+    """``gets`` whole GETs one after the other by each reader, the readers
+    at once (reader i reads ``keys[i]``): the median reader's MiB/s over
+    its GETs, the server's CPU seconds and the time to the first head, per
+    GET."""
+    rates, firsts, errors = [0.0] * len(readers), [0.0] * len(readers), []
+
+    def read(i: int) -> None:
+        seconds = 0.0
+        try:
+            for _ in range(gets):
+                took, got = readers[i].get(bucket, keys[i])
+                if got != crc:
+                    raise RuntimeError(f"GET {bucket}/{keys[i]} on :{readers[i].port} returned other bytes")
+                seconds += took
+                firsts[i] = firsts[i] or readers[i].first_s
+        except Exception as exc:  # noqa: BLE001  reported by the caller's thread
+            errors.append(exc)
+        rates[i] = gets * size / MiB / seconds if seconds else 0.0
+
+    before = cpu_of(pids)
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(readers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    cpu = (cpu_of(pids) - before) / gets / len(readers)
+    mib_s = statistics.median(rates)
+    return {"s": size / MiB / mib_s, "mib_s": mib_s, "cpu_s": cpu, "first_s": statistics.median(firsts)}
 
 
 def settled(gw: Gateway, size: int, timeout: float = 10.0) -> None:
@@ -184,10 +214,18 @@ def settled(gw: Gateway, size: int, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def put_through(gw: Gateway, data: bytes) -> None:
+def mount(gw: Gateway, proxy: str) -> None:
+    """(Re)mount the store's BUCKET as MOUNT: nothing cached or described."""
+    if any(m["name"] == MOUNT for m in gw.admin("GET", "/mounts").json()["mounts"]):
+        gw.admin("DELETE", f"/mounts/{MOUNT}")
+    gw.admin("POST", "/mounts", json={"name": MOUNT, "source": f"s3://{BUCKET}", "endpoint": proxy,
+                                      "access_key": MOTO_KEY, "secret_key": MOTO_KEY})
+
+
+def put_through(gw: Gateway, data: bytes, key: str) -> None:
     s3 = _common.client(gw.endpoint)
     s3.create_bucket(Bucket=BUCKET)
-    s3.put_object(Bucket=BUCKET, Key=KEY, Body=data)
+    s3.put_object(Bucket=BUCKET, Key=key, Body=data)
     gw.run_job("flush")
 
 
@@ -196,18 +234,22 @@ def run(args: argparse.Namespace) -> dict:
     data = os.urandom(size)
     crc = zlib.crc32(data)
     checkouts = [("new", Path(args.new).resolve())] + ([("old", Path(args.old).resolve())] if args.old else [])
-    results: dict = {"rounds": [], "size": size, "store": args.store, "latency_ms": args.latency_ms}
+    results: dict = {"rounds": [], "size": size, "store": args.store, "latency_ms": args.latency_ms,
+                     "objects": args.objects, "mounted": args.mounted}
     with temp_dir("large") as tmp, contextlib.ExitStack() as stack:
         store_port, store_pids, root = stack.enter_context(store(args.store, tmp))
         proxy_port, proxy_pid = stack.enter_context(delay_proxy(store_port, args.latency_ms))
         proxy = f"http://127.0.0.1:{proxy_port}"
-        if root is not None:
-            (root / BUCKET / KEY).write_bytes(data)
-        else:
-            moto_client(f"http://127.0.0.1:{store_port}").put_object(Bucket=BUCKET, Key=KEY, Body=data)
+        keys = [KEY] if args.objects == 1 else [f"large-{i}.bin" for i in range(args.objects)]
+        for key in keys:  # the same bytes under each key: one CRC checks every GET
+            if root is not None:
+                (root / BUCKET / key).write_bytes(data)
+            else:
+                moto_client(f"http://127.0.0.1:{store_port}").put_object(Bucket=BUCKET, Key=key, Body=data)
         www = tmp / "www"
         (www / BUCKET).mkdir(parents=True)
-        (www / BUCKET / KEY).write_bytes(data)
+        for key in keys:
+            (www / BUCKET / key).write_bytes(data)
         nginx = stack.enter_context(NginxLocal(tmp / "nginx", www))
         gateways: dict[str, Gateway] = {}
         for name, checkout in checkouts:
@@ -216,12 +258,17 @@ def run(args: argparse.Namespace) -> dict:
                 tmp / name / "data", root=checkout, extra_args=(
                     "--capacity", f"s3://{BUCKET}/{name}", "--capacity-endpoint", proxy,
                     "--capacity-access-key", MOTO_KEY, "--capacity-secret-key", MOTO_KEY)))
-            put_through(gw, data)
+            if args.mounted:
+                mount(gw, proxy)
+            else:
+                for key in keys:
+                    put_through(gw, data, key)
             gateways[name] = gw
         del data
-        readers = {name: Reader(gw.port, size) for name, gw in gateways.items()}
-        readers["direct"] = Reader(proxy_port, size, keys=(MOTO_KEY, MOTO_KEY))
-        readers["nginx"] = Reader(nginx.port, size, signed=False)
+        bucket = MOUNT if args.mounted else BUCKET
+        readers = {name: [Reader(gw.port, size) for _ in keys] for name, gw in gateways.items()}
+        readers["direct"] = [Reader(proxy_port, size, keys=(MOTO_KEY, MOTO_KEY))]
+        readers["nginx"] = [Reader(nginx.port, size, signed=False) for _ in keys]
         pids: dict[str, Callable[[], list[int]]] = {
             name: (lambda gw=gw: [gw.proc.pid, *children(gw.proc.pid)]) for name, gw in gateways.items()}
         pids["direct"] = lambda: store_pids
@@ -237,20 +284,22 @@ def run(args: argparse.Namespace) -> dict:
                 reader = readers[name]
                 os.sync()  # no GET pays for the writeback of another's files
                 if name in gateways:
+                    if args.mounted:
+                        mount(gateways[name], proxy)  # a first touch: nothing cached or described
                     gateways[name].run_job("evict")
                     os.sync()
                     before = cpu_of(store_and_proxy)
-                    figures[f"{name} cold"] = timed(reader, BUCKET, KEY, pids[name], crc, size)
+                    figures[f"{name} cold"] = timed(reader, bucket, keys, pids[name], crc, size)
                     figures[f"{name} cold"]["store_cpu_s"] = cpu_of(store_and_proxy) - before
-                    settled(gateways[name], size)
+                    settled(gateways[name], size * len(keys))
                     os.sync()  # as a later epoch finds them: cached files written back, clean
-                    figures[f"{name} hot"] = timed(reader, BUCKET, KEY, pids[name], crc, size, args.hot_gets)
+                    figures[f"{name} hot"] = timed(reader, bucket, keys, pids[name], crc, size, args.hot_gets)
                 elif name == "direct":
                     before = cpu_of(store_and_proxy)
-                    figures[name] = timed(reader, BUCKET, KEY, pids[name], crc, size)
+                    figures[name] = timed(reader, BUCKET, keys[:1], pids[name], crc, size)
                     figures[name]["store_cpu_s"] = cpu_of(store_and_proxy) - before
                 else:
-                    figures[name] = timed(reader, BUCKET, KEY, pids[name], crc, size, args.hot_gets)
+                    figures[name] = timed(reader, BUCKET, keys, pids[name], crc, size, args.hot_gets)
             return figures
 
         log("[large] warm-up round (not counted): the store meets its files")
@@ -259,8 +308,9 @@ def run(args: argparse.Namespace) -> dict:
             figures = one_round()
             results["rounds"].append(figures)
             log(f"[large] round {n + 1}: " + ", ".join(f"{k} {v['mib_s']:,.0f} MiB/s" for k, v in figures.items()))
-        for reader in readers.values():
-            reader.close()
+        for group in readers.values():
+            for reader in group:
+                reader.close()
     results["gateways"] = list(gateways)
     return results
 
@@ -268,7 +318,9 @@ def run(args: argparse.Namespace) -> dict:
 def report(args: argparse.Namespace, r: dict) -> str:
     rounds = r["rounds"]
     lines = [machine(), "",
-             f"{r['size'] // MiB} MiB object, store {r['store']} +{r['latency_ms']:g} ms, "
+             f"{r['objects']} x {r['size'] // MiB} MiB object{'s read at once' if r['objects'] > 1 else ''}, "
+             f"{'mounted' if r['mounted'] else 'managed (PUT through the gateway)'}, "
+             f"store {r['store']} +{r['latency_ms']:g} ms, "
              f"{len(rounds)} rounds (after one not counted), hot and nginx {args.hot_gets} GETs a round; "
              "ratios within each round", ""]
     rows = []
@@ -316,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hot-gets", type=int, default=3,
                     help="hot GETs (and nginx's) one after the other per round, timed together (3)")
+    ap.add_argument("--mounted", action="store_true", help="read the store's object through a mount")
+    ap.add_argument("--objects", type=int, default=1, help="objects read at once, one thread each (1)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args(argv)
     return _common.run_and_report(args, run, report)

@@ -403,15 +403,16 @@ class S3Store:
         self.stats.bytes_read += len(data)
         return data
 
-    async def get_range_into(self, name: str, start: int, end: int, into: Into) -> None:
+    async def get_range_into(self, name: str, start: int, end: int, into: Into,
+                             if_match: str | None = None) -> None:
         """As ``get_range``, the bytes put into ``into`` as they arrive; an
         attempt cut short is retried (``call``'s policy) from the first byte
-        that has not landed yet."""
+        that has not landed yet, of the same version when ``if_match``."""
         check_range(start, end)
         if start < end:
             self.client()  # started
             fetch = RangeInto(self._getter, self.bucket, self._key(name), start, end, into,
-                              lambda size: self._past_end(name, size, start, end))
+                              lambda size: self._past_end(name, size, start, end), if_match)
             await _ranged(self, name, start, end, fetch)
             self.stats.bytes_read += end - start
 

@@ -176,15 +176,17 @@ class LeanGetter:
         is described (a peer's piece of a known version needs none)."""
         return (await self._get_object(Bucket, Key, Range, IfMatch, extra, False))[2]
 
-    async def get_into(self, *, Bucket: str, Key: str, Range: str, body_to: BodyTo) -> bytes | None:  # noqa: N803
+    async def get_into(self, *, Bucket: str, Key: str, Range: str, body_to: BodyTo,  # noqa: N803
+                       IfMatch: str | None = None) -> bytes | None:  # noqa: N803
         """A ranged GET whose body goes, as it arrives, into the ``Into``
         that ``body_to`` names once the answer's head is in (None: the body
         is returned whole instead). An answer of 300 or more raises
-        ClientError, as ``get_object`` does."""
+        ClientError, as ``get_object`` does (412 for an ``IfMatch`` that
+        does not hold)."""
         if self._session is None and self._http is None:
             raise RuntimeError("the capacity getter is not started")
         path = self._path(Bucket, Key)
-        headers = self.sign(path, "", Range, None, await self._keys(), time.gmtime())
+        headers = self.sign(path, "", Range, IfMatch, await self._keys(), time.gmtime())
         if self._http is not None:
             status, _, data = await self._http.get(
                 path, headers, on_head=lambda status, received: body_to(status, received.get("content-range")))
@@ -406,8 +408,9 @@ class RangeInto:
     what landed."""
 
     def __init__(self, getter: Any, bucket: str, key: str, start: int, end: int, into: Into,
-                 past_end: Callable[[int], Exception]) -> None:
+                 past_end: Callable[[int], Exception], if_match: str | None = None) -> None:
         self._getter, self._bucket, self._key = getter, bucket, key
+        self._if_match = if_match  # only bytes of this version (an ETag): a retry cannot mix two
         self._start, self._end = start, end
         self._into = into
         self._past_end = past_end
@@ -433,7 +436,8 @@ class RangeInto:
 
     async def __call__(self) -> None:
         at, end = self.at, self._end
-        asked = {"Bucket": self._bucket, "Key": self._key, "Range": f"bytes={at}-{end - 1}", "body_to": self._body_to}
+        asked = {"Bucket": self._bucket, "Key": self._key, "Range": f"bytes={at}-{end - 1}", "body_to": self._body_to,
+                 "IfMatch": self._if_match}
         if isinstance(self._getter, LeanGetter):
             whole = await self._getter.get_into(**asked)
         else:
@@ -453,10 +457,11 @@ class RangeInto:
 
 
 async def botocore_get_into(client: Any, *, Bucket: str, Key: str, Range: str,  # noqa: N803
-                           body_to: BodyTo) -> bytes | None:
+                           body_to: BodyTo, IfMatch: str | None = None) -> bytes | None:  # noqa: N803
     """``LeanGetter.get_into`` on botocore's client (AWS itself): the
     body read in pieces as they arrive, or whole."""
-    response = await client.get_object(Bucket=Bucket, Key=Key, Range=Range)
+    condition = {"IfMatch": IfMatch} if IfMatch is not None else {}
+    response = await client.get_object(Bucket=Bucket, Key=Key, Range=Range, **condition)
     into = body_to(int(response["ResponseMetadata"].get("HTTPStatusCode") or 0), response.get("ContentRange"))
     async with response["Body"] as body:
         if into is None:

@@ -74,7 +74,8 @@ class MountedBuckets:
                 tally.capacity += wanted.length
             body = data if wanted.length == len(data) else data[wanted.start : wanted.end]
             return plan(meta, read, decision, body, tally)
-        chunks = self._mounts.read(meta, wanted, tally, ask_peers=read.peer is None)
+        chunks = self._mounts.pieces.read(meta, wanted, tally, ask_peers=read.peer is None,
+                                          blocks=read.blocks and wanted.length > SMALL_READ)
         if wanted.length <= SMALL_READ:
             return plan(meta, read, decision, b"".join([block async for block in chunks]), tally)
         return plan(meta, read, decision, chunks, tally)
@@ -87,7 +88,7 @@ class MountedBuckets:
     async def stream(
         self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally | None = None, ask_peers: bool = True
     ) -> AsyncIterator[bytes]:
-        async for block in self._mounts.read(meta, wanted, tally if tally is not None else ReadTally(), ask_peers):
+        async for block in self._mounts.pieces.read(meta, wanted, tally if tally is not None else ReadTally(), ask_peers):
             yield block
 
     async def list(self, bucket: str, prefix: str, delimiter: str, marker: str, max_keys: int) -> ListPage:

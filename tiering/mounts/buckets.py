@@ -35,13 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from packer.ranges import ByteRange, split_over
 from tiering import pool
 from tiering.capacity import CapacityStats
 from tiering.cluster.peers import PeerClient
@@ -56,7 +54,7 @@ from tiering.errors import (
     ServiceUnavailable,
     SourceDenied,
 )
-from tiering.hot.fills import Fills
+from tiering.hot.open_files import Opened
 from tiering.hot.tier import HotTier
 from tiering.index.db import Index, ListPage
 from tiering.memo import ByIdentity
@@ -65,11 +63,13 @@ from tiering.model.names import check_bucket_name
 from tiering.mounts.checks import whole
 from tiering.mounts.listing_cache import ListingCache
 from tiering.mounts.owners import MountOwners, PeerRefused
+from tiering.mounts.pieces import MountPieces, piece_name
 from tiering.mounts.revalidate import Revalidator
 from tiering.mounts.source import SourceBucket, SourceObject
+from tiering.reads.arrival import Arrival
 from tiering.reads.flight import SingleFlight
-from tiering.reads.plan import SMALL_READ, Location, ReadTally
-from tiering.reads.readahead import Held, Peered, Source, stream
+from tiering.reads.plan import SMALL_READ, Location
+from tiering.reads.readahead import Peered
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")
@@ -79,12 +79,6 @@ log = logging.getLogger("tierstore.mounts")
 # How a read asks the source about a key: its description, and bytes when it brought some.
 # An object's description and first bytes (Peered: the node that keeps it sent them).
 _Ask = Callable[[], Awaitable[tuple[SourceObject, bytes | Peered | None]]]
-
-
-def piece_name(mount: str, key: str, etag: str, index: int) -> str:
-    """The hot-tier cache name of one piece of a mounted object version."""
-    digest = hashlib.sha256(f"{mount}\0{key}\0{etag}".encode()).hexdigest()[:40]
-    return f"m{digest}-{index:x}"
 
 
 class Mounts:
@@ -101,14 +95,12 @@ class Mounts:
         self._region = region
         self._mounts: dict[str, Mount] = {}
         self._sources: dict[str, SourceBucket] = {}
-        self._flight: SingleFlight[bytes] = SingleFlight()
         self._probes: SingleFlight[tuple[MountedObject, bytes | None]] = SingleFlight()
         self.listings = ListingCache()
         self.revalidator = Revalidator(index, self.client, self._forget)
-        # Pieces fetched from the source and being written to the hot tier
-        # behind the answer that brought them: a read meanwhile takes the
-        # bytes from here rather than asking the source again.
-        self._fills = Fills()
+        # The pieces of mounted objects: cached, held, arriving or fetched.
+        self.pieces = MountPieces(hot, settings, self.owners, self.client, self._mounts.__getitem__, unreachable)
+        self._fills = self.pieces.fills
         # Each record's ObjectMeta built once (a response head is kept by its identity).
         self._metas: ByIdentity[MountedObject, ObjectMeta] = ByIdentity(8192)
 
@@ -136,7 +128,7 @@ class Mounts:
 
     async def close(self) -> None:
         await self.revalidator.close()
-        await self._fills.drain()
+        await self.pieces.close()
         for source in self._sources.values():
             await source.close()
 
@@ -321,7 +313,7 @@ class Mounts:
             except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
                 raise unreachable(self._mounts[name], exc) from None
         self._record_behind(name, fresh)
-        self._fill_behind(name, fresh.key, piece_name(name, fresh.key, fresh.etag, 0), data)
+        self.pieces.fill_behind(name, fresh.key, piece_name(name, fresh.key, fresh.etag, 0), data)
         return data
 
     def _record_behind(self, name: str, fresh: MountedObject) -> None:
@@ -376,7 +368,7 @@ class Mounts:
             return self._metas.get(known, functools.partial(_as_meta, name)), None
         probe = min(small, self._settings.part_size)
 
-        owner = self._owner(name, key) if ask_peers else None
+        owner = self.pieces.owner(name, key) if ask_peers else None
 
         async def ask() -> tuple[SourceObject, bytes | Peered | None]:
             if owner is not None:
@@ -403,23 +395,12 @@ class Mounts:
         # have brought only some.
         return _as_meta(name, found), data if found.size <= probe and len(raw) == found.size else None
 
-    def _owner(self, name: str, key: str) -> str | None:
-        """The node that keeps the object's bytes; None for this one."""
-        return self.owners.of(name, key) if self.owners is not None else None
-
-    def _fill_behind(self, name: str, key: str, piece: str, data: bytes) -> None:
-        """Cache ``piece`` in the hot tier without holding up the answer
-        that fetched it (a file write and a rename, by the fills' writer);
-        on a node that does not own the object, keep nothing: its owner does."""
-        if self._owner(name, key) is None:
-            self._fills.write(piece, data, functools.partial(self._hot.fill, piece, data))
-
     async def warm(self, name: str, key: str, room: int) -> MountWarm:
         """Bring every piece of ``key`` into the hot tier, unless it is
         larger than ``room`` bytes. A small object costs one ranged GET
         (description and body at once), a large one a probe of its first
         piece and then its other pieces, fetched concurrently."""
-        owner = self._owner(name, key)
+        owner = self.pieces.owner(name, key)
         # Not the owner: its first byte describes the object (the owner
         # fetches and keeps the whole first piece to answer it); this node
         # keeps no bytes, so asks for no more. New here and no larger than
@@ -439,9 +420,11 @@ class Mounts:
         part = self._settings.part_size
 
         async def one(index: int) -> None:
-            got = await self._piece(meta, index, min(part, meta.size - index * part))
-            if isinstance(got, int):
-                os.close(got)  # cached meanwhile by a reader
+            got = await self.pieces.open(meta, index, min(part, meta.size - index * part))
+            if isinstance(got, Opened):
+                os.close(got.fd)  # cached meanwhile by a reader
+            elif isinstance(got, Arrival):
+                await asyncio.shield(got.outcome)  # arriving for a reader: cached once it is in
 
         await asyncio.gather(*(one(i) for i in missing))
         await self._fills.wait(names)
@@ -450,72 +433,6 @@ class Mounts:
     async def _forget(self, name: str, known: MountedObject) -> None:
         await pool.run(self._index.delete_mounted, name, known.key)
         await pool.run(self._hot.drop_cached, self.piece_names(name, known))
-
-    async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally,
-                   ask_peers: bool = True) -> AsyncIterator[bytes]:
-        """Yield ``wanted`` of a mounted object: cached pieces from the hot
-        tier, the others fetched (up to ``fetch_concurrency`` ahead) with
-        ranged GETs of that version only, then cached."""
-        part = self._settings.part_size
-        count = max(1, -(-meta.size // part))
-        sizes = [min(part, meta.size - i * part) for i in range(count)] if meta.size else [0]
-        pieces = list(split_over(sizes, wanted))
-        async for block in stream(
-            pieces, lambda index: self._piece(meta, index, sizes[index], ask_peers),
-            window=self._settings.fetch_concurrency, tally=tally,
-        ):
-            yield block
-
-    async def _piece(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> Source:
-        """A descriptor on the cached piece, or its bytes after a fetch."""
-        name = piece_name(meta.bucket, meta.key, meta.etag, index)
-        held = self._fills.held(name)
-        if held is not None:
-            return Held(held)
-        if self._hot.is_cached(name) and (fd := await pool.run(self._hot.open_cached, name, size)) is not None:
-            return fd
-        data, leader = await self._flight.run(name, lambda: self._fetch(meta, index, size, ask_peers))
-        if leader and not isinstance(data, Peered):
-            self._fill_behind(meta.bucket, meta.key, name, data)
-        elif leader and data.kept:  # a share handed over; else what a peer sent, its owner keeps
-            self._fill_behind(meta.bucket, meta.key, name, data.data)
-        return data
-
-    async def _fetch(self, meta: ObjectMeta, index: int, size: int, ask_peers: bool = True) -> bytes | Peered:
-        start = index * self._settings.part_size
-        mount = self._mounts[meta.bucket]
-        owner = self._owner(meta.bucket, meta.key) if ask_peers else None
-        if owner is not None:
-
-            def from_owner() -> Awaitable[bytes]:
-                return self.owners.piece(owner, meta, start, start + size)  # type: ignore[union-attr]
-
-            # The owner checked these bytes against the source's MD5 when they
-            # came in, and sends them only for this version (If-Match) and
-            # at this length: hashing them again here would cost more than
-            # the rest of a peer hit (docs/scale-out.md). Whatever fails
-            # goes to the source.
-            with contextlib.suppress(PeerRefused, CapacityError):
-                return Peered(await from_owner())
-        try:
-            client = await self.client(meta.bucket)
-
-            def get() -> Awaitable[bytes]:
-                return client.get_range(meta.key, start, start + size, if_match=meta.etag)
-
-            # Ours now: from the node that kept it, if it still does (checked as the source's).
-            handed = await self.owners.handed_piece(meta, start, start + size) if self.owners is not None else None
-            data = await get() if handed is None else handed
-            checked = await whole(data, meta.etag, get) if size == meta.size else data
-            return Peered(checked, kept=True) if checked is handed else checked
-        except CapacityNotFound:
-            raise NoSuchKey("The object was deleted at the source while it was read", Key=meta.key) from None
-        except CapacityError as exc:
-            if exc.detail.get("status") == 412:
-                raise ServiceUnavailable(
-                    f"{meta.key} changed at the source ({mount.source}) while it was read; retry"
-                ) from None
-            raise unreachable(mount, exc) from None
 
     # -- listing -------------------------------------------------------------------
 

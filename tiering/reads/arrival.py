@@ -44,6 +44,7 @@ import asyncio
 import mmap
 import zlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from packer.crc import extent_crc
 from tiering import pool
@@ -62,7 +63,8 @@ class Arrival:
     """The stored bytes of one extent of ``size`` bytes and CRC ``crc`` (a
     CRC32C if ``crc32c``, else zlib's CRC32) as they arrive, readable
     meanwhile (:meth:`read`); settled by its fetch with the checked bytes
-    or an error.
+    or an error. With ``crc`` None (a piece of a mounted object: S3 sends
+    no checksum of a range), the check is the length: every byte arrived.
 
     It is the ``Into`` of the store's GET (``tiering/capacity/store.py``):
     the bytes land in one buffer of the extent's size (the event loop reads
@@ -72,7 +74,7 @@ class Arrival:
     __slots__ = ("size", "_crc", "_crc32c", "_crc_at", "_checking", "_expect", "_buf", "_view", "received",
                  "checked", "corrupt", "_wake", "_wake_at", "outcome")
 
-    def __init__(self, size: int, crc: int, crc32c: bool = False) -> None:
+    def __init__(self, size: int, crc: int | None, crc32c: bool = False) -> None:
         self.size = size
         self._expect = crc
         self._crc32c = crc32c
@@ -109,7 +111,10 @@ class Arrival:
         if self.checked or self.corrupt or count <= 0:
             return
         self.received += count
-        if self._crc32c:
+        if self._expect is None:
+            if self.received >= self.size:
+                self._judge()
+        elif self._crc32c:
             self._crc = extent_crc(self._view[self._crc_at : self.received], True, self._crc)
             self._crc_at = self.received
             if self._crc_at >= self.size:
@@ -132,7 +137,7 @@ class Arrival:
 
     def _judge(self) -> None:
         """The CRC covers every byte: the verdict, and readers woken."""
-        self.checked = self._crc == self._expect
+        self.checked = self._expect is None or self._crc == self._expect
         self.corrupt = not self.checked
         self._wakeup()
 
@@ -155,6 +160,14 @@ class Arrival:
                 assert data is not None
                 self.outcome.set_result(data)
         self._wakeup()
+
+    def failed_with(self, task: asyncio.Future[Any], what: str) -> None:
+        """The fetch ``task`` that fills this arrival ended: if it failed (or
+        was cancelled: the gateway stops), settle readers with why."""
+        if task.cancelled():
+            self.settle(None, CapacityError(f"the {what}'s fetch was cancelled (the gateway stops)"))
+        elif (exc := task.exception()) is not None:
+            self.settle(None, exc)
 
     def _wakeup(self) -> None:
         self._wake_at = self.size

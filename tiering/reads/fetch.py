@@ -251,10 +251,7 @@ class ExtentReader:
         self._arrivals.discard(task)
         if self._live.get(place) is arrival:
             del self._live[place]
-        if task.cancelled():
-            arrival.settle(None, CapacityError("the extent's fetch was cancelled (the gateway stops)"))
-        elif (exc := task.exception()) is not None:
-            arrival.settle(None, exc)
+        arrival.failed_with(task, "extent")
 
     def _start_fill(self, ext: Extent, data: bytes, pin: bool) -> asyncio.Future[bool]:
         """Cache the extent (pinned when ``pin``) in the background, by the

@@ -86,6 +86,8 @@ async def stream(
                 else:
                     tally.peer += wanted.end - wanted.start
                 source = source.data
+                if type(source) is not bytes:  # an arrival's buffer, held while it is written
+                    source = memoryview(source) if blocks else bytes(source)
                 yield source if wanted.start == 0 and wanted.end == len(source) else source[wanted.start : wanted.end]
                 continue
             if isinstance(source, (bytes, bytearray, mmap.mmap)):
