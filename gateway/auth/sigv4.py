@@ -233,8 +233,9 @@ def _claim_from_query(query: Mapping[str, str], headers: Mapping[str, str],
     if when - now > MAX_SKEW:
         raise S3Error("AccessDenied", "Request is not valid yet", ServerTime=iso(now))
     # In whole seconds, as X-Amz-Date counts them: a URL is good through the
-    # last second of its lifetime (X-Amz-Expires=0: the second it was signed in).
-    if now.replace(microsecond=0) > when + timedelta(seconds=expires):
+    # last second of its lifetime. S3 takes lifetimes of 1 to 604800 seconds
+    # and answers X-Amz-Expires=0 as expired at once, even in its first second.
+    if not expires or now.replace(microsecond=0) > when + timedelta(seconds=expires):
         raise S3Error("AccessDenied", "Request has expired", **{"X-Amz-Expires": expires},
                       Expires=iso(when + timedelta(seconds=expires)), ServerTime=iso(now))
     # Presigned URLs carry no payload hash unless the client chose to sign one
@@ -321,8 +322,8 @@ def _header_time(headers: Mapping[str, str]) -> tuple[str, datetime]:
 
 def _expires(value: str) -> int:
     """X-Amz-Expires as S3 checks it, with S3's messages: a whole number of
-    seconds from 0 (expired once its second has passed: 403, not 400) to a
-    week."""
+    seconds from 0 to a week (0 is let through here: S3 answers it as an
+    expired request, 403 rather than 400, which the expiry check does)."""
     negative = value.startswith("-")
     seconds = decimal(value[1:] if negative else value)
     if seconds is None:

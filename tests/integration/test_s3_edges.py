@@ -256,7 +256,7 @@ def test_an_x_amz_expires_s3_refuses_is_400(
 
 
 @pytest.mark.parametrize(("expires", "ago"), [
-    (0, timedelta(seconds=5)),  # valid for the second it was signed in, no longer
+    (0, timedelta(seconds=5)),  # X-Amz-Expires=0 has expired at once, as S3 answers
     (60, timedelta(hours=1)),
     (604800, timedelta(days=7, seconds=5)),
 ])

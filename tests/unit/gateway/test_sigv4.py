@@ -64,7 +64,7 @@ def signed(method: str = "GET", path: str = "/bucket/key", query: str = "",
 
 
 def presigned(method: str = "GET", path: str = "/bucket/key", query: str = "",
-              expires: int = 3600, secret: str = SECRET) -> Wire:
+              expires: int | str = 3600, secret: str = SECRET) -> Wire:
     request = _request(method, path, query)
     S3SigV4QueryAuth(Credentials(AK, secret), "s3", "us-east-1", expires=expires).add_auth(request)
     method, path, query, headers = _wire(request)
@@ -253,14 +253,31 @@ def test_presigned_expires_out_of_range(expires: int, message: str) -> None:
     assert refused(presigned(expires=expires), "AuthorizationQueryParametersError").message == message
 
 
-def test_presigned_expires_zero_is_good_for_its_second_only() -> None:
-    wire = presigned(expires=0)
+def _signed_at(wire: Wire) -> datetime:
     stamp = next(p for p in wire[2].split("&") if p.startswith("X-Amz-Date="))
-    signed_at = datetime.strptime(stamp.partition("=")[2], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-    auth(wire, now=signed_at + timedelta(microseconds=999_999))
-    error = refused(wire, "AccessDenied", now=signed_at + timedelta(seconds=1))
-    assert error.status == 403 and error.message == "Request has expired"
-    assert error.fields["X-Amz-Expires"] == "0"
+    return datetime.strptime(stamp.partition("=")[2], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize("expires", ["0", "-0"])
+def test_presigned_expires_zero_has_expired(expires: str) -> None:
+    # S3 takes X-Amz-Expires from 1 to 604800 and answers 0 as an expired
+    # request (403), even within the second of X-Amz-Date or before it.
+    wire = presigned(expires=expires)
+    assert f"X-Amz-Expires={expires}&" in wire[2]
+    signed_at = _signed_at(wire)
+    for now in (signed_at - timedelta(seconds=5), signed_at,
+                signed_at + timedelta(microseconds=999_999), signed_at + timedelta(seconds=1)):
+        error = refused(wire, "AccessDenied", now=now)
+        assert (error.status, error.message) == (403, "Request has expired")
+        assert error.fields["X-Amz-Expires"] == "0"
+
+
+def test_presigned_expires_one_is_good_through_its_second() -> None:
+    wire = presigned(expires=1)
+    signed_at = _signed_at(wire)
+    auth(wire, now=signed_at + timedelta(seconds=1, microseconds=999_999))
+    error = refused(wire, "AccessDenied", now=signed_at + timedelta(seconds=2))
+    assert (error.status, error.message) == (403, "Request has expired")
 
 
 def test_presigned_expires_max_is_accepted() -> None:
