@@ -57,6 +57,10 @@ CRC_STEP = 1024 * 1024
 # writes 32 KiB at a time), and a send per piece cost the gateway more CPU
 # than the whole GET did before.
 BLOCK = 512 * 1024
+# After a range's first block, a reader waits for this many: the first
+# bytes leave early, the rest in fewer sends and wake-ups (512 KiB blocks
+# cost a cold GiB about 0.3 s more CPU than whole 8 MiB pieces did).
+LATER_BLOCK = 4 * BLOCK
 
 
 class Arrival:
@@ -203,12 +207,13 @@ class Arrival:
                 limit = end
             else:
                 limit = min(self.received, end - 1) if self.received < self.size else at
-            if limit - at >= BLOCK or limit == end or (limit > at and self.received >= end):
+            step = BLOCK if at == start else LATER_BLOCK
+            if limit - at >= step or limit == end or (limit > at and self.received >= end):
                 block = self._view[at:limit]
                 at = limit
                 yield block if views else bytes(block)
                 continue
-            await self._until(min(at + BLOCK, end) if self.received < end else self.size)
+            await self._until(min(at + step, end) if self.received < end else self.size)
         if at >= end:
             return
         # Not from the buffer: it failed its CRC (or the fetch failed).
