@@ -14,8 +14,12 @@ them on at once, and the buffer is cached behind the answer. A client's
 first bytes leave once the first half MiB of the first piece is in,
 instead of after the whole piece (and the seven others fetched beside it,
 sharing the source's bandwidth). S3 sends no checksum of a range: such a
-piece is checked by its length, which the arrival holds back the range's
-last byte for (``tiering/reads/arrival.py``); a piece that is the whole
+piece is checked by its length, so a byte is sent once it landed, and a
+range ends as soon as its own bytes are in (a loader reading a shard in
+1 MiB ranges does not wait for the rest of the piece); an answer the
+source cuts short is retried from the byte missing, of the same version,
+and a read whose piece cannot be had is cut short, never completed with
+other bytes (``tiering/reads/arrival.py``). A piece that is the whole
 object is small, read whole, and checked against the store's checksum or
 the MD5 ETag (``tiering/mounts/checks.py``). Pieces another node owns, or
 one handed over by the node that kept it before, are fetched whole.

@@ -193,7 +193,8 @@ class Arrival:
         ``BLOCK`` at a time: slices of its buffer with ``views`` (for a
         consumer that sends them before they could change: they never do
         once landed), else copies. The range's last byte only once the
-        extent is checked (see the module's docstring). Raises CapacityError
+        extent is checked (see the module's docstring), or, checked by its
+        length, once it landed. Raises CapacityError
         when the extent could not be fetched intact, or when bytes sent
         already differ from the ones fetched again."""
         at = start
@@ -205,10 +206,12 @@ class Arrival:
             # nothing once all are in and the CRC's verdict is due.
             if self.checked:
                 limit = end
+            elif self._expect is None:  # checked by length: a byte that landed is as good as it gets
+                limit = min(self.received, end)
             else:
                 limit = min(self.received, end - 1) if self.received < self.size else at
             step = BLOCK if at == start else LATER_BLOCK
-            if limit - at >= step or limit == end or (limit > at and self.received >= end):
+            if limit - at >= step or (limit == end and limit > at) or (limit > at and self.received >= end):
                 block = self._view[at:limit]
                 at = limit
                 yield block if views else bytes(block)
