@@ -53,11 +53,13 @@ MAX_RSS_SLOPE = 10.0  # MiB per minute, of the floor, over the second half of th
 
 
 def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS, VmHWM (KiB) and Threads of a process, and its open descriptors."""
+    """VmRSS, RssAnon, VmHWM (KiB) and Threads of a process, and its open
+    descriptors. RssAnon is the heap (Python's objects and glibc's arenas)
+    without the page cache's mapped files."""
     out: dict[str, int] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         name, _, value = line.partition(":")
-        if name in ("VmRSS", "VmHWM", "Threads"):
+        if name in ("VmRSS", "RssAnon", "VmHWM", "Threads"):
             out[name] = int(value.split()[0])
     out["fds"] = sum(1 for _ in Path(f"/proc/{pid}/fd").iterdir())
     return out
@@ -110,7 +112,8 @@ def memory_probe(gw: Gateway, workers: list[Worker]) -> Callable[[], dict]:
         if gw.proc.poll() is not None:
             raise RuntimeError(f"the gateway exited with status {gw.proc.returncode}")
         status = proc_status(gw.proc.pid)
-        return {"rss_kib": status["VmRSS"], "threads": status["Threads"], "fds": status["fds"],
+        return {"rss_kib": status["VmRSS"], "anon_kib": status["RssAnon"],
+                "threads": status["Threads"], "fds": status["fds"],
                 "ops": sum(w.tally.ops for w in workers),
                 "errors": sum(w.tally.errors.total() for w in workers)}
 
@@ -145,22 +148,22 @@ def log_problems(path: Path) -> dict:
 # -- figures and verdict ------------------------------------------------------------
 
 
-def floor(samples: list[dict], window: float) -> list[dict]:
-    """The lowest RSS sample of each ``window`` seconds."""
+def floor(samples: list[dict], window: float, field: str = "rss_kib") -> list[dict]:
+    """The lowest sample of ``field`` (VmRSS) of each ``window`` seconds."""
     windows: dict[int, dict] = {}
     for s in samples:
         w = int(s["t"] // window)
-        if w not in windows or s["rss_kib"] < windows[w]["rss_kib"]:
+        if w not in windows or s[field] < windows[w][field]:
             windows[w] = s
     return [windows[w] for w in sorted(windows)]
 
 
-def slope(samples: list[dict]) -> float | None:
-    """Least-squares slope of RSS over time, MiB per minute."""
+def slope(samples: list[dict], field: str = "rss_kib") -> float | None:
+    """Least-squares slope of ``field`` (VmRSS) over time, MiB per minute."""
     if len(samples) < 3:
         return None
     fit = statistics.linear_regression([s["t"] for s in samples],
-                                       [s["rss_kib"] / KiB for s in samples])
+                                       [s[field] / KiB for s in samples])
     return fit.slope * 60
 
 
@@ -177,8 +180,15 @@ def rss_figures(samples: list[dict], seconds: float, hwm_kib: int) -> dict:
     half = [s for s in samples if s["t"] >= seconds / 2]
     low = floor(half, min(FLOOR_WINDOW, seconds / 20))  # 10 points or more to fit
     peak = max(hwm_kib, max(s["rss_kib"] for s in samples)) / KiB
+    anon = [s for s in samples if "anon_kib" in s]
+    anon_low = floor([s for s in anon if s["t"] >= seconds / 2],
+                     min(FLOOR_WINDOW, seconds / 20), "anon_kib")
     return {"at": at, "peak_mib": peak, "slope_mib_per_min": slope(low),
             "raw_slope_mib_per_min": slope(half), "second_half_samples": len(half),
+            "anon_first_last_mib": [anon[0]["anon_kib"] / KiB, anon[-1]["anon_kib"] / KiB]
+            if anon else None,
+            "anon_slope_mib_per_min": slope(anon, "anon_kib"),
+            "anon_floor_slope_mib_per_min": slope(anon_low, "anon_kib"),
             "floor_mib": [round(s["rss_kib"] / KiB, 1) for s in low]}
 
 
@@ -232,6 +242,12 @@ def report(r: dict, s: dict, args: argparse.Namespace) -> str:
                   f"**{slope:+.2f}** (limit {args.max_rss_slope:g})" if slope is not None else "-"],
                  ["slope of every sample over the second half, MiB/min",
                   f"{raw:+.2f}" if raw is not None else "-"],
+                 ["RssAnon first / last sample",
+                  "{:.0f} / {:.0f}".format(*m["anon_first_last_mib"])
+                  if m.get("anon_first_last_mib") else "-"],
+                 ["RssAnon slope, whole run / floor over the second half, MiB/min",
+                  f"{m['anon_slope_mib_per_min'] or 0:+.2f} / "
+                  f"{m['anon_floor_slope_mib_per_min'] or 0:+.2f}"],
                  ["threads, open fds: start / end",
                   f"{samples[0]['threads']}, {samples[0]['fds']} / {r['end']['Threads']}, "
                   f"{r['end']['fds']}" if samples else "-"]]
@@ -257,6 +273,7 @@ def report(r: dict, s: dict, args: argparse.Namespace) -> str:
         table(["operation", "count", "errors", "per s", "p50 ms", "p99 ms"], rows), "",
         table(["gateway RSS", "MiB"], mem_rows), "",
         table(["capacity store, timed run", ""], cap_rows), "",
+        f"Hostile requests and operator jobs: {r.get('hostile') or 'none'}.", "",
         f"Final listing: {r['final_listing']}. fsck: {len(r['fsck_problems'])} problem(s). "
         f"Gateway log: {glog['errors']} error(s), {glog['warnings']} warning(s), "
         f"{glog['tracebacks']} traceback(s).", "",

@@ -40,7 +40,12 @@ MAX_ERRORS_KEPT = 20  # per thread, with their messages; all are counted
 # a large key (the others draw again).
 WEIGHTS = {"get": 30, "get_range": 15, "head": 10, "write": 22, "delete": 6, "list": 5,
            "get_large": 2, "put_large": 1}
-KINDS = ("get", "get_large", "get_range", "head", "put", "overwrite", "put_large", "delete", "list")
+# --hostile adds these kinds to the mix (and the clients of _soak_hostile.py).
+HOSTILE_WEIGHTS = {"batch": 8, "copy": 5, "abort_upload": 3}
+KINDS = ("get", "get_large", "get_range", "head", "put", "overwrite", "put_large", "delete", "list",
+         "batch", "copy", "abort_upload")
+BATCH_MAX = 16  # keys in one GetBatch request
+ABORTED_PART = 256 * KiB  # the one part an aborted multipart upload sends
 
 
 class Mismatch(AssertionError):
@@ -143,8 +148,10 @@ class Tally:
 class Worker:
     """One client thread: its keys, what they hold, and the operations on them."""
 
-    def __init__(self, slot: int, s3: Any, plan: Plan, pool: Pool, seed: int) -> None:
-        self.s3 = s3
+    def __init__(self, slot: int, s3: Any, plan: Plan, pool: Pool, seed: int,
+                 hostile: bool = False, rate: float = 0.0, batch: Any = None) -> None:
+        self.s3, self.batch_client = s3, batch
+        self.interval = 1.0 / rate if rate > 0 else 0.0  # this thread's share of --rate
         self.plan, self.pool = plan, pool
         self.rng = random.Random(f"{seed}/{slot}")
         self.prefix = f"t{slot:03d}/"
@@ -154,11 +161,13 @@ class Worker:
         self.ops: dict[str, Callable[[str], None]] = {
             "put": self.write, "overwrite": self.write, "put_large": self.write,
             "delete": self.delete, "get": self.get, "get_large": self.get,
-            "head": self.head, "get_range": self.get_range,
+            "head": self.head, "get_range": self.get_range, "batch": self.batch,
+            "copy": self.copy, "abort_upload": self.abort_upload,
         }
         self.tally = Tally()
-        self.kinds = [k for k in WEIGHTS if self.large or not k.endswith("_large")]
-        self.weights = [WEIGHTS[k] for k in self.kinds]
+        weights = WEIGHTS | (HOSTILE_WEIGHTS if hostile else {})
+        self.kinds = [k for k in weights if self.large or not k.endswith("_large")]
+        self.weights = [weights[k] for k in self.kinds]
 
     # -- the loop -------------------------------------------------------------
 
@@ -170,13 +179,24 @@ class Worker:
             self.timed("fill", key, self.write)
 
     def run(self, deadline: float, stop: threading.Event) -> None:
+        """Operations until ``deadline``: back to back, or one every
+        ``interval`` seconds on a fixed schedule (a late one does not
+        shorten the next wait below zero, so a slow gateway is not hit by
+        a burst to catch up)."""
+        tick = time.perf_counter()
         while time.perf_counter() < deadline and not stop.is_set():
             self.step()
+            if self.interval:
+                tick = max(tick + self.interval, time.perf_counter() - self.interval)
+                stop.wait(max(0.0, tick - time.perf_counter()))
 
     def step(self) -> None:
         kind = self.rng.choices(self.kinds, self.weights)[0]
         if kind == "list":
             self.timed("list", self.prefix, lambda _: self.list())
+            return
+        if kind in ("batch", "abort_upload"):
+            self.timed(kind, self.prefix, self.ops[kind])
             return
         if kind == "get_range":
             key = self.rng.choice(self.keys)
@@ -184,7 +204,7 @@ class Worker:
             key = self.rng.choice(self.large if kind.endswith("_large") else self.small)
         state = self.model[key]
         if (kind in ("write", "put_large") or state is UNKNOWN
-                or (state is None and kind in ("delete", "get_range", "get_large"))):
+                or (state is None and kind in ("delete", "get_range", "get_large", "copy"))):
             kind = ("put_large" if key in self.large
                     else "overwrite" if isinstance(state, Body) else "put")
         self.timed(kind, key, self.ops[kind])
@@ -246,6 +266,50 @@ class Worker:
         if got != self.pool.view[expected.offset + start:expected.offset + end]:
             raise Mismatch(f"{key}: bytes {start}-{end - 1} differ ({len(got)} bytes answered)")
         self.tally.verified_bytes += len(got)
+
+    def batch(self, _prefix: str) -> None:
+        """GetBatch of a few of the thread's small keys: each member's bytes
+        checked, a deleted key answered as an error member."""
+        keys = self.rng.sample(self.small, min(len(self.small), self.rng.randint(2, BATCH_MAX)))
+        expected = {k: self.model[k] for k in keys}
+        got = list(self.batch_client.get_batch(BUCKET, keys))
+        if [k for k, _ in got] != keys:
+            raise Mismatch(f"batch of {len(keys)} keys answered {len(got)} members")
+        for key, data in got:
+            want = expected[key]
+            if want is UNKNOWN:
+                continue
+            if want is None:
+                if isinstance(data, bytes):
+                    raise Mismatch(f"{key}: deleted, yet in a batch")
+                continue
+            if not isinstance(data, bytes) or hashlib.md5(data).hexdigest() != want.md5:
+                raise Mismatch(f"{key}: batch member differs ({data!r:.80})")
+            self.tally.bytes_down += len(data)
+            self.tally.verified_bytes += len(data)
+
+    def copy(self, key: str) -> None:
+        """CopyObject from ``key`` onto another of the thread's small keys."""
+        source = self.model[key]
+        target = self.rng.choice(self.small)
+        if target == key or key in self.large:
+            self.write(key)
+            return
+        self.model[target] = UNKNOWN
+        self.s3.copy_object(Bucket=BUCKET, Key=target, CopySource={"Bucket": BUCKET, "Key": key})
+        self.model[target] = source
+
+    def abort_upload(self, prefix: str) -> None:
+        """A multipart upload of a new key given up after one part."""
+        key = f"{prefix}aborted/{self.rng.getrandbits(64):016x}.bin"
+        _body, data = self.pool.body(self.rng, ABORTED_PART, multipart=False)
+        upload = self.s3.create_multipart_upload(Bucket=BUCKET, Key=key)["UploadId"]
+        try:
+            self.s3.upload_part(Bucket=BUCKET, Key=key, UploadId=upload, PartNumber=1,
+                                Body=bytes(data))
+            self.tally.bytes_up += len(data)
+        finally:
+            self.s3.abort_multipart_upload(Bucket=BUCKET, Key=key, UploadId=upload)
 
     def head(self, key: str) -> None:
         expected = self.model[key]

@@ -15,11 +15,26 @@ one boto3 client each, first write the data set, then for ``--seconds``
   delete           a key that exists
   list             the thread's own prefix: keys, sizes and ETags checked
 
+With ``--hostile`` the mix is the one a gateway shared by many clients
+sees, some of them broken or hostile: each thread also sends
+
+  batch            GetBatch (POST /soak?batch) of 2..16 of its keys, each member checked
+  copy             CopyObject of one of its keys onto another
+  abort_upload     a multipart upload of a new key, one part, then aborted
+
+and ``--hostile-threads`` (2) more threads (``_soak_hostile.py``) send
+``--hostile-rate`` (10) requests/s each: bodies that stall or are cut off,
+heads that never end, bytes that are not HTTP, requests signed by unknown
+keys, anonymous ones, operations S3 does not have, each naming a new
+bucket, key or parameter; and an operator flushes and evicts the whole
+cache every ``--operator-every`` (10) seconds. ``--rate`` caps the
+threads' requests per second in all (0: as fast as they go).
+
 Each thread owns its keys (``t007/...``), so it knows what every read must
 return; a mismatch counts as an error like a failed request, and a single
 error fails the run (exit status 1). Clients do not retry (one attempt).
 
-Every second the gateway's VmRSS (``/proc/<pid>/status``), threads and open
+Every second the gateway's VmRSS, RssAnon (``/proc/<pid>/status``), threads and open
 descriptors are sampled, every two seconds its capacity-store request
 counters (admin ``/stats``). Reported: operations by kind with p50/p99
 latency, throughput, capacity requests, RSS at 25/50/75/100% of the timed
@@ -63,10 +78,12 @@ from _soak_measure import (
     report,
     summarise,
 )
+from _soak_hostile import Hostile, Operator
 from _soak_workload import BUCKET, TRANSFER, Plan, Pool, Worker, final_listing, merge
 from capacity import KiB, MiB, admin, log, parse_size
 
-from tests.servers import Gateway
+from gateway.client.batch import BatchClient
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway
 from tiering.maintenance import fsck
 
 # -- the run --------------------------------------------------------------------
@@ -99,14 +116,23 @@ def run(args: argparse.Namespace) -> dict:
         extra = (*s3_capacity_args(f"http://127.0.0.1:{moto_port}"),
                  "--hot-size", str(args.hot_size))
         os.environ.update(args.gateway_env)  # the gateway's environment is this one's
+        if args.tracemalloc:
+            args.tracemalloc.mkdir(parents=True, exist_ok=True)
+            hook = Path(__file__).resolve().parent / "tracemalloc_hook"
+            os.environ.update(TIERSTORE_TRACEMALLOC_DIR=str(args.tracemalloc.resolve()),
+                              PYTHONPATH=os.pathsep.join(
+                                  filter(None, (str(hook), os.environ.get("PYTHONPATH")))))
         with gateway(tmp / "data", extra_args=extra) as gw:
             workers = [Worker(slot, client(gw.endpoint, max_pool=TRANSFER.max_concurrency),
-                              plan, pool, args.seed) for slot in range(args.threads)]
+                              plan, pool, args.seed, hostile=args.hostile,
+                              rate=args.rate / args.threads,
+                              batch=BatchClient(gw.endpoint, ACCESS_KEY, SECRET_KEY))
+                       for slot in range(args.threads)]
             out |= fill_run(gw, workers, plan, stop)
             fill_errors = sum(w.tally.errors.total() for w in workers)
             log(f"[fill] {out['fill_bytes'] / MiB:.0f} MiB in {out['fill_s']:.1f} s; "
                 f"timed run of {args.seconds:g} s ...")
-            out |= timed_run(gw, workers, args.seconds, stop)
+            out |= timed_run(gw, workers, args, stop)
             out["final_listing"] = final_listing(workers)
         out["fsck_problems"] = fsck.check(tmp / "data")
         out["gateway_log"] = log_problems(gw.log_path)
@@ -131,27 +157,57 @@ def fill_run(gw: Gateway, workers: list[Worker], plan: Plan, stop: threading.Eve
             "after_fill": proc_status(gw.proc.pid) | {"tiers": tiers_view(gw)}}
 
 
-def timed_run(gw: Gateway, workers: list[Worker], seconds: float, stop: threading.Event) -> dict:
-    """The workers' loops for ``seconds``, sampled; the figures of the gateway
-    over that time."""
-    pid = gw.proc.pid
+def timed_run(gw: Gateway, workers: list[Worker], args: argparse.Namespace,
+              stop: threading.Event) -> dict:
+    """The workers' loops for ``--seconds`` (with the hostile clients and the
+    operator when asked), sampled; the figures of the gateway over that time."""
+    seconds, pid = args.seconds, gw.proc.pid
+    quiet = threading.Event()  # ends the hostile clients and the operator
+    others: list[Hostile | Operator] = []
+    if args.hostile:
+        others = [Hostile(gw, BUCKET, args.seed * 100 + i, args.hostile_rate, quiet)
+                  for i in range(args.hostile_threads)]
+        if args.operator_every > 0:
+            others.append(Operator(gw, args.operator_every, quiet))
     capacity0, cpu0 = capacity_counters(gw), process_cpu(pid)
     t0 = time.perf_counter()
     samplers = [Sampler(memory_probe(gw, workers), 1.0, t0, stop),
                 Sampler(lambda: capacity_counters(gw), 2.0, t0, stop)]
-    for sampler in samplers:
-        sampler.start()
+    for thread in (*samplers, *others):
+        thread.start()
     wall = in_threads(workers, lambda w: w.run(t0 + seconds, stop))
+    quiet.set()
+    hostile: dict[str, int] = {}
+    for other in others:
+        for kind, n in other.finish().items():
+            hostile[kind] = hostile.get(kind, 0) + n
     for sampler in samplers:
         sampler.finish()
     failures = [s.failure for s in samplers if s.failure]
     if failures:
         raise RuntimeError(f"the run ended early: {failures[0]}")
     cpu, capacity1 = process_cpu(pid) - cpu0, capacity_counters(gw)
-    return {"wall_s": wall, "gateway_cpu_s": cpu,
+    return {"wall_s": wall, "gateway_cpu_s": cpu, "hostile": hostile,
             "capacity": {k: capacity1[k] - capacity0[k] for k in capacity1},
             "end": proc_status(pid) | {"tiers": tiers_view(gw)},
             "samples": samplers[0].samples, "capacity_samples": samplers[1].samples}
+
+
+def compare_snapshots(before: Path, after: Path, top: int = 25, frames: int = 3) -> str:
+    """The allocation sites (the ``frames`` innermost frames, innermost
+    first) that grew most from one tracemalloc snapshot to a later one."""
+    import tracemalloc  # only here: the soak itself traces nothing
+
+    old, new = tracemalloc.Snapshot.load(str(before)), tracemalloc.Snapshot.load(str(after))
+    stats = new.compare_to(old, "traceback")
+    total = sum(s.size_diff for s in stats)
+    lines = [f"{before.name} -> {after.name}: {total / MiB:+.1f} MiB traced in all", ""]
+    for stat in stats[:top]:
+        # A traceback's frames run from the oldest to the innermost.
+        where = " <- ".join(f"{'/'.join(f.filename.rsplit('/', 2)[-2:])}:{f.lineno}"
+                            for f in reversed(stat.traceback[-frames:]))
+        lines.append(f"{stat.size_diff / MiB:+8.2f} MiB {stat.count_diff:+8d} blocks  {where}")
+    return "\n".join(lines)
 
 
 def env_setting(text: str) -> tuple[str, str]:
@@ -174,6 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small-max", type=parse_size, default=MiB)
     ap.add_argument("--large-min", type=parse_size, default=16 * MiB)
     ap.add_argument("--large-max", type=parse_size, default=64 * MiB)
+    ap.add_argument("--hostile", action="store_true",
+                    help="add batch GETs, copies and aborted uploads to the mix, hostile clients "
+                         "and an operator flushing and evicting")
+    ap.add_argument("--rate", type=float, default=0.0,
+                    help="requests/s of all client threads together (default 0: unpaced)")
+    ap.add_argument("--hostile-threads", type=int, default=2,
+                    help="hostile client threads with --hostile (default 2)")
+    ap.add_argument("--hostile-rate", type=float, default=10.0,
+                    help="requests/s of each hostile thread (default 10)")
+    ap.add_argument("--operator-every", type=float, default=10.0,
+                    help="seconds between the operator's flush + evict with --hostile "
+                         "(default 10; 0: no operator)")
     ap.add_argument("--max-rss-slope", type=float, default=MAX_RSS_SLOPE,
                     help="MiB/min of growth of the RSS floor over the second half that fails "
                          "the run (default 10; inf: not judged)")
@@ -182,9 +250,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="set in the gateway's environment, e.g. MALLOC_ARENA_MAX=2 (repeatable)")
     ap.add_argument("--keep-log", type=Path, metavar="PATH",
                     help="copy the gateway's log (warnings, one line per request) here at the end")
+    ap.add_argument("--tracemalloc", type=Path, metavar="DIR",
+                    help="trace the gateway's allocations: a tracemalloc snapshot in DIR every "
+                         "TIERSTORE_TRACEMALLOC_EVERY (30) s (tracemalloc_hook/; slows it down)")
+    ap.add_argument("--compare-snapshots", type=Path, nargs=2, metavar=("BEFORE", "AFTER"),
+                    help="print the allocation sites that grew between two snapshots, and exit")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write every number as JSON here")
     args = ap.parse_args(argv)
+    if args.compare_snapshots:
+        print(compare_snapshots(*args.compare_snapshots))
+        return 0
     quick = args.quick
     for name, full, short in (("seconds", 300.0, 180.0), ("threads", 32, 16),
                               ("dataset_size", 600 * MiB, 200 * MiB),
@@ -197,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(results, args)
     print(report(results, summary, args))
     args.keep_log = str(args.keep_log) if args.keep_log else None  # for the JSON
+    args.tracemalloc = str(args.tracemalloc) if args.tracemalloc else None
     raw = {k: v for k, v in results.items() if k != "latencies"}  # summarised instead
     _common.write_results(args, raw | {"summary": summary})
     return 0 if summary["passed"] else 1

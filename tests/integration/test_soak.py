@@ -2,8 +2,9 @@
 
 A short run of the real thing: moto as the capacity store, the gateway with a
 hot tier smaller than the data set, four client threads mixing PUTs,
-overwrites, multipart uploads, GETs, range GETs, HEADs, listings and
-deletes, every answer checked against what was acknowledged. The run must
+overwrites, multipart uploads, GETs, range GETs, HEADs, listings,
+deletes, batch GETs, copies and aborted uploads, with hostile clients and
+an operator flushing and evicting beside them, every answer checked against what was acknowledged. The run must
 end with zero errors, a clean fsck and every figure of the report present.
 Its length and throughput are not judged here, and neither is the memory
 slope (a 10 s run is all warm-up); the slope's arithmetic and verdict are
@@ -23,7 +24,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-KINDS = {"get", "get_large", "get_range", "head", "put", "overwrite", "put_large", "delete", "list"}
+KINDS = {"get", "get_large", "get_range", "head", "put", "overwrite", "put_large", "delete", "list",
+         "batch", "copy", "abort_upload"}
 
 
 @pytest.fixture
@@ -47,7 +49,10 @@ def measure(monkeypatch: pytest.MonkeyPatch):
 def run_soak(json_path: Path) -> subprocess.CompletedProcess[str]:
     args = ["--seconds", "10", "--threads", "4", "--dataset-size", "32M", "--hot-size", "16M",
             "--large-objects", "1", "--large-min", "10M", "--large-max", "12M",
-            "--max-rss-slope", "inf", "--json", str(json_path)]
+            "--max-rss-slope", "inf", "--json", str(json_path),
+            # The hostile mix: batch GETs, copies, aborted uploads, broken
+            # clients and an operator flushing and evicting.
+            "--hostile", "--operator-every", "3", "--rate", "200"]
     proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "soak.py"), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -71,11 +76,15 @@ def test_short_soak_answers_every_request_correctly(tmp_path: Path) -> None:
     assert results["final_listing"]["ok"] and results["fsck_problems"] == []
     assert results["gateway_log"]["errors"] == results["gateway_log"]["tracebacks"] == 0
     assert set(summary["ops"]) == KINDS
-    for kind in ("get", "get_range", "head", "overwrite", "delete", "list"):
+    for kind in ("get", "get_range", "head", "overwrite", "delete", "list", "batch", "copy",
+                 "abort_upload"):
         assert summary["ops"][kind]["count"] > 0, kind
         assert summary["ops"][kind]["p99_ms"] >= summary["ops"][kind]["p50_ms"] > 0
     assert summary["total_ops"] == sum(o["count"] for o in summary["ops"].values())
     assert results["verified_bytes"] > 0
+    hostile = results["hostile"]
+    assert hostile["flush"] > 0 and hostile["evict"] > 0, hostile
+    assert sum(n for kind, n in hostile.items() if kind not in ("flush", "evict")) > 10, hostile
 
     # A data set larger than the hot tier: objects were evicted and read back.
     tiers = results["end"]["tiers"]
