@@ -10,7 +10,8 @@ The window is what Little's law asks of a pipe: to keep bytes flowing at
 the rate ``B`` the source delivers them, ``B x T`` bytes must be on the
 way, ``T`` being how long a piece holds its place: the round trip to its
 first byte ``L`` and its ``P`` bytes at one stream's rate ``r``. In
-pieces, plus the one being sent: ``1 + ceil(B x (L + P / r) / P)``: the
+pieces, plus the one being sent and one for the spread of ``T`` about its
+mean: ``2 + ceil(B x (L + P / r) / P)``: the
 bandwidth-delay product of the source, where a stream slower than the
 source (S3 gives one connection about 100 MB/s) counts as delay too.
 ``B``, ``L`` and ``r`` are measured on this node's own fetches (moving
@@ -59,7 +60,7 @@ class Window:
         # Each piece holds its place for the round trip to its first byte and
         # the time its bytes take at one stream's rate (Little's law).
         held = self.latency + self._piece / self.stream
-        return max(2, min(self._most, 1 + math.ceil(self.rate * held / self._piece)))
+        return max(2, min(self._most, 2 + math.ceil(self.rate * held / self._piece)))
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[Fetch]:
