@@ -32,8 +32,6 @@ def live_connections() -> int:
     return sum(1 for o in gc.get_objects() if isinstance(o, _Connection))
 
 
-@pytest.mark.xfail(strict=True, reason="a closed connection and its parser form a reference "
-                   "cycle (tiering/capacity/http_get.py); see docs/reliability.md")
 async def test_connections_the_store_closed_are_freed_without_the_cycle_collector(
         anyio_backend: str) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -131,6 +131,11 @@ class _Connection(asyncio.BufferedProtocol):
                 self._fail(_Stale("the store closed the connection before answering"))
             else:
                 self._fail(ConnectionResetError("the store closed the connection in the middle of its answer"))
+        # The parser refers back to this connection: a cycle only the collector's rarely run
+        # older generations would free, with the 256 KiB read buffer in it (docs/reliability.md).
+        # Nothing reads either once the connection is gone.
+        self._parser = None  # type: ignore[assignment]
+        self._read = memoryview(b"")
 
     # -- httptools callbacks ------------------------------------------------
 
