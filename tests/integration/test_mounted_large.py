@@ -246,3 +246,19 @@ def test_a_cold_gib_read_holds_a_bounded_number_of_pieces(
         sampler.join()
     assert got.hexdigest() == digest.hexdigest()
     assert peak[0] - before < 10 * PIECE, f"RssAnon grew {(peak[0] - before) / MiB:.0f} MiB during a 1 GiB read"
+
+
+def test_a_first_touch_reads_each_byte_of_the_first_piece_once(gw: Gateway, rclone_endpoint: str) -> None:
+    """The GET that describes a large object brings its first MiB; the read
+    of its first piece starts from those bytes and asks the source for the
+    rest: two GETs for the first piece, its bytes read once."""
+    data = os.urandom(PIECE + MiB)
+    src = source(rclone_endpoint)
+    src.create_bucket(Bucket="first")
+    src.put_object(Bucket="first", Key="ckpt.bin", Body=data)
+    mount(gw, "first", "s3://first", rclone_endpoint, access_key=RCLONE_KEY, secret_key=RCLONE_KEY)
+    before = gw.admin("GET", "/mounts/first").json()
+    assert make_client(gw.endpoint).get_object(Bucket="first", Key="ckpt.bin")["Body"].read() == data
+    after = gw.admin("GET", "/mounts/first").json()
+    assert after["source_bytes_read"] - before["source_bytes_read"] == len(data)
+    assert after["source_requests"]["gets"] - before["source_requests"]["gets"] == 3  # describe, rest of 0, 1

@@ -389,7 +389,10 @@ class Mounts:
         )
         raw = data.data if isinstance(data, Peered) else data
         if raw is None or (found.size > probe and len(raw) < self._settings.part_size):
-            return _as_meta(name, found), None  # stale, empty, or less than a piece of a larger object
+            meta = _as_meta(name, found)
+            if raw is not None and found.size > probe and not isinstance(data, Peered):
+                self.pieces.first_bytes(meta, raw)  # the start of its first piece, if that is read next
+            return meta, None  # stale, empty, or less than a piece of a larger object
         # The whole object, or nothing: a probe shared with a caller that
         # asked for fewer bytes (a warm on a node that does not own it) may
         # have brought only some.

@@ -40,6 +40,7 @@ from typing import Any
 
 from packer.ranges import ByteRange, split_over
 from tiering import pool
+from tiering.capacity.store import pour
 from tiering.errors import CapacityError, CapacityNotFound, NoSuchKey, ServiceUnavailable
 from tiering.hot.fills import Fills
 from tiering.hot.tier import HotTier
@@ -56,6 +57,10 @@ from tiering.reads.window import Fetch, Window
 from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.mounts")
+
+# First bytes of large objects kept for the read that follows their describing GET
+# (MountPieces.first_bytes): 1 MiB each at most (the describing GET's length).
+_FIRSTS = 16
 
 
 def piece_name(mount: str, key: str, etag: str, index: int) -> str:
@@ -79,6 +84,7 @@ class MountPieces:
         self._unreachable = unreachable
         self._flight: SingleFlight[bytes] = SingleFlight()
         self._live: dict[str, Arrival] = {}  # pieces arriving now, by hot-tier name
+        self._firsts: dict[str, bytes] = {}  # large objects' first bytes, by piece 0's name (first_bytes)
         self._arrivals: set[asyncio.Task[Any]] = set()
         self.window = Window(settings.part_size, settings.fetch_concurrency)
         # Pieces fetched from the source and being written to the hot tier
@@ -147,8 +153,23 @@ class MountPieces:
             return False  # its owner keeps it: asked of that node, whole
         return self._owners is None or self._owners.before(meta.bucket, meta.key) is None
 
+    def first_bytes(self, meta: ObjectMeta, data: bytes) -> None:
+        """Keep the first bytes of a large object, brought by the GET that
+        described it, for a moment: a read of its first piece that follows
+        starts from them and asks the source for the rest only, so its
+        client's first byte waits one round trip to the source, not two.
+        At most ``_FIRSTS`` are kept, the oldest dropped (a read of another
+        range never asks for them)."""
+        name = piece_name(meta.bucket, meta.key, meta.etag, 0)
+        if 0 < len(data) < min(self._settings.part_size, meta.size):
+            self._firsts[name] = data
+            while len(self._firsts) > _FIRSTS:
+                del self._firsts[next(iter(self._firsts))]
+
     def _arrive(self, meta: ObjectMeta, index: int, size: int, name: str) -> Arrival:
         arrival = Arrival(size, None)
+        if index == 0 and (first := self._firsts.pop(name, None)) is not None:
+            pour(arrival, first)  # the describing GET's bytes: the rest is asked from where they end
         self._live[name] = arrival
         task = asyncio.ensure_future(self._land(meta, index, size, name, arrival))
         self._arrivals.add(task)
@@ -163,7 +184,7 @@ class MountPieces:
         async with self.window.slot() as fetch:
             into = _Counted(arrival, fetch)
             await self._source_call(meta, lambda client: client.get_range_into(
-                meta.key, start, start + size, into, if_match=meta.etag))
+                meta.key, start + arrival.received, start + size, into, if_match=meta.etag))
         if arrival.received != size:  # the store's answer ended short: every retry did
             raise ServiceUnavailable(f"{meta.key}: the source sent {arrival.received} of {size} bytes; retry")
         await arrival.verdict()
