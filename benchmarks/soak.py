@@ -68,6 +68,7 @@ from pathlib import Path
 import _common  # first: puts the repo root on sys.path
 from _common import client, gateway, process_cpu, temp_dir
 from _moto import moto_store, s3_capacity_args
+from _soak_hostile import Hostile, Operator
 from _soak_measure import (
     MAX_RSS_SLOPE,
     Sampler,
@@ -78,7 +79,6 @@ from _soak_measure import (
     report,
     summarise,
 )
-from _soak_hostile import Hostile, Operator
 from _soak_workload import BUCKET, TRANSFER, Plan, Pool, Worker, final_listing, merge
 from capacity import KiB, MiB, admin, log, parse_size
 
