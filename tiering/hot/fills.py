@@ -32,6 +32,9 @@ log = logging.getLogger("tierstore.fills")
 # enough for the misses of a busy node to be written in batches, few enough
 # that a slow disk cannot hold more than about this many bodies in memory.
 WRITER_BACKLOG = 64
+# What the loop submits is posted to the writer thread this long after the
+# first of it: the misses of a few milliseconds wake the writer once.
+POST_DELAY = 0.004
 
 
 async def _logged(name: str, fill: Awaitable[bool | None]) -> bool:
@@ -147,7 +150,7 @@ class _Writer:
             self._thread.start()
         self._outbox.append(item)
         if len(self._outbox) == 1:
-            loop.call_soon(self._post)
+            loop.call_later(POST_DELAY, self._post)
 
     def _post(self) -> None:
         if self._outbox:
