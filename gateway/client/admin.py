@@ -21,11 +21,11 @@ JSON = dict[str, Any]
 DEFAULT_TIMEOUT = 30.0  # seconds; job actions answer at once (202), only waiting takes long
 
 
-
 def client_tls(ca: Path | None) -> ssl.SSLContext:
     """A client context that verifies servers against ``ca`` (a PEM bundle),
     or the system's CAs when None."""
     return ssl.create_default_context(cafile=None if ca is None else str(ca))
+
 
 class ApiError(Exception):
     """The API answered ``{"error": {"code", "message"}}`` with an HTTP error status."""

@@ -81,7 +81,6 @@ def http_server(app: Any, config: Config, *, s3: bool, tls: bool = True) -> Serv
     return Server(_uvicorn_config(app, config, s3_errors=s3, tls=tls))
 
 
-
 def _uvicorn_config(app: Any, config: Config, *, s3_errors: bool, tls: bool) -> uvicorn.Config:
     tls_files: dict[str, Any] = {}
     if tls and config.tls_cert is not None:

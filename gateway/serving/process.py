@@ -16,15 +16,17 @@ import resource
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from tiering import pool
+
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
     """Run ``main`` on a fresh event loop (uvloop when installed), with
     glibc's malloc tuned first (:func:`tune_malloc`)."""
-    trims = tune_malloc()
+    tune_malloc()
     raise_descriptor_limit()
     tune_gc()
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(_trimming(main) if trims else main)
+        runner.run(_trimming(main))
 
 
 async def _trimming(main: Coroutine[Any, Any, None]) -> None:
@@ -38,10 +40,11 @@ async def _trimming(main: Coroutine[Any, Any, None]) -> None:
 
 
 async def _trim_every(seconds: float) -> None:
-    loop = asyncio.get_running_loop()
+    """Trim the arenas every ``seconds`` in the I/O pool; stop where malloc is not glibc's."""
     while True:
         await asyncio.sleep(seconds)
-        await loop.run_in_executor(None, trim_malloc)
+        if await pool.run(trim_malloc) < 0:
+            return
 
 
 # glibc's mallopt parameters (malloc.h).
@@ -68,8 +71,8 @@ def trim_malloc() -> int:
     about +20 MiB a minute of holes left by freed request buffers
     (docs/reliability.md). A trim ``madvise``s them away; it holds each
     arena's lock while it walks it (a few milliseconds at most here), so
-    it runs in a thread of the default executor, every
-    ``MALLOC_TRIM_EVERY`` seconds."""
+    it runs in the I/O pool, every ``MALLOC_TRIM_EVERY`` seconds, whether
+    or not :func:`tune_malloc` applied its settings."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):

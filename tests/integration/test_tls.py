@@ -237,7 +237,6 @@ def _count_is(s3, bucket: str, count: int) -> None:
     assert s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0) == count
 
 
-
 def test_a_stop_does_not_wait_for_idle_kept_alive_clients(pki: Pki, tmp_path: Path) -> None:
     """Over TLS a close waits for the client's close_notify, which an idle
     pooled client never sends: the gateway drops idle connections at a

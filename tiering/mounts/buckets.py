@@ -75,7 +75,6 @@ from tiering.settings import TierSettings
 log = logging.getLogger("tierstore.mounts")
 
 
-
 # How a read asks the source about a key: its description, and bytes when it brought some.
 # An object's description and first bytes (Peered: the node that keeps it sent them).
 _Ask = Callable[[], Awaitable[tuple[SourceObject, bytes | Peered | None]]]
@@ -100,7 +99,6 @@ class Mounts:
         self.revalidator = Revalidator(index, self.client, self._forget)
         # The pieces of mounted objects: cached, held, arriving or fetched.
         self.pieces = MountPieces(hot, settings, self.owners, self.client, self._mounts.__getitem__, unreachable)
-        self._fills = self.pieces.fills
         # Each record's ObjectMeta built once (a response head is kept by its identity).
         self._metas: ByIdentity[MountedObject, ObjectMeta] = ByIdentity(8192)
 
@@ -322,7 +320,7 @@ class Mounts:
         finds queued (``put_mounted(..., held=True)``: unless a write or
         delete of the key came in between)."""
         self._index.hold_mounted(name, fresh)
-        self._fills.gather(self._put_held, name, fresh)
+        self.pieces.fills.gather(self._put_held, name, fresh)
 
     def _put_held(self, name: str, *objects: MountedObject) -> None:
         self._index.put_mounted(name, *objects, held=True)
@@ -416,7 +414,7 @@ class Mounts:
         if owner is not None and await self.owners.warm(owner, meta, self._settings.part_size):  # type: ignore[union-attr]
             return MountWarm(meta.size, hot=True, elsewhere=True)  # hot on its owner, for the whole cluster
         names = self.piece_names(name, meta)
-        await self._fills.wait(names)  # a warm reports what is in the hot tier
+        await self.pieces.fills.wait(names)  # a warm reports what is in the hot tier
         missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
         if missing and meta.size > room:
             return MountWarm(meta.size, hot=False)
@@ -430,7 +428,7 @@ class Mounts:
                 await asyncio.shield(got.outcome)  # arriving for a reader: cached once it is in
 
         await asyncio.gather(*(one(i) for i in missing))
-        await self._fills.wait(names)
+        await self.pieces.fills.wait(names)
         return MountWarm(meta.size, all(self._hot.is_cached(piece) for piece in names))
 
     async def _forget(self, name: str, known: MountedObject) -> None:

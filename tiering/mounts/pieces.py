@@ -1,7 +1,7 @@
 """The pieces of a mounted object: where each one's bytes come from.
 
 A mounted object is cached in the hot tier one file per ``part_size`` piece
-(``tiering/mounts/buckets.py``: ``piece_name``). A read asks for a piece
+(:func:`piece_name`). A read asks for a piece
 and gets, in this order: its bytes still being written to the hot tier by
 the read that fetched them (:class:`Held`), a descriptor on its cached
 file, the piece arriving from the source right now (an :class:`Arrival`
@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -55,8 +54,6 @@ from tiering.reads.plan import Block, ReadTally
 from tiering.reads.readahead import Held, Peered, Source, stream
 from tiering.reads.window import Fetch, Window
 from tiering.settings import TierSettings
-
-log = logging.getLogger("tierstore.mounts")
 
 # First bytes of large objects kept for the read that follows their describing GET
 # (MountPieces.first_bytes): 1 MiB each at most (the describing GET's length).

@@ -68,7 +68,7 @@ class Window:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._node_most)
         async with self._slots:
-            fetch = Fetch(self)
+            fetch = Fetch()
             self._began()
             try:
                 yield fetch
@@ -101,7 +101,7 @@ class Fetch:
 
     __slots__ = ("began_at", "first_at", "bytes")
 
-    def __init__(self, window: Window) -> None:
+    def __init__(self) -> None:
         self.began_at = time.monotonic()
         self.first_at: float | None = None
         self.bytes = 0

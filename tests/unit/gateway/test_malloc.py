@@ -35,7 +35,6 @@ def test_the_environment_wins(name: str) -> None:
     assert tuned(**{name: "4"}) == "False"
 
 
-
 def test_gc_collects_the_young_generation_less_often() -> None:
     """gateway.serving.process.tune_gc: the youngest generation's threshold raised,
     the older ones' kept."""
