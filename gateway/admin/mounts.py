@@ -66,6 +66,7 @@ def router(ctx: AdminContext) -> APIRouter:
             region=new.region, access_key=new.access_key, secret_key=new.secret_key,
             freshness=None if new.freshness == "immutable" else float(new.freshness),
             serve_stale=new.serve_stale, read_write=new.read_write, listing_ttl=new.listing_ttl,
+            check_md5=new.check_md5,
         )
         try:
             mounts = ctx.tiering().mounts

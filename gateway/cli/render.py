@@ -367,6 +367,7 @@ def mount(document: Mapping[str, Any]) -> None:
         ("freshness", freshness),
         ("serve stale", serve_stale),
         ("listing ttl", listing_ttl),
+        ("checks", "MD5 ETag too" if document.get("check_md5") else "source checksum or length"),
         ("created", when(document.get("created"))),
     ]
     _out().print(_pairs(f"mount {document.get('name')}", rows))

@@ -323,14 +323,15 @@ def mounted(gw: Gateway, proxy: FaultProxy, moto_endpoint: str) -> dict[str, byt
     s3.complete_multipart_upload(Bucket=name, Key="obj-3", UploadId=upload, MultipartUpload={"Parts": [
         {"PartNumber": 1, "ETag": part["ETag"], "ChecksumCRC32": part["ChecksumCRC32"]}]})
     body = {"name": "f-mounted", "source": f"s3://{name}", "endpoint": proxy.endpoint,
-            "access_key": "testing", "secret_key": "testing", "freshness": "immutable"}
+            "access_key": "testing", "secret_key": "testing", "freshness": "immutable", "check_md5": True}
     gw.admin("POST", "/mounts", json=body)
     return data
 
 
 def test_mounted_objects_corrupt_in_transit_are_refetched(gw: Gateway, proxy: FaultProxy, mounted) -> None:
     """A piece that is the whole object is checked against the store's
-    checksum of the whole content (obj-0, obj-3), else its MD5 ETag (obj-1).
+    checksum of the whole content (obj-0, obj-3), else (the mount has
+    check_md5) its MD5 ETag (obj-1).
     Corrupted twice: the third fetch is served. Corrupted every time: 503 naming the
     corruption, nothing cached, and the same read works once the source
     answers cleanly."""

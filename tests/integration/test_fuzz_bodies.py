@@ -632,7 +632,7 @@ ADMIN_ROUTES = {
         ("write_through", "compression", "part_size", "small_object_size", "pinned")),
     "POST /mounts": AdminRoute("POST", "/mounts", _mount, (
         "name", "source", "region", "access_key", "secret_key", "freshness", "serve_stale", "read_write",
-        "listing_ttl")),  # never "endpoint": with none the gateway would ask AWS (see _safe_mount)
+        "listing_ttl", "check_md5")),  # never "endpoint": with none the gateway would ask AWS (see _safe_mount)
     "POST /jobs/warm": AdminRoute("POST", "/jobs/warm", lambda _: {"bucket": ADMIN_BUCKET, "keys": ["a", "b/c"]}, (
         "bucket", "prefix", "keys", "manifest", "patterns", "urls", "concurrency", "bandwidth", "cooperative",
         "peers", "peer_wait")),

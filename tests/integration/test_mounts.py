@@ -129,6 +129,7 @@ def test_a_listing_ttl_reuses_pages_until_a_write_or_expiry(gw: Gateway, moto_en
     src.put_object(Bucket="datasets", Key="listed/a", Body=b"a")
     view = mount(gw, "listed", "s3://datasets/listed", moto_endpoint, read_write=True, listing_ttl=1.5)
     assert view["listing_ttl"] == 1.5
+    assert view["check_md5"] is False  # the default: the source's checksum where it sends one, else the length
 
     def keys(**kw: object) -> list[str]:
         return [o["Key"] for o in client.list_objects_v2(Bucket="listed", **kw).get("Contents", [])]
@@ -540,9 +541,9 @@ def test_the_cli_mounts_lists_and_unmounts(gw: Gateway, moto_endpoint: str, data
 
     shown = json.loads(tierstore("mount", "cli-val", "s3://datasets/imagenet/val", "--endpoint", moto_endpoint,
                                  "--access-key", "testing", "--freshness", "immutable", "--listing-ttl", "30",
-                                 "--json"))
-    assert (shown["source"], shown["freshness"], shown["read_write"], shown["listing_ttl"]) == (
-        "s3://datasets/imagenet/val", "immutable", False, 30)
+                                 "--check-md5", "--json"))
+    assert (shown["source"], shown["freshness"], shown["read_write"], shown["listing_ttl"], shown["check_md5"]) == (
+        "s3://datasets/imagenet/val", "immutable", False, 30, True)
     assert make_client(gw.endpoint).get_object(Bucket="cli-val", Key="003.jpg")["Body"].read() == dataset["val/003.jpg"]
     table = tierstore("mounts")
     assert "cli-val" in table and "read-only" in table and "30 s" in table

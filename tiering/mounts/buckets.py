@@ -307,7 +307,8 @@ class Mounts:
         writer thread, the record served from memory meanwhile."""
         if len(data) == fresh.size:
             try:
-                data = await whole(data, fresh.etag, lambda: again(fresh), checksum)
+                data = await whole(data, fresh.etag, lambda: again(fresh), checksum,
+                                   check_md5=self._mounts[name].check_md5)
             except CapacityError as exc:  # corrupt every time: nothing recorded, nothing cached
                 raise unreachable(self._mounts[name], exc) from None
         self._record_behind(name, fresh)

@@ -1,9 +1,19 @@
 """What a mounted object's bytes are checked against: the store's checksum
 of the whole content where it sent one (``x-amz-checksum-*``, asked for with
-checksum mode), else the source's ETag where that is the MD5 of the content
-(a single-part upload). Used where bytes come in from the source
-(``tiering/mounts/buckets.py``); bytes a peer sends were checked by the node
-that keeps them (``owners.py``)."""
+checksum mode); else, on a mount with ``check_md5``, the source's ETag where
+that is the MD5 of the content (a single-part upload); else their length
+alone, as for every piece of a larger object. Used where bytes come in from
+the source (``tiering/mounts/buckets.py``, ``pieces.py``); bytes a peer
+sends were checked by the node that keeps them (``owners.py``).
+
+Why the MD5 is not checked by default: it is the dearest part of a cold
+miss of a small object (64 KiB of MD5 is 100-175 us of CPU here, against
+about 2 us for a CRC32C the store sends), it guards only the hop between
+the store and the gateway, and on that hop TLS (an https endpoint) already
+authenticates every byte; S3 clients reading the store directly (boto3,
+s3fs) do not check it either. A store reached over plain HTTP has only
+TCP's checksum on that hop: ``check_md5`` is for it
+(docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -34,10 +44,11 @@ LOOP_MAX = {
 
 
 async def whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]],
-                checksum: tuple[str, str] | None = None) -> bytes:
+                checksum: tuple[str, str] | None = None, *, check_md5: bool) -> bytes:
     """A whole object's bytes, checked against ``checksum`` (algorithm,
     base64 value: the store's checksum of the whole content) if given, else
-    against its ETag when that looks like an MD5 (a single-part upload). A
+    with ``check_md5`` against its ETag when that looks like an MD5 (a
+    single-part upload), else not at all (their length was). A
     mismatch is fetched again: bytes damaged on the way differ from one
     fetch to the next, while an ETag that is not the MD5 of the content
     (SSE-KMS, some S3 servers) mismatches the same bytes every time, and
@@ -46,7 +57,7 @@ async def whole(data: bytes, etag: str, again: Callable[[], Awaitable[bytes]],
     if checksum is not None:
         algorithm, expected = checksum
         digest_of: Callable[[bytes], str] = partial(_b64, algorithm)
-    elif is_md5(etag):
+    elif check_md5 and is_md5(etag):
         algorithm, expected, digest_of = "MD5", etag, md5
     else:
         return data

@@ -21,7 +21,7 @@ source cuts short is retried from the byte missing, of the same version,
 and a read whose piece cannot be had is cut short, never completed with
 other bytes (``tiering/reads/arrival.py``). A piece that is the whole
 object is small, read whole, and checked against the store's checksum or
-the MD5 ETag (``tiering/mounts/checks.py``). Pieces another node owns, or
+the MD5 ETag where the mount asks (``tiering/mounts/checks.py``). Pieces another node owns, or
 one handed over by the node that kept it before, are fetched whole.
 
 How many pieces are in flight ahead of the one being sent follows the
@@ -213,7 +213,9 @@ class MountPieces:
 
         async def fetch(client: SourceBucket) -> bytes:
             data = await get(client) if handed is None else handed
-            return await whole(data, meta.etag, lambda: get(client)) if size == meta.size else data
+            if size != meta.size:
+                return data
+            return await whole(data, meta.etag, lambda: get(client), check_md5=self._mount(meta.bucket).check_md5)
 
         checked = await self._source_call(meta, fetch)
         return Peered(checked, kept=True) if checked is handed else checked

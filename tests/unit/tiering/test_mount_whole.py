@@ -21,7 +21,7 @@ def damaged(data: bytes, at: int) -> bytes:
 
 
 def check(first: bytes, etag: str, later: list[bytes],
-          checksum: tuple[str, str] | None = None) -> tuple[bytes, int]:
+          checksum: tuple[str, str] | None = None, check_md5: bool = True) -> tuple[bytes, int]:
     """whole's answer and how many times it fetched again."""
     fetches = iter(later)
     count = 0
@@ -31,7 +31,7 @@ def check(first: bytes, etag: str, later: list[bytes],
         count += 1
         return next(fetches)
 
-    return asyncio.run(whole(first, etag, again, checksum)), count
+    return asyncio.run(whole(first, etag, again, checksum, check_md5=check_md5)), count
 
 
 def test_matching_bytes_are_taken_without_a_refetch() -> None:
@@ -52,6 +52,17 @@ def test_an_etag_that_is_not_the_md5_accepts_bytes_seen_twice() -> None:
     same bytes come back every time."""
     kms_etag = "0" * 32
     assert check(DATA, kms_etag, [DATA]) == (DATA, 1)
+
+
+def test_without_check_md5_an_md5_etag_is_not_checked() -> None:
+    """A mount's default: bytes the store sends no checksum of are taken as
+    they came (their length was checked), as a direct reader takes them."""
+    assert check(damaged(DATA, 3), ETAG, [], check_md5=False) == (damaged(DATA, 3), 0)
+
+
+def test_without_check_md5_the_stores_checksum_is_still_checked() -> None:
+    checksum = ("CRC32C", b64("CRC32C", DATA))
+    assert check(damaged(DATA, 4), ETAG, [DATA], checksum, check_md5=False) == (DATA, 1)
 
 
 @pytest.mark.parametrize("etag", ["abc-3", f"{ETAG}-2", "", "W/x"])
