@@ -19,6 +19,7 @@ which that policy retries.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import html
 import re
@@ -329,6 +330,11 @@ def env_proxy(scheme: str, host: str) -> str | None:
     return proxy
 
 
+# Last-Modified dates as parsed: objects written together share their
+# second, so a cold epoch parses a few distinct strings (6 us each) many times.
+_http_date = functools.lru_cache(maxsize=1024)(parsedate_to_datetime)
+
+
 def _described(headers: Mapping[str, str]) -> dict[str, Any]:
     """The object's description in an answer's headers, under botocore's
     names: what a mounted bucket's cold read keeps of the object (its
@@ -338,7 +344,7 @@ def _described(headers: Mapping[str, str]) -> dict[str, Any]:
     modified = headers.get("last-modified")
     if modified is not None:
         with contextlib.suppress(TypeError, ValueError):
-            answer["LastModified"] = parsedate_to_datetime(modified)
+            answer["LastModified"] = _http_date(modified)
     answer["Metadata"] = {name[len(_META):].lower(): value for name, value in headers.items()
                           if name.lower().startswith(_META)}
     return answer

@@ -14,7 +14,13 @@ first:
   above the floor once it and every write already promised room are
   written; bytes promised but not written yet are not in ``statvfs``.
 
-Free space is read with one ``statvfs`` per question (about 1.4 us). An
+Free space is read with one ``statvfs`` per question (about 1.4 us), but
+for a cache fill: its questions are answered from a reading up to
+``READING_AGE`` old, less the bytes fills landed since. A fill asked twice
+per piece, and each ``statvfs`` lets the fills' writer thread drop the GIL
+and wait to take it back from the event loop (a few context switches),
+which cost a cold miss more than the call itself; a fill that finds the
+disk full after all fails with ENOSPC and costs the cache only. An
 evicted file the event loop keeps a descriptor of gives its room back a
 turn of the loop later (``tiering/hot/open_files.py``): those bytes count
 as free already, or every fill and write of that turn would evict the same
@@ -23,11 +29,14 @@ shortfall again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tiering.errors import WRITE_REFUSALS, InsufficientStorage, SlowDown, TierstoreError
 from tiering.files import disk_space
+
+READING_AGE = 0.02  # seconds a free-space reading answers cache fills
 
 
 class Floor:
@@ -42,26 +51,42 @@ class Floor:
         self.refusals = dict.fromkeys(WRITE_REFUSALS, 0)
         self.fills_skipped = 0  # cache fills left out for room
         self._closing = closing
+        self._reading = (-READING_AGE, 0)  # (monotonic time, free bytes) of the last statvfs
+        self._landed = 0  # bytes fills wrote since that reading
 
     def space(self) -> tuple[int, int]:
         """(free, size) of the filesystem, in bytes."""
         return disk_space(self.path)
 
-    def free(self) -> int:
-        """Free bytes, those of files unlinked and about to close included."""
-        return disk_space(self.path)[0] + self._closing()
+    def free(self, recent: bool = False) -> int:
+        """Free bytes, those of files unlinked and about to close included;
+        ``recent`` (a cache fill's question): from the last reading if it is
+        younger than ``READING_AGE``, less what fills landed since."""
+        now = time.monotonic()
+        at, free = self._reading
+        if not recent or now - at >= READING_AGE:
+            free = disk_space(self.path)[0]
+            self._reading, self._landed = (now, free), 0
+        return free - self._landed + self._closing()
 
-    def short(self, pending: int) -> int:
+    def landed(self, size: int) -> None:
+        """A fill wrote ``size`` bytes (or gave up its room: counted all the same)."""
+        self._landed += size
+
+    def short(self, pending: int, recent: bool = False) -> int:
         """Bytes missing for ``pending`` more bytes to land while free space
         stays at or above the floor; 0 when they fit."""
         if not self.floor:
             return 0
-        return max(0, self.floor + pending - self.free())
+        return max(0, self.floor + pending - self.free(recent))
+
+    def is_low(self, recent: bool = False) -> bool:
+        """Free space is below the floor: time to evict."""
+        return bool(self.floor) and self.free(recent) < self.floor
 
     @property
     def low(self) -> bool:
-        """Free space is below the floor: time to evict."""
-        return bool(self.floor) and self.free() < self.floor
+        return self.is_low()
 
     def wanted(self, pending: int = 0) -> int:
         """Bytes to free for free space to be back at the floor plus its

@@ -365,8 +365,8 @@ class HotTier(CacheEviction, Restart, PackedPieces):
             self.reserved += size
             self._filling.add(name)
         try:
-            short = self.disk.short(self.reserved)  # one statvfs a fill, unless it evicts
-            if self.over_high or short:
+            short = self.disk.short(self.reserved, recent=True)  # a statvfs per READING_AGE, unless it evicts
+            if self.staged + self.reserved + self.cached > self.high or self.disk.is_low(recent=True) or short:
                 # Down to the low watermark, not just below the high one: one
                 # eviction pass (a hinted one sorts the future) serves the
                 # next ~10% of the tier's fills instead of one.
@@ -405,6 +405,7 @@ class HotTier(CacheEviction, Restart, PackedPieces):
     def _filled(self, name: str, size: int) -> bool:
         """End a fill's reservation (lock held); True if a pin waited for it."""
         self.reserved -= size
+        self.disk.landed(size)
         self._filling.discard(name)
         if name in self._pin_when_filled:
             self._pin_when_filled.discard(name)
