@@ -417,6 +417,8 @@ class DelayProxy:
         self.operations: collections.Counter[str] = collections.Counter()
         # (operation, path without the query): which objects were asked for.
         self.paths: collections.Counter[tuple[str, str]] = collections.Counter()
+        # ListObjects by (path, prefix): what a listing asked for, which its path alone does not say.
+        self.listed: collections.Counter[tuple[str, str]] = collections.Counter()
         self.unparsed = 0  # connections whose requests could not all be counted
         self.connections = 0  # accepted since the start or reset()
         self.bytes_up = 0  # towards the target
@@ -434,7 +436,10 @@ class DelayProxy:
         self.counts[method] += 1
         operation = s3_operation(method, target)
         self.operations[operation] += 1
-        self.paths[operation, urlsplit(target).path] += 1
+        parts = urlsplit(target)
+        self.paths[operation, parts.path] += 1
+        if operation == "ListObjects":
+            self.listed[parts.path, parse_qs(parts.query).get("prefix", [""])[0]] += 1
 
     def reset(self) -> None:
         """Zero the counters (from any thread; applied on the proxy's loop)."""
@@ -444,6 +449,7 @@ class DelayProxy:
         self.counts.clear()
         self.operations.clear()
         self.paths.clear()
+        self.listed.clear()
         self.bytes_up = self.bytes_down = 0
         self.connections = 0
 
