@@ -346,6 +346,24 @@ class S3Store:
         self.stats.bytes_read += len(data)
         return data, etag
 
+    async def read_if_changed(self, name: str, tag: str) -> tuple[bytes, str] | None:
+        key = self._key(name)
+
+        async def fetch() -> tuple[bytes, str] | None:
+            try:
+                response = await self.client().get_object(Bucket=self.bucket, Key=key, IfNoneMatch=tag,
+                                                          ChecksumMode="ENABLED")
+            except ClientError as exc:
+                if client_error_code(exc)[1] == 304:  # RFC 9110 13.1.2: unchanged, no body
+                    return None
+                raise
+            return await read_body(response), str(response["ETag"])
+
+        found = await self.call("get_object", name, fetch)
+        if found is not None:
+            self.stats.bytes_read += len(found[0])
+        return found
+
     async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
         """S3 conditional writes (If-None-Match: * or If-Match: ETag). A
         retried attempt may find its own earlier, answered-but-lost write and
