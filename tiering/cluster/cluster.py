@@ -302,7 +302,7 @@ class Cluster:
             writing=writing,
             writers=writers,
             terms=self._terms.last,
-            lag_seconds=None if self._current_at is None else round(time.monotonic() - self._current_at, 3),
+            lag_seconds=self.watch.lag(self._current_at, self._behind),
             lag_segments=self._behind,
             follow_rounds=self._rounds,
             pushes=self.watch.pushes,

@@ -110,6 +110,7 @@ class Watch:
         self._round_at = -interval  # monotonic: when the last round began
         self._followed: int | None = None  # the head version the last complete round began from
         self._failed = False
+        self._quiet_at: float | None = None  # the last read of the head that found nothing new
         self.pushes = 0  # notices received
         self.looks = 0  # conditional reads of the head
 
@@ -142,6 +143,7 @@ class Watch:
         self.looks += 1
         await self._head.look()
         if not (pushed or retry) and self._head.version == self._followed:
+            self._quiet_at = at
             return None
         self._round_at, self._failed = at, True  # until done() says otherwise
         return self._head.version
@@ -150,3 +152,14 @@ class Watch:
         """A round that began from head ``version`` completed."""
         self._followed = version
         self._failed = False
+
+    def lag(self, current_at: float | None, behind: int) -> float | None:
+        """Seconds since this node last knew it had applied all the store
+        held: ``current_at``, the start of the last round that left nothing
+        unapplied (``behind`` is what the last round left), or a later read
+        of the head that found nothing new. None: never yet."""
+        if current_at is None:
+            return None
+        if not behind and self._quiet_at is not None:
+            current_at = max(current_at, self._quiet_at)
+        return round(time.monotonic() - current_at, 3)
