@@ -17,6 +17,7 @@ from gateway.observability.metrics import Metrics
 from gateway.serving.listener import StartupError
 from gateway.storage import open_node
 from tiering import pool
+from tiering.cluster.push import IDENTITY, SEGMENTS
 from tiering.errors import CapacityError
 from tiering.identity.errors import SecretsKeyMismatch
 from tiering.identity.sealing import Sealer, load_key, loose_permissions
@@ -76,13 +77,14 @@ class Node:
             raise
         self.tiering, self.identities = tiering, identities
         access = Access(self.config.credentials, lambda: identities.directory)
-        self.context = Context(self.config, tiering.objects, access, identities)
+        self.context = Context(self.config, tiering.objects, access, identities, self._heard)
         epochs = tiering.epochs
         self.metrics.unmatched_reads = lambda: epochs.unmatched_reads
 
     async def _identities(self, tiering: Tiering) -> Identities:
         """The identities document of the capacity store, read, and followed
-        every follow interval when other nodes may change it."""
+        conditionally every follow fallback when other nodes may change it,
+        and at once when one of them says it did."""
         path = self.config.secrets_key_path
         try:
             key = await pool.run(load_key, path)
@@ -90,8 +92,11 @@ class Node:
             raise StartupError(str(exc)) from exc
         if await pool.run(loose_permissions, path):
             log.warning("the secrets key file %s may be read by others than its owner: chmod 600 it", path)
-        interval = self.config.follow_interval if self.config.node_id is not None else None
+        interval = self.config.follow_fallback if self.config.node_id is not None else None
         identities = Identities(tiering.tiers.capacity, Sealer(key), interval)
+        pusher = tiering.pusher
+        if pusher is not None:
+            identities.tell(lambda: pusher.push(IDENTITY))
         try:
             await identities.start()
         except SecretsKeyMismatch as exc:
@@ -99,6 +104,19 @@ class Node:
         except (CapacityError, ValueError) as exc:
             raise StartupError(f"cannot read the identities document from the capacity store: {exc}") from exc
         return identities
+
+    def _heard(self, news: str) -> bool:
+        """Another node's notice (``gateway/handlers/news.py``) that what
+        this one follows changed; False for news it does not know."""
+        tiering, identities = self.tiering, self.identities
+        cluster = tiering.tiers.cluster if tiering is not None else None
+        if news == SEGMENTS and cluster is not None:
+            cluster.watch.nudge()
+        elif news == IDENTITY and identities is not None and identities.interval is not None:
+            identities.nudge()
+        else:
+            return False
+        return True
 
     async def stop(self) -> None:
         """Close the object service."""

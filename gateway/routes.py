@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from gateway.handlers import batch, buckets, listing, multipart, objects, permissions, tagging
+from gateway.handlers import batch, buckets, listing, multipart, news, objects, permissions, tagging
 from gateway.handlers.context import Context
 from gateway.s3.errors import S3Error
 from gateway.s3.http import Response, S3Request
@@ -34,7 +34,7 @@ SUB_RESOURCES = frozenset({
     "accelerate", "acl", "analytics", "attributes", "batch", "cors", "delete", "encryption",
     "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
     "metadataTable", "metrics", "notification", "object-lock", "ownershipControls",
-    "partNumber", "policy", "policyStatus", "publicAccessBlock", "replication",
+    "partNumber", "peer-news", "policy", "policyStatus", "publicAccessBlock", "replication",
     "requestPayment", "restore", "retention", "select", "session", "tagging", "torrent",
     "uploadId", "uploads", "versioning", "versions", "website",
 })
@@ -75,6 +75,8 @@ TABLE: dict[tuple[str, str, str | None], Route] = {
     # tierstore's extension: many objects as one tar stream (docs/batch.md).
     ("bucket", "POST", "batch"): Route("GetBatch", batch.post_batch),
     ("object", "GET", "batch"): Route("GetBatch", batch.get_batch),
+    # Between the gateways of a cluster: "what you follow changed" (root only).
+    ("service", "POST", "peer-news"): Route("PeerNews", news.post_news),
 }
 
 _KNOWN_METHODS = {"GET", "HEAD", "PUT", "POST", "DELETE"}

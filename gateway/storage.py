@@ -9,6 +9,7 @@ from gateway.client.admin import client_tls
 from gateway.config.values import Config, tier_settings
 from tiering.capacity import CapacityStore, open_capacity
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup
+from tiering.cluster.push import Pusher
 from tiering.index.db import Index
 from tiering.maintenance.recover import RecoveryReport, recover
 from tiering.node import Node
@@ -37,7 +38,21 @@ def open_node(config: Config) -> Node:
         peers = peer_client(config, config.peers)
     elif config.registry and settings.advertise_url is not None:
         peers = peer_client(config, {config.node_id: settings.advertise_url})  # type: ignore[dict-item]
-    return Node(config.data_dir, settings, capacity_store(config), config.region, peers)
+    return Node(config.data_dir, settings, capacity_store(config), config.region, peers, pusher(config))
+
+
+def pusher(config: Config) -> Pusher | None:
+    """With a node id: the notices this node sends the others when it
+    changes what they follow, signed as ``peer_client``'s requests are; to
+    the fixed ``peers``, or (set by the node) the live nodes of the registry."""
+    if config.node_id is None:
+        return None
+    access_key, secret_key = next(iter(config.credentials.items()))
+    sent = Pusher(config.node_id, config.region, Keys(access_key, secret_key, None), client_tls(config.tls_ca))
+    if config.peers:
+        peers = dict(config.peers)
+        sent.use(lambda: peers)
+    return sent
 
 
 def peer_client(config: Config, endpoints: Mapping[str, str]) -> PeerClient:

@@ -18,6 +18,7 @@ from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.cluster.members import Member
 from tiering.cluster.peers import PeerClient
+from tiering.cluster.push import SEGMENTS, Pusher
 from tiering.hot.tier import HotTier
 from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index
@@ -49,6 +50,7 @@ class Node:
         capacity: CapacityStore,
         region: str = "us-east-1",
         peers: PeerClient | None = None,
+        pusher: Pusher | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.region = region
@@ -56,6 +58,8 @@ class Node:
         # The other gateways over the same store, asked for an extent before
         # the store on a miss (``tiering/cluster/peers.py``).
         self.peers = peers
+        # The notices this node sends the others (``tiering/cluster/push.py``).
+        self.pusher = pusher
         room = IndexRoom(data_dir / "index", settings.index_reserve)
         self.index = index = Index(data_dir / "index", settings.record_cache, room)
         self.hot = hot = HotTier(data_dir / "hot", settings.hot_size, settings.high_watermark, settings.low_watermark,
@@ -85,6 +89,10 @@ class Node:
                                    {n: m.started_ms for n, m in live.items()})
 
             members.subscribe(follow)
+        if pusher is not None and tiers.cluster is not None:
+            tiers.cluster.publisher.tell(lambda: pusher.push(SEGMENTS))
+            if members is not None:
+                pusher.use(lambda: {n: m.endpoint for n, m in members.live().items()})
 
     def find_bucket(self, name: str) -> BucketInfo | None:
         """A managed bucket or a mount by name; point reads, microseconds."""
@@ -123,6 +131,8 @@ class Node:
         await self.epochs.stop()
         await self.mounts.close()
         await self.tiers.stop()
+        if self.pusher is not None:
+            await self.pusher.close()  # after the last flush's notice
         await pool.run(self.index.close)
         self.hot.open_files.close()
         await pool.run(self.hot.mark_clean)

@@ -59,7 +59,10 @@ class TierSettings:
     node_id: str | None = None
     lease_ttl: float = 30.0  # seconds a write lease lasts unless renewed
     lease_idle: float = 0.0  # seconds without a write after which a lease is given up (0: never)
-    follow_interval: float = 2.0  # seconds between rounds of following the other writers
+    follow_interval: float = 2.0  # the least time between two rounds of following the other writers
+    # Seconds between conditional reads of the follow head and the identities
+    # document: what finds a change whose push was lost (tiering/cluster/head.py).
+    follow_fallback: float = 30.0
     # With a node id: this node's S3 endpoint in the node registry
     # (tiering/cluster/members.py), which it then joins and follows, every
     # follow_interval. None: no registry (the only gateway, or fixed --peers).

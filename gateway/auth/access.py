@@ -67,7 +67,9 @@ ACTIONS: dict[str, str | None] = {
     "AbortMultipartUpload": "s3:AbortMultipartUpload",
     "ListParts": "s3:ListMultipartUploadParts",
     "GetBatch": None,  # s3:GetObject per member; a manifest is read with s3:GetObject (handlers/batch.py)
+    "PeerNews": None,  # root's only: another gateway of the cluster (handlers/news.py)
 }
+ROOT_ONLY = frozenset({"PeerNews"})
 # The action of an operation on one version named by ?versionId=.
 VERSIONED = {
     "s3:GetObject": "s3:GetObjectVersion",
@@ -195,7 +197,7 @@ class Access:
             anonymous = caller.principal.kind == "anonymous"
             if op == "GetBatch" and req.key:  # the manifest is read first
                 caller.check(_versioned("s3:GetObject", req), req.bucket, req.key)
-            elif op not in ACTIONS or (anonymous and op != "GetBatch"):
+            elif op not in ACTIONS or op in ROOT_ONLY or (anonymous and op != "GetBatch"):
                 raise denied()  # an operation the table does not know is root's only; anonymous callers only read
             elif anonymous and not self._directory().public(req.bucket):
                 raise denied()  # nothing of the bucket is anyone's: refused before its body is read

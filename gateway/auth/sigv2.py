@@ -58,7 +58,7 @@ SUB_RESOURCES = frozenset({
 # is refused, or anyone could add it to a signed URL and change the operation.
 UNSIGNABLE = frozenset({
     "attributes", "batch", "encryption", "intelligent-tiering", "legal-hold", "metadataTable",
-    "ownershipControls", "policyStatus", "publicAccessBlock", "retention", "session",
+    "ownershipControls", "peer-news", "policyStatus", "publicAccessBlock", "retention", "session",
 })
 _BAD_DATE = "AWS authentication requires a valid Date or x-amz-date header"
 _QUERY_PARAMS = ("Query-string authentication requires the Signature, Expires and "

@@ -176,8 +176,13 @@ LeaseIdle = Annotated[
 ]
 FollowInterval = Annotated[
     float | None,
-    typer.Option(help="Seconds between this node's rounds of applying the other writers' new segments. "
-                 "(default: 2)"),
+    typer.Option(help="The least time between this node's rounds of applying the other writers' new "
+                 "segments, in seconds: the notices that start them are gathered meanwhile. (default: 2)"),
+]
+FollowFallback = Annotated[
+    float | None,
+    typer.Option(help="Seconds between this node's reads of what the other nodes last changed (segments, "
+                 "users and policies), for a change whose notice from its node was lost. (default: 30)"),
 ]
 Peers = Annotated[
     str | None,
@@ -255,6 +260,7 @@ TUNING_OPTIONS = (
     option("lease_ttl", LeaseTtl),
     option("lease_idle", LeaseIdle),
     option("follow_interval", FollowInterval),
+    option("follow_fallback", FollowFallback),
     option("peers", Peers),
     option("advertise_url", AdvertiseUrl),
 )

@@ -115,6 +115,7 @@ class Config:
     lease_ttl: float = 30.0
     lease_idle: float = 0.0  # 0: a lease is never given up for idleness
     follow_interval: float = 2.0
+    follow_fallback: float = 30.0
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.
     peers: dict[str, str] = field(default_factory=dict)
@@ -256,6 +257,7 @@ def tier_settings(config: Config) -> TierSettings:
         lease_ttl=config.lease_ttl,
         lease_idle=config.lease_idle,
         follow_interval=config.follow_interval,
+        follow_fallback=config.follow_fallback,
         advertise_url=config.advertised_url if config.registry else None,
     )
 

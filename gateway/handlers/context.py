@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.auth.access import Access
@@ -23,6 +24,10 @@ class Context:
     # The identities a handler changes (bucket policies, ACLs); None in a read
     # worker, which serves no such operation.
     identities: Identities | None = None
+    # Another gateway's notice that something this one follows changed
+    # (gateway/handlers/news.py): False for news it does not follow. None
+    # in a read worker, which passes notices on to its writer.
+    news: Callable[[str], bool] | None = None
 
 
 def owner_ids(req: S3Request) -> tuple[str, str]:

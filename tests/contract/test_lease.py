@@ -60,6 +60,20 @@ async def test_conditional_writes(capacity: CapacityStore) -> None:
     assert await capacity.read_versioned("leases/b") == (b"three", new)
 
 
+async def test_a_conditional_read_of_an_unchanged_object_is_none(capacity: CapacityStore) -> None:
+    """If-None-Match: the body comes only when the version tag moved on."""
+    with pytest.raises(CapacityNotFound):
+        await capacity.read_if_changed("leases/h", '"0123"')
+    tag = await capacity.put_conditional("leases/h", b"one", None)
+    gets, read = capacity.stats.gets, capacity.stats.bytes_read
+    assert await capacity.read_if_changed("leases/h", tag) is None
+    assert (capacity.stats.gets - gets, capacity.stats.bytes_read - read) == (1, 0)  # one request, no body
+    assert await capacity.read_if_changed("leases/h", '"0123"') == (b"one", tag)
+    new = await capacity.put_conditional("leases/h", b"two", tag)
+    assert await capacity.read_if_changed("leases/h", tag) == (b"two", new)
+    assert await capacity.read_if_changed("leases/h", new) is None
+
+
 async def test_racing_conditional_creates_one_wins(capacity: CapacityStore) -> None:
     results = await asyncio.gather(
         *(capacity.put_conditional("leases/race", f"node-{i}".encode(), None) for i in range(8)),

@@ -123,6 +123,17 @@ class LocalDirStore:
         self.stats.bytes_read += len(data)
         return data, _tag(data)
 
+    async def read_if_changed(self, name: str, tag: str) -> tuple[bytes, str] | None:
+        path = self.path_of(name)
+        self.stats.gets += 1
+        with self._errors("get", name):
+            data = await pool.run(path.read_bytes)
+        found = _tag(data)
+        if found == tag:
+            return None  # counted as S3's 304 would be: a request, no body
+        self.stats.bytes_read += len(data)
+        return data, found
+
     async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
         path = self.path_of(name)
         self.stats.puts += 1

@@ -92,6 +92,26 @@ def _session() -> AioSession:
     return _SESSION
 
 
+async def _read_if_changed(self: S3Store, name: str, tag: str) -> tuple[bytes, str] | None:
+    """``CapacityStore.read_if_changed``: a GET with If-None-Match."""
+    key = self._key(name)
+
+    async def fetch() -> tuple[bytes, str] | None:
+        try:
+            response = await self.client().get_object(Bucket=self.bucket, Key=key, IfNoneMatch=tag,
+                                                      ChecksumMode="ENABLED")
+        except ClientError as exc:
+            if client_error_code(exc)[1] == 304:  # RFC 9110 13.1.2: unchanged, no body
+                return None
+            raise
+        return await read_body(response), str(response["ETag"])
+
+    found = await self.call("get_object", name, fetch)
+    if found is not None:
+        self.stats.bytes_read += len(found[0])
+    return found
+
+
 class S3Store:
     """Objects under ``s3://bucket/prefix/``; see ``tiering.capacity.CapacityStore``.
 
@@ -99,6 +119,7 @@ class S3Store:
     sizes the connection pool (at least twice ``concurrency``); ``page_size`` is the MaxKeys of each listing request;
     ``max_attempts``, ``backoff_base`` and ``backoff_cap`` shape the retries.
     """
+    read_if_changed = _read_if_changed  # defined above: the class is at its length limit
 
     def __init__(
         self,

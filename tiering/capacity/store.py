@@ -108,6 +108,13 @@ class CapacityStore(Protocol):
         """A small object whole, and its version tag (S3: the ETag)."""
         ...
 
+    async def read_if_changed(self, name: str, tag: str) -> tuple[bytes, str] | None:
+        """As ``read_versioned``, unless the object's version tag is still
+        ``tag``: then None, at the cost of a bodiless answer (S3: GET with
+        If-None-Match, answered 304 Not Modified). For small objects that
+        many nodes read often and that rarely change."""
+        ...
+
     async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
         """Write ``name`` only if it does not exist (``expect`` None) or its
         version tag is still ``expect``; return the new tag. Otherwise

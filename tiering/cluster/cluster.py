@@ -20,7 +20,10 @@ state they share, and they coordinate through it alone (``tiering/cluster/lease.
   (and, if a later term of that bucket exists, the bucket's lease), then
   applies what it listed (``Index.apply_segment``). A bucket's terms apply
   in order: a term only after every earlier term of its bucket is closed,
-  and any term only after term 0 is.
+  and any term only after term 0 is. A round runs when there is news
+  (``news.py``): a writer's notice that it committed segments, or, read
+  every ``follow_fallback`` seconds, a change of the follow head
+  (``head.py``), read before the round lists; an idle node runs none.
 - Seals: a node that takes a bucket over first applies every segment of
   the bucket's earlier terms, then writes for each a seal naming its last
   segment (``leases/_seals/<term>``; the first node ever to take a lease
@@ -55,8 +58,11 @@ from packer.format import Footer
 from tiering import pool
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import list_segments, read_footer, segment_path
+from tiering.cluster.footers import ReadAhead, forget_deleted
+from tiering.cluster.head import Change, Head
 from tiering.cluster.lease import Lease, check_conditional_writes
 from tiering.cluster.members import Membership, MemberStatus
+from tiering.cluster.news import Publisher, Watch
 from tiering.cluster.terms import LEGACY, Seals, Terms, term_prefix
 from tiering.errors import (
     CapacityError,
@@ -76,8 +82,6 @@ from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.cluster")
 
-PRUNE_EVERY = 30  # follow rounds between full listings that drop deleted segments
-FOOTER_READ_AHEAD = 8  # footers read at once while following
 _SEQUENCE = (1 << TERM_SHIFT) - 1
 
 APPLY, SKIP, WAIT = "apply", "skip", "wait"
@@ -93,6 +97,9 @@ class ClusterStatus:
     lag_seconds: float | None  # since this node last had applied all the store held (None: never yet)
     lag_segments: int  # segments listed but not yet applied
     follow_rounds: int
+    pushes: int  # notices from writers received (each asks for a round soon)
+    head_looks: int  # conditional reads of the follow head
+    head_updates: int  # updates of the follow head this node wrote
     errors: int
     last_error: str | None
     # The node registry (members.py), this node included; None with fixed --peers.
@@ -122,34 +129,6 @@ class _Round:
     # the round applied or skipped: every valid segment they still have is
     # applied (compaction may have deleted the rest, the seal's own included).
     complete: set[int] = field(default_factory=set)
-
-
-class _ReadAhead:
-    """Reads the footers of listed segments a few ahead of the one being
-    applied: one at a time, a round costs a store round trip per segment."""
-
-    def __init__(self, capacity: CapacityStore, index: Index, listed: list[tuple[str, int]]) -> None:
-        self._capacity = capacity
-        self._index = index
-        self._listed = listed
-        self._reads: dict[int, asyncio.Task[Footer]] = {}
-        self._looked = 0  # listed segments before this one were looked at
-
-    def footer(self, position: int) -> Awaitable[Footer] | None:
-        """The footer of the ``position``-th listed segment (None: the index
-        knows it, nothing to read); starts the reads of the next few."""
-        for ahead in range(max(position, self._looked), min(position + FOOTER_READ_AHEAD, len(self._listed))):
-            name = self._listed[ahead][0]
-            if self._index.get_segment(name) is None:
-                self._reads[ahead] = asyncio.ensure_future(read_footer(self._capacity, name))
-            self._looked = ahead + 1
-        return self._reads.pop(position, None)
-
-    def cancel(self) -> None:
-        for read in self._reads.values():
-            read.cancel()
-            read.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._reads.clear()
 
 
 class Cluster:
@@ -195,6 +174,12 @@ class Cluster:
         self._errors = 0
         self._last_error: str | None = None
         self._task: asyncio.Task[None] | None = None
+        # What tells this node to follow (``watch.nudge``: a writer's notice), and
+        # what tells the other nodes this one wrote (news.py).
+        self._head = Head(capacity)
+        self.watch = Watch(self._head, settings.follow_interval, settings.follow_fallback)
+        self.publisher = Publisher(self._head)
+        self._pruned: dict[str, int] | None = None  # the head's deletions at the last prune (None: not yet)
         # The live nodes, followed every follow_interval (with an advertised endpoint).
         self.members = (
             Membership(capacity, self.node, settings.advertise_url, settings.follow_interval)
@@ -244,6 +229,14 @@ class Cluster:
         bucket = self.bucket_of(segment)
         return bucket is not None and self.may_write(bucket)
 
+    def committed(self, bucket: str, segment: str) -> None:
+        self.publisher.add(bucket, Change(term_of(segment), segment))
+
+    def deleted(self, bucket: str, count: int) -> None:
+        held = self._held.get(bucket)
+        if held is not None:
+            self.publisher.add(bucket, Change(held.term, deleted=count))
+
     # -- what a write asks -----------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -290,6 +283,7 @@ class Cluster:
             await self._catch_up(bucket, term)
         self._held[bucket] = _Held(lease, term, started, written=started)
         self._wrote(term)
+        self.publisher.add(bucket, Change(term))  # the other nodes learn of the new term
         log.info("node %s writes bucket %s (term %d)", self.node, bucket, term)
         await self._start_writing()
 
@@ -308,9 +302,12 @@ class Cluster:
             writing=writing,
             writers=writers,
             terms=self._terms.last,
-            lag_seconds=None if self._current_at is None else round(time.monotonic() - self._current_at, 3),
+            lag_seconds=self.watch.lag(self._current_at, self._behind),
             lag_segments=self._behind,
             follow_rounds=self._rounds,
+            pushes=self.watch.pushes,
+            head_looks=self.watch.looks,
+            head_updates=self._head.updates,
             errors=self._errors,
             last_error=self._last_error,
             members=self.members.status() if self.members is not None else None,
@@ -326,7 +323,7 @@ class Cluster:
         await check_conditional_writes(self._capacity, self.node)
         if self.members is not None:
             await self.members.start()
-        await self.follow()
+        await self.follow_news(now=True)
         for term in await pool.run(self._index.follow_points):
             self._wrote(term)
         for bucket in await self._queued_buckets():
@@ -352,6 +349,7 @@ class Cluster:
             except asyncio.CancelledError:
                 pass
             self._task = None
+        await self.publisher.close()  # what the last flush committed
         if self.members is not None:
             await self.members.stop()
         if release:
@@ -364,14 +362,11 @@ class Cluster:
 
     async def _run(self) -> None:
         tick = min(self._settings.follow_interval, self._ttl / 6)
-        next_follow = time.monotonic() + self._settings.follow_interval
         while True:
-            await asyncio.sleep(tick)
+            await self.watch.wait(tick)
             try:
                 await self._renew()
-                if time.monotonic() >= next_follow:
-                    next_follow = time.monotonic() + self._settings.follow_interval
-                    await self.follow()
+                await self.follow_news()
                 self._last_error = None
             except (CapacityError, OSError, SlowDown, InsufficientStorage) as exc:  # the last two: a full disk
                 self._errors += 1
@@ -454,7 +449,7 @@ class Cluster:
                 state.blocked.add(bucket)  # type: ignore[arg-type]
                 behind += len(todo)
                 continue
-            ahead = _ReadAhead(self._capacity, self._index, todo)
+            ahead = ReadAhead(self._capacity, self._index, todo)
             try:
                 for index, (name, size) in enumerate(todo):
                     verdict = await self._verdict(name, term, bucket, state)
@@ -479,8 +474,6 @@ class Cluster:
         if not behind:
             self._current_at = started
         self._rounds += 1
-        if self._rounds % PRUNE_EVERY == 0:
-            await self._prune()
         return applied
 
     async def _ready(self, term: int, bucket: str | None, state: _Round) -> bool:
@@ -571,10 +564,20 @@ class Cluster:
                     await self._capacity.delete(segment_path(name))
             await self._close_if_done(ended, self._terms.bucket(ended), complete)
 
-    async def _prune(self) -> None:
-        """Forget segments a writer's compaction deleted from the store."""
-        present = {name async for name, _ in list_segments(self._capacity)}
-        known = await pool.run(self._index.segments)
-        missing = [s.name for s in known if s.name not in present]
-        if missing:
-            await pool.run(self._index.forget_segments, missing)
+    async def follow_news(self, now: bool = False) -> None:
+        """A round if one is due (``news.py``), or ``now``; then a prune if
+        the head says another writer deleted segments since the last."""
+        version = await self.watch.due(now)
+        if version is None:
+            return
+        await self.follow()
+        self.watch.done(version)
+        await self._prune_if_deleted()
+
+    async def _prune_if_deleted(self) -> None:
+        """Prune once the head says another writer deleted segments since
+        the last prune (the first time: since this process started)."""
+        deletions = self._head.deletions(skip=set(self._held))
+        if deletions and deletions != self._pruned:
+            await forget_deleted(self._capacity, self._index)
+        self._pruned = deletions

@@ -40,6 +40,15 @@ class Writing(Protocol):
         """The bucket a per-bucket segment holds (None: mixed)."""
         ...
 
+    def committed(self, bucket: str, segment: str) -> None:
+        """``segment`` of ``bucket`` is committed: the other nodes may
+        follow it (told once per flush, not per segment)."""
+        ...
+
+    def deleted(self, bucket: str, count: int) -> None:
+        """Compaction deleted ``count`` segments of ``bucket`` from the store."""
+        ...
+
 
 class SoleWriter:
     """A gateway alone over its capacity store: it writes everything."""
@@ -62,4 +71,10 @@ class SoleWriter:
         return True
 
     def bucket_of(self, segment: str) -> str | None:
+        return None
+
+    def committed(self, bucket: str, segment: str) -> None:
+        return None  # nobody follows
+
+    def deleted(self, bucket: str, count: int) -> None:
         return None

@@ -6,9 +6,13 @@ of the whole document, as the leases are written (``tiering/cluster/lease.py``):
 read it (its version tag kept), change a copy, write it with ``If-Match``
 on that tag (``If-None-Match: *`` for the first), and on a conflict read
 it again and redo the change on what another node wrote. The node that
-made a change serves it at once; every other node reads the document again
-every ``interval`` seconds (the cluster's follow interval) and so serves it
-within that. The local-directory store does the same compare-and-swap under
+made a change serves it at once and tells the others (the callbacks of
+``tell``: a notice, ``tiering/cluster/push.py``); a node that gets the
+notice reads the document soon (``nudge``). Every node also reads it
+every ``interval`` seconds (the cluster's ``follow_fallback``) with
+``If-None-Match`` on the version it serves: unchanged, that costs a 304
+and no body, and a change whose notice was lost is served within the
+interval. The local-directory store does the same compare-and-swap under
 its lock, so processes sharing one directory agree too.
 
 A write whose answer was lost and that was retried may be told it
@@ -64,6 +68,8 @@ class Identities:
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self._subscribers: list[Callable[[bytes], None]] = []
+        self._told: list[Callable[[], None]] = []
+        self._nudged = asyncio.Event()
         self._said: set[str] = set()
         self.errors = 0
         self.last_error: str | None = None
@@ -71,6 +77,14 @@ class Identities:
     def subscribe(self, callback: Callable[[bytes], None]) -> None:
         """``callback(document)`` after each new version is served (read workers)."""
         self._subscribers.append(callback)
+
+    def tell(self, callback: Callable[[], None]) -> None:
+        """``callback()`` after each change this node writes (it tells the other nodes)."""
+        self._told.append(callback)
+
+    def nudge(self) -> None:
+        """Another node changed the document (its notice): read it soon."""
+        self._nudged.set()
 
     # -- life -----------------------------------------------------------------------------
 
@@ -91,7 +105,10 @@ class Identities:
     async def _follow(self) -> None:
         assert self.interval is not None
         while True:
-            await asyncio.sleep(self.interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):  # not wait_for: see Flusher.run
+                    await self._nudged.wait()
+            self._nudged.clear()
             try:
                 await self.refresh()
                 self.last_error = None
@@ -108,12 +125,19 @@ class Identities:
         A document this node cannot use (malformed, or sealed under another
         secrets key) raises with ``strict`` (at start), else is logged once
         and the version served so far stays."""
+        found: tuple[bytes, str | None] | None
         try:
-            data, tag = await self.store.read_versioned(NAME)
+            if self._tag is None:
+                found = await self.store.read_versioned(NAME)
+            else:
+                found = await self.store.read_if_changed(NAME, self._tag)  # a 304 while unchanged
         except CapacityNotFound:
             if self._tag is None:
                 return False
-            data, tag = b"", None  # removed from the store: no users any more
+            found = (b"", None)  # removed from the store: no users any more
+        if found is None:
+            return False
+        data, tag = found
         if tag == self._tag and tag is not None:
             return False
         try:
@@ -171,13 +195,19 @@ class Identities:
                     tag = await self.store.put_conditional(NAME, data, self._tag)
                 except CapacityConflict:
                     if await self._landed(state.nonce):
+                        self._announce()
                         return result
                     await self.refresh()
                     continue
                 await self._serve(state, tag, data)
+                self._announce()
                 return result
         raise CapacityError(f"the identities document was changed by other nodes {MAX_TRIES} times in a row; "
                             "retry", name=NAME)
+
+    def _announce(self) -> None:
+        for callback in self._told:
+            callback()
 
     # -- keys ---------------------------------------------------------------------------------
 

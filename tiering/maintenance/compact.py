@@ -124,6 +124,7 @@ class Compactor:
         if current.live <= 0 and current.pins <= 0:
             if await pool.run(self._index.forget_segment, current.name):
                 await self._capacity.delete(segment_path(current.name))
+                self._writing.deleted(self._writing.bucket_of(current.name) or "", 1)
                 report.deleted += 1
                 report.bytes_reclaimed += current.size
             return
@@ -244,8 +245,11 @@ class Compactor:
             if info is not None:
                 await self._capacity.delete(segment_path(info.name))
             return None
+        if info is not None:
+            self._writing.committed(bucket, info.name)
         for old in olds:
             await self._capacity.delete(segment_path(old.name))
+        self._writing.deleted(bucket, len(olds))
         await pool.run(self._rename, renames)
         return sum(old.size for old in olds) - (info.size if info else 0)
 

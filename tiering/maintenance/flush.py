@@ -320,6 +320,7 @@ class Flusher:
         # it count (else the items stay queued for the next holder's term).
         self._writing.check(bucket, name)
         adopted = await pool.run(self._index.commit_flush, info, done, stale, [q for q, _ in records])
+        self._writing.committed(bucket, name)
         await pool.run(self._adopt, adopted, done)
         self._written(done, job)
         self._settle([*stale, *(item.fseq for item, _ in done)])
@@ -372,6 +373,7 @@ class Flusher:
         self._writing.check(bucket, name)  # as in _flush_packed
         done = [(item, chunks)]
         adopted = await pool.run(self._index.commit_flush, info, done, [], [])
+        self._writing.committed(bucket, name)
         await pool.run(self._adopt, adopted, done)
         self._written(done, job)
         self._settle([item.fseq])

@@ -37,7 +37,8 @@ TTL = 2.0  # the lease's skew is a quarter of it
 
 
 def node(root: Path, name: str, **settings: object) -> Node:
-    tiers = TierSettings(node_id=name, lease_ttl=TTL, follow_interval=3600.0, flush_delay=3600.0, **settings)
+    tiers = TierSettings(node_id=name, lease_ttl=TTL, follow_interval=3600.0, follow_fallback=3600.0,
+                         flush_delay=3600.0, **settings)
     return Node(root / name, tiers, LocalDirStore(root / "capacity"))
 
 
@@ -137,11 +138,16 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
             await b.tiers.cluster.follow()
             assert b.policies.settings("data").compression is False
 
-            # Compaction by the bucket's writer moves its live data; the other
-            # node follows the new segment and forgets the deleted ones.
+            # Compaction by the bucket's writer moves its live data and says
+            # so in the follow head; the other node follows the new segment
+            # and forgets the deleted ones.
+            updates = a.tiers.cluster.status().head_updates
             await a.tiers.compact(threshold=1.0)
-            await b.tiers.cluster.follow()
-            await b.tiers.cluster._prune()
+            while a.tiers.cluster.status().head_updates == updates:
+                await asyncio.sleep(0.01)  # the head is updated beside compaction
+            lists = b.tiers.capacity.stats.lists
+            await b.tiers.cluster.follow_news(now=True)
+            assert b.tiers.capacity.stats.lists - lists == 4  # the round's three, and the prune's
             assert await get(b, "data", "one") == b"one again"
             on_a = {s.name for s in await pool.run(a.index.segments)}
             on_b = {s.name for s in await pool.run(b.index.segments)}
@@ -366,7 +372,7 @@ def test_a_node_joins_with_recover_then_follows_from_there(tmp_path: Path) -> No
             await c.start()
             try:
                 assert c.tiers.cluster.status().writing == []
-                assert reads.gets <= 2, reads  # the term's record and term 0's seal: no footer
+                assert reads.gets <= 3, reads  # the follow head, the term's record and term 0's seal: no footer
                 await put(a, "data", "new", b"after the join")
                 await a.tiers.flush()
                 assert await c.tiers.cluster.follow() == 1
@@ -568,7 +574,7 @@ def test_a_full_disk_during_a_follow_round_is_counted_and_the_rounds_go_on(tmp_p
         settings = {"lease_ttl": TTL, "flush_delay": 3600.0}
         a = Node(tmp_path / "a", TierSettings(node_id="a", follow_interval=3600.0, **settings),
                  LocalDirStore(tmp_path / "capacity"))
-        b = Node(tmp_path / "b", TierSettings(node_id="b", follow_interval=0.05, **settings),
+        b = Node(tmp_path / "b", TierSettings(node_id="b", follow_interval=0.05, follow_fallback=0.05, **settings),
                  LocalDirStore(tmp_path / "capacity"))
         await a.start()
         await b.start()
