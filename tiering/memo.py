@@ -40,7 +40,7 @@ MiB = 1024 * 1024
 
 # The kinds of cache, each with its default bound: a share of the memory
 # the process may use (the machine's, or its memory budget), at most a cap,
-# at least MIN_BOUND. The shares add up to about 3 % of memory: caches are
+# at least MIN_BOUND. The shares add up to about 2 % of memory: caches are
 # for speed, the rest is for requests in flight and the allocator's slack.
 # (share, cap, what it keeps)
 KINDS: dict[str, tuple[float, int, str]] = {
