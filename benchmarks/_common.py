@@ -158,9 +158,10 @@ def fast_timestamp(value: object) -> datetime:
         return parse_timestamp(value)
 
 
-def client(endpoint: str, max_pool: int = 10, fast_timestamps: bool = False):
+def client(endpoint: str, max_pool: int = 10, fast_timestamps: bool = False, retries: int = 1):
     """A boto3 S3 client of its own session. ``fast_timestamps`` installs
-    :func:`fast_timestamp` in that session's response parsers."""
+    :func:`fast_timestamp` in that session's response parsers; ``retries``:
+    how many times botocore retries a failed request (503 SlowDown among them)."""
     core = botocore.session.get_session()
     if fast_timestamps:
         core.get_component("response_parser_factory").set_parser_defaults(
@@ -174,7 +175,7 @@ def client(endpoint: str, max_pool: int = 10, fast_timestamps: bool = False):
         region_name=REGION,
         config=BotoConfig(
             s3={"addressing_style": "path"},
-            retries={"max_attempts": 1},
+            retries={"max_attempts": retries},
             max_pool_connections=max_pool,
         ),
     )

@@ -28,6 +28,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
 from capacity import KiB, MiB
 
+from gateway.client.batch import RequestFailed
+
 BUCKET = "soak"
 # Multipart through the transfer manager: parts of 8 MiB, 4 in flight per thread.
 TRANSFER = TransferConfig(multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB,
@@ -132,6 +134,7 @@ class Tally:
     bytes_up: int = 0
     bytes_down: int = 0
     verified_bytes: int = 0
+    slowed: int = 0  # batch requests answered 503 SlowDown and retried
 
     def error(self, kind: str, key: str, exc: BaseException) -> None:
         self.errors[kind] += 1
@@ -149,8 +152,9 @@ class Worker:
     """One client thread: its keys, what they hold, and the operations on them."""
 
     def __init__(self, slot: int, s3: Any, plan: Plan, pool: Pool, seed: int,
-                 hostile: bool = False, rate: float = 0.0, batch: Any = None) -> None:
+                 hostile: bool = False, rate: float = 0.0, batch: Any = None, retries: int = 1) -> None:
         self.s3, self.batch_client = s3, batch
+        self.retries = retries  # of a batch answered 503 SlowDown, as botocore retries the others
         self.interval = 1.0 / rate if rate > 0 else 0.0  # this thread's share of --rate
         self.plan, self.pool = plan, pool
         self.rng = random.Random(f"{seed}/{slot}")
@@ -267,12 +271,26 @@ class Worker:
             raise Mismatch(f"{key}: bytes {start}-{end - 1} differ ({len(got)} bytes answered)")
         self.tally.verified_bytes += len(got)
 
+    def _batch_members(self, keys: list[str]) -> list[tuple[str, Any]]:
+        """The batch's members, retried as an SDK retries a 503 SlowDown:
+        up to ``retries`` times, after a jittered, doubling wait."""
+        attempt = 0
+        while True:
+            try:
+                return list(self.batch_client.get_batch(BUCKET, keys))
+            except RequestFailed as exc:
+                if exc.status != 503 or attempt >= self.retries:
+                    raise
+            self.tally.slowed += 1
+            time.sleep(self.rng.uniform(0, min(5.0, 0.1 * 2 ** attempt)))
+            attempt += 1
+
     def batch(self, _prefix: str) -> None:
         """GetBatch of a few of the thread's small keys: each member's bytes
         checked, a deleted key answered as an error member."""
         keys = self.rng.sample(self.small, min(len(self.small), self.rng.randint(2, BATCH_MAX)))
         expected = {k: self.model[k] for k in keys}
-        got = list(self.batch_client.get_batch(BUCKET, keys))
+        got = self._batch_members(keys)
         if [k for k, _ in got] != keys:
             raise Mismatch(f"batch of {len(keys)} keys answered {len(got)} members")
         for key, data in got:
@@ -375,4 +393,5 @@ def merge(tallies: list[Tally], fill_errors: int) -> dict:
             "first_errors": first[:MAX_ERRORS_KEPT],
             "bytes_up": sum(t.bytes_up for t in tallies),
             "bytes_down": sum(t.bytes_down for t in tallies),
-            "verified_bytes": sum(t.verified_bytes for t in tallies)}
+            "verified_bytes": sum(t.verified_bytes for t in tallies),
+            "batches_slowed": sum(t.slowed for t in tallies)}

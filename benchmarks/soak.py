@@ -107,6 +107,15 @@ def tiers_view(gw: Gateway) -> dict:
     return {k: tiers[k] for k in keep}
 
 
+def memory_view(gw: Gateway) -> dict:
+    """The gateway's memory against its budget, and its caches (``GET /stats``)."""
+    memory = admin(gw, "GET", "/stats")["memory"]
+    return {k: memory[k] for k in ("rss", "peak_rss", "limit", "squeeze", "refusing", "sheds", "trims",
+                                   "refused")} | {
+        "caches": {name: {k: row[k] for k in ("bytes", "entries", "bound")}
+                   for name, row in memory["caches"].items()}}
+
+
 def run(args: argparse.Namespace) -> dict:
     plan = Plan.of(args)
     pool = Pool(2 * max(args.large_max, args.small_max), args.seed)
@@ -123,10 +132,12 @@ def run(args: argparse.Namespace) -> dict:
                               PYTHONPATH=os.pathsep.join(
                                   filter(None, (str(hook), os.environ.get("PYTHONPATH")))))
         with gateway(tmp / "data", extra_args=extra) as gw:
-            workers = [Worker(slot, client(gw.endpoint, max_pool=TRANSFER.max_concurrency),
+            workers = [Worker(slot, client(gw.endpoint, max_pool=TRANSFER.max_concurrency,
+                                           retries=args.client_retries),
                               plan, pool, args.seed, hostile=args.hostile,
                               rate=args.rate / args.threads,
-                              batch=BatchClient(gw.endpoint, ACCESS_KEY, SECRET_KEY))
+                              batch=BatchClient(gw.endpoint, ACCESS_KEY, SECRET_KEY),
+                              retries=args.client_retries)
                        for slot in range(args.threads)]
             out |= fill_run(gw, workers, plan, stop)
             fill_errors = sum(w.tally.errors.total() for w in workers)
@@ -189,7 +200,7 @@ def timed_run(gw: Gateway, workers: list[Worker], args: argparse.Namespace,
     cpu, capacity1 = process_cpu(pid) - cpu0, capacity_counters(gw)
     return {"wall_s": wall, "gateway_cpu_s": cpu, "hostile": hostile,
             "capacity": {k: capacity1[k] - capacity0[k] for k in capacity1},
-            "end": proc_status(pid) | {"tiers": tiers_view(gw)},
+            "end": proc_status(pid) | {"tiers": tiers_view(gw), "memory": memory_view(gw)},
             "samples": samplers[0].samples, "capacity_samples": samplers[1].samples}
 
 
@@ -248,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gateway-env", type=env_setting, action="append", default=[],
                     metavar="NAME=VALUE",
                     help="set in the gateway's environment, e.g. MALLOC_ARENA_MAX=2 (repeatable)")
+    ap.add_argument("--client-retries", type=int, default=1,
+                    help="times a well-behaved client retries a failed request, 503 SlowDown among "
+                         "them (default 1); raise it for a gateway with --memory-limit, "
+                         "e.g. --gateway-env TIERSTORE_MEMORY_LIMIT=256M --client-retries 8")
     ap.add_argument("--keep-log", type=Path, metavar="PATH",
                     help="copy the gateway's log (warnings, one line per request) here at the end")
     ap.add_argument("--tracemalloc", type=Path, metavar="DIR",

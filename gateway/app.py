@@ -98,6 +98,13 @@ class Plane(Protocol):
         """None while the data plane starts or stops: requests get 503."""
 
 
+class Budget(Protocol):
+    """The process's memory budget (``gateway.serving.memory.MemoryBudget``)."""
+
+    def check(self, method: str) -> None:
+        """Raise 503 SlowDown for a new request of ``method`` while over budget."""
+
+
 class Recorder(Protocol):
     """Where finished requests are counted (``gateway.observability.metrics.Metrics``; a
     read worker's relay to the writer)."""
@@ -119,11 +126,13 @@ class S3App:
     # before anything was sent, and not recorded here.
     PASS_ON: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, config: Config, plane: Plane, metrics: Recorder, access_log: AccessLog) -> None:
+    def __init__(self, config: Config, plane: Plane, metrics: Recorder, access_log: AccessLog,
+                 budget: Budget | None = None) -> None:
         self.config = config
         self.metrics = metrics
         self.access_log = access_log
         self._plane = plane
+        self._budget = budget
         self._record_failed = False
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -254,6 +263,11 @@ class S3App:
             req.op = route.op
         except S3Error as exc:
             unroutable = exc
+        if self._budget is not None:
+            # Over the memory budget: refused before any work, under its
+            # operation's name (a small body is read and dropped, as a full
+            # disk's early refusal's is).
+            self._budget.check(req.method)
         self._pass_on(route, req)
         access = ctx.access
         if signed(req):

@@ -15,6 +15,7 @@ from gateway.handlers.context import Context
 from gateway.observability.accesslog import AccessLog
 from gateway.observability.metrics import Metrics
 from gateway.serving.listener import StartupError
+from gateway.serving.memory import MemoryBudget
 from gateway.storage import open_node
 from tiering import pool
 from tiering.cluster.push import IDENTITY, SEGMENTS
@@ -23,6 +24,7 @@ from tiering.identity.errors import SecretsKeyMismatch
 from tiering.identity.sealing import Sealer, load_key, loose_permissions
 from tiering.identity.store import Identities
 from tiering.maintenance.tiers import ForeignSegments
+from tiering.memo import CACHES
 from tiering.node import Node as Tiering
 
 log = logging.getLogger("tierstore.node")
@@ -43,6 +45,8 @@ class Node:
         self.config = config
         self.metrics = Metrics()
         self.access_log = AccessLog(config.access_log)
+        # The process's memory against its budget (gateway/serving/memory.py).
+        self.memory = MemoryBudget(config.memory_limit)
         self.tiering: Tiering | None = None
         self.context: Context | None = None
         # Users, keys and policies (tiering/identity), in the capacity store.
@@ -63,6 +67,7 @@ class Node:
     async def start(self) -> None:
         """Open the data directory and start the object service."""
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        CACHES.configure(self.config.cache_sizes)
         tiering = open_node(self.config)
         try:
             await tiering.start()
@@ -80,6 +85,7 @@ class Node:
         self.context = Context(self.config, tiering.objects, access, identities, self._heard)
         epochs = tiering.epochs
         self.metrics.unmatched_reads = lambda: epochs.unmatched_reads
+        await self.memory.start()
 
     async def _identities(self, tiering: Tiering) -> Identities:
         """The identities document of the capacity store, read, and followed
@@ -129,3 +135,4 @@ class Node:
         tiering, self.tiering = self.tiering, None
         if tiering is not None:
             await tiering.close()
+        await self.memory.stop()

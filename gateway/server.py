@@ -65,7 +65,7 @@ def gateway_plane(config: Config) -> tuple[Root, Any]:
     from gateway.node import Node
 
     node = Node(config)
-    return node, S3App(config, node, node.metrics, node.access_log)
+    return node, S3App(config, node, node.metrics, node.access_log, node.memory)
 
 
 async def serve(

@@ -89,7 +89,8 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
     @api.get("/stats", tags=["stats"], responses=responses("Unavailable"))
     async def stats() -> dict[str, Any]:
         """Requests and bytes by S3 operation with latency percentiles,
-        hot-tier hit ratio (objects and bytes), capacity-store traffic."""
+        hot-tier hit ratio (objects and bytes), capacity-store traffic,
+        memory against its budget and every cache's bytes and bound."""
         capacity = asdict(ctx.tiering().tiers.capacity.stats)  # counters: no index scan needed
         body = node.metrics.stats()
         body["capacity"] = {
@@ -97,6 +98,7 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
             "bytes_written": capacity.pop("bytes_written"),
             "requests": capacity,
         }
+        body["memory"] = node.memory.stats()
         return body
 
     @api.get(
@@ -110,7 +112,7 @@ def build_admin_app(config: Config, node: NodeStatus) -> FastAPI:
         service = node.tiering
         status = asdict(await service.tiers.status()) if service is not None else None
         jobs_by_state = service.jobs.count_by_state() if service is not None else None
-        body = node.metrics.render(status, jobs_by_state)  # well under a millisecond
+        body = node.metrics.render(status, jobs_by_state, node.memory.stats())  # well under a millisecond
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     api.include_router(buckets.router(ctx))

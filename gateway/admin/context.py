@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from gateway.admin.errors import AdminError
 from gateway.config.values import Config
 from gateway.observability.metrics import Metrics
 from tiering.identity.store import Identities
 from tiering.node import Node
+
+
+class MemoryStatus(Protocol):
+    """The process's memory and caches (``gateway.serving.memory.MemoryBudget``)."""
+
+    def stats(self) -> dict[str, Any]: ...
 
 
 class NodeStatus(Protocol):
@@ -23,6 +29,9 @@ class NodeStatus(Protocol):
 
     @property
     def metrics(self) -> Metrics: ...
+
+    @property
+    def memory(self) -> MemoryStatus: ...
 
     @property
     def identities(self) -> Identities | None:

@@ -17,7 +17,9 @@ A refusal is S3's AccessDenied. The decisions themselves are
 ``tiering.identity``'s (an explicit Deny wins, then an Allow, then a
 canned ACL, else no; root may do everything). Each decision is kept per
 (principal, action, resource, conditions) until the identities change
-(a new snapshot), so a hot GET by a user pays a dictionary lookup.
+(a new snapshot), so a hot GET by a user pays a dictionary lookup; the
+decisions kept are bounded in bytes (the ``decisions`` kind of
+``tiering/memo.py``): keys and listing prefixes are the client's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gateway.s3.errors import S3Error
 from gateway.s3.http import S3Request
 from tiering.identity.directory import Directory
 from tiering.identity.policy import ANONYMOUS, ROOT, Principal
+from tiering.memo import Kept
 
 # S3 operation -> IAM action. None: decided per object by the handler.
 ACTIONS: dict[str, str | None] = {
@@ -85,7 +88,8 @@ _WRITES = frozenset({"PutObject", "CopyObject", "CreateMultipartUpload"})
 # Query parameters that make a request signed (checked by gateway/auth/sigv4.py);
 # without them and without an Authorization header, a request is anonymous.
 _SIGNED_QUERY = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Signature", "Signature", "AWSAccessKeyId")
-# Decisions kept, at most; all dropped when full (a new snapshot drops them too).
+# Decisions kept, at most, within the decisions' byte bound; the oldest go
+# first (a new snapshot drops them all).
 MAX_KEPT = 65536
 
 
@@ -144,7 +148,7 @@ class Access:
     def __init__(self, root: Mapping[str, str], directory: Callable[[], Directory]) -> None:
         self._root = dict(root)
         self._directory = directory
-        self._kept: dict[tuple[object, ...], bool] = {}
+        self._kept: Kept[tuple[object, ...], bool] = Kept("decisions", MAX_KEPT)
         self._kept_for: Directory | None = None
         self._root_callers: dict[str, Caller] = {}
         self.anonymous = Caller(ANONYMOUS, "", self)
@@ -176,14 +180,12 @@ class Access:
             kept.clear()
             self._kept_for = directory
         name = (who.ident, action, bucket, key, tuple(sorted(context.items())) if context else None)
-        found = kept.get(name)
+        found = kept.items.get(name)
         if found is not None:
             return found
         found = directory.allows(who, action, bucket, key, context)
         if keep:
-            if len(kept) >= MAX_KEPT:
-                kept.clear()
-            kept[name] = found
+            kept.put(name, found)
         return found
 
     def authorize(self, caller: Caller, req: S3Request, op: str) -> None:

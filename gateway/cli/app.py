@@ -85,6 +85,18 @@ FreeFloor = Annotated[
                  "and writes that do not fit are refused (503 SlowDown, or 507 when nothing can be freed). "
                  "(default: 2% of the filesystem, at least 256M, at most 16G and a quarter of it)"),
 ]
+MemoryLimit = Annotated[
+    str | None,
+    typer.Option(help="Memory budget of the gateway process, K/M/G/T suffixes, or none: near it caches are "
+                 "shrunk, at it new S3 requests get 503 SlowDown. (default: the container's cgroup memory "
+                 "limit, if any)"),
+]
+CacheSizes = Annotated[
+    str | None,
+    typer.Option(help="Bounds in bytes of the in-memory caches, cache=size pairs separated by commas, e.g. "
+                 "records=256M,heads=16M; caches: records, heads, tar_headers, batch_places, decisions, "
+                 "memos. (default: a share of the machine's memory or of --memory-limit each)"),
+]
 Capacity = Annotated[
     str | None,
     typer.Option(
@@ -244,6 +256,8 @@ STORAGE_OPTIONS = (
 TUNING_OPTIONS = (
     option("hot_size", HotSize),
     option("free_floor", FreeFloor),
+    option("memory_limit", MemoryLimit),
+    option("cache_sizes", CacheSizes),
     option("domain", Domain),
     option("log_level", LogLevel),
     option("access_log", AccessLog),

@@ -167,6 +167,8 @@ def status(document: Mapping[str, Any]) -> None:
     if isinstance(disk := tiers.get("disk"), Mapping):
         sections.append(("disk", _disk_rows(disk)))
     sections += [("capacity tier", capacity), ("gateway", traffic)]
+    if isinstance(memory := stats.get("memory"), Mapping):
+        sections.append(("memory", _memory_rows(memory)))
     if isinstance(cluster := tiers.get("cluster"), Mapping):
         sections.append(("cluster", _cluster_rows(cluster)))
         if isinstance(members := cluster.get("members"), list) and members:
@@ -192,6 +194,22 @@ def _disk_rows(disk: Mapping[str, Any]) -> list[tuple[str, str]]:
     if disk.get("warning"):
         rows.append(("warning", str(disk["warning"])))
     return rows
+
+
+def _memory_rows(memory: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The process's RSS against its memory budget, and its caches (docs/operations.md#memory)."""
+    rss, limit = memory.get("rss"), memory.get("limit")
+    share = f" ({percent(rss / limit)} of the budget)" if isinstance(rss, int) and isinstance(limit, int) else ""
+    caches = memory.get("caches") if isinstance(memory.get("caches"), Mapping) else {}
+    state = "REFUSING new S3 requests (503 SlowDown)" if memory.get("refusing") else "serving"
+    return [
+        ("RSS", f"{size(rss)}{share}, peak {size(memory.get('peak_rss'))}"),
+        ("budget", size(limit) if limit else "none"),
+        ("state", f"{state}; caches at {percent(memory.get('squeeze'))} of their bounds"),
+        ("refused", number(memory.get("refused"))),
+        ("caches", f"{size(sum(row.get('bytes', 0) for row in caches.values()))} of "
+                   f"{size(sum(row.get('bound', 0) for row in caches.values()))}"),
+    ]
 
 
 def _member_rows(members: list[Any]) -> list[tuple[str, str]]:

@@ -6,8 +6,9 @@ table of settings and how each raw value is checked and typed
 (``settings.py``), flags against environment against file
 (``sources.py``), the secrets generated on first start
 (``credentials.py``), byte sizes (``sizes.py``), the cores a process may
-use (``cores.py``) and the start-up check of TLS files (``tls.py``).
+use (``cores.py``), the memory it may use and its caches' bounds
+(``memory.py``) and the start-up check of TLS files (``tls.py``).
 
 May import: ``gateway.client`` (the names, file format and defaults shared
-with clients) and ``tiering.settings``.
+with clients), ``tiering.settings`` and ``tiering.memo`` (the kinds of cache).
 """

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from gateway.config.cores import MAX_WORKERS, auto_workers
 from gateway.config.sizes import MiB, parse_size
+from tiering.memo import KINDS
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")
 ACCESS_LOG_FORMATS = ("off", "text", "json")  # see gateway/observability/accesslog.py
@@ -70,15 +71,22 @@ def _node_id(name: str, raw: object, source: str) -> str | None:
     return text
 
 
-def _peers(name: str, raw: object, source: str) -> dict[str, str]:
-    """``{"n1": "http://...", ...}`` from a TOML table or ``n1=URL,n2=URL``."""
+def _table(name: str, raw: object, source: str, pair: str, table: str) -> dict[object, object]:
+    """A TOML table, or the same as ``a=1,b=2`` (flags and environment);
+    ``pair`` and ``table`` name what is expected, for the error."""
     if isinstance(raw, str):
         pairs = [item.partition("=") for item in raw.split(",") if item.strip()]
         if any(not sep for _, sep, _ in pairs):
-            raise _invalid(name, raw, source, "expected node=URL pairs separated by commas")
-        raw = {node.strip(): url.strip() for node, _, url in pairs}
+            raise _invalid(name, raw, source, f"expected {pair} pairs separated by commas")
+        raw = {left.strip(): right.strip() for left, _, right in pairs}
     if not isinstance(raw, dict):
-        raise _invalid(name, raw, source, "expected a table of node id = S3 endpoint URL")
+        raise _invalid(name, raw, source, f"expected a table of {table}")
+    return raw
+
+
+def _peers(name: str, raw: object, source: str) -> dict[str, str]:
+    """``{"n1": "http://...", ...}`` from a TOML table or ``n1=URL,n2=URL``."""
+    raw = _table(name, raw, source, "node=URL", "node id = S3 endpoint URL")
     peers = {}
     for node, url in raw.items():
         endpoint = _endpoint(name, url, source)
@@ -114,6 +122,27 @@ def _size(name: str, raw: object, source: str) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int) or raw <= 0:
         raise _invalid(name, raw, source, "expected a size greater than 0, e.g. 512M or 64G")
     return raw
+
+
+_NO_LIMIT = ("0", "none", "off")
+
+
+def _memory_limit(name: str, raw: object, source: str) -> int:
+    """A size, or 0 / "none": no budget (not even the container's)."""
+    if raw == 0 or (isinstance(raw, str) and raw.strip().lower() in _NO_LIMIT):
+        return 0
+    limit = _size(name, raw, source)
+    if limit < 64 * MiB:
+        raise _invalid(name, raw, source, "expected at least 64M (or none)")
+    return limit
+
+
+def _cache_sizes(name: str, raw: object, source: str) -> dict[str, int]:
+    """``{"records": 268435456, ...}`` from a TOML table or ``records=256M,heads=16M``."""
+    raw = _table(name, raw, source, "cache=size", "cache = size")
+    if (unknown := next((kind for kind in raw if kind not in KINDS), None)) is not None:
+        raise _invalid(name, raw, source, f"no cache is called {unknown!r} (known: {', '.join(KINDS)})")
+    return {str(kind): _size(f"{name}.{kind}", size, source) for kind, size in raw.items()}
 
 
 def _path(name: str, raw: object, source: str) -> Path:
@@ -253,6 +282,8 @@ COERCERS: dict[str, Coercer] = {
     "write_through": _bool,
     "compact_threshold": _fraction,
     "client_timeout": _seconds,
+    "memory_limit": _memory_limit,
+    "cache_sizes": _cache_sizes,
     "workers": _workers,
     "node_id": _node_id,
     "lease_ttl": _lease_ttl,

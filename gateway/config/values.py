@@ -17,7 +17,8 @@ setting and where the value came from; the CLI prints it and exits 2.
 This module holds the Config and puts it together; the parts live beside it:
 ``gateway.config.settings`` (each setting's checks), ``gateway.config.sources``
 (flags, environment, file), ``gateway.config.credentials`` (generated secrets),
-``gateway.config.tls``, ``gateway.config.cores`` (``workers = "auto"``) and
+``gateway.config.tls``, ``gateway.config.cores`` (``workers = "auto"``),
+``gateway.config.memory`` (the memory budget and the caches' bounds) and
 ``gateway.config.sizes``.
 """
 
@@ -32,6 +33,7 @@ from gateway.client import sources as defaults
 from gateway.client.sources import ConfigFile, env_key_pair, env_name, env_value
 from gateway.config.cores import auto_workers
 from gateway.config.credentials import generated_secrets
+from gateway.config.memory import cache_bounds, cgroup_limit
 from gateway.config.settings import COERCERS, SECRET_FIELDS
 from gateway.config.sizes import GiB, MiB
 from gateway.config.sources import pick, read_config_file
@@ -105,6 +107,11 @@ class Config:
     # Seconds a client may take to send a whole request head, or stay silent
     # in the middle of a request body (gateway/serving/listener.py explains the bounds).
     client_timeout: float = 30.0
+    # The process's memory budget in bytes (0: none), and each cache's
+    # bound by kind (tiering/memo.py; load_config() derives both from the
+    # machine unless configured, docs/configuration.md#memory).
+    memory_limit: int = 0
+    cache_sizes: dict[str, int] = field(default_factory=dict)
     # Processes serving S3 on the port: this one, or above 1 that many read
     # workers in front of it, this one the only writer (gateway/workers/worker.py).
     workers: int = field(default_factory=lambda: auto_workers())
@@ -207,6 +214,9 @@ def load_config(
     if "free_floor" not in values:
         filesystem = filesystem_size(config.data_dir)
         config = replace(config, free_floor=default_free_floor(filesystem), free_floor_from=filesystem)
+    if "memory_limit" not in values:
+        config = replace(config, memory_limit=cgroup_limit())
+    config = replace(config, cache_sizes=cache_bounds(config.cache_sizes, config.memory_limit))
     _check_combinations(config, sources)
     return _with_secrets(config, env, file)
 

@@ -295,7 +295,7 @@ def _header(meta: ObjectMeta) -> bytes:
 
 # A hot member's tar header, made once per object version and found again
 # by its record's identity, as a GET's response head is (gateway.s3.headers).
-_HEADERS: ByIdentity[ObjectMeta, bytes] = ByIdentity(8192)
+_HEADERS: ByIdentity[ObjectMeta, bytes] = ByIdentity(8192, "tar_headers")
 
 
 async def _sized(members: HotBatch, layout: _Layout, tally: BatchTally) -> AsyncIterator[bytes | bytearray]:

@@ -199,10 +199,12 @@ class Metrics:
         self,
         tier_status: Mapping[str, object] | None = None,
         jobs_by_state: Mapping[str, int] | None = None,
+        memory: Mapping[str, object] | None = None,
     ) -> bytes:
         """The Prometheus text exposition (serve it with CONTENT_TYPE): the
         request series plus gauges and counters read from ``tier_status``
-        (the ``/tiers`` body) and ``jobs_by_state`` at this moment."""
+        (the ``/tiers`` body), ``jobs_by_state`` and ``memory`` (the
+        ``memory`` part of ``/stats``) at this moment."""
         extra: list[Metric] = [GaugeMetricFamily(
             "tierstore_start_time_seconds", "When this gateway started serving S3 (Unix time).",
             value=self.started)]
@@ -213,6 +215,8 @@ class Metrics:
             for state, count in sorted(jobs_by_state.items()):
                 jobs.add_metric((state,), count)
             extra.append(jobs)
+        if memory is not None:
+            extra += _memory_families(memory)
         return generate_latest(_Scrape(self.registry, extra))
 
     def stats(self) -> dict[str, object]:
@@ -481,3 +485,37 @@ def _cluster_families(cluster: object) -> Iterator[Metric]:
     if isinstance(members, list):
         yield GaugeMetricFamily("tierstore_cluster_members_live", "Live nodes in the node registry, this one "
                                 "included.", value=sum(1 for m in members if isinstance(m, Mapping) and m.get("live")))
+
+
+def _memory_families(memory: Mapping[str, object]) -> Iterator[Metric]:
+    """The process's memory against its budget, and each cache's bytes,
+    entries and bound (gateway/serving/memory.py, tiering/memo.py)."""
+    for name, doc, key in (
+        ("tierstore_memory_rss_bytes", "Resident memory of the gateway process.", "rss"),
+        ("tierstore_memory_anon_bytes", "Anonymous (heap) share of the resident memory.", "rss_anon"),
+        ("tierstore_memory_limit_bytes", "The memory budget (absent: none).", "limit"),
+        ("tierstore_memory_squeeze", "Fraction of their configured bounds the caches may hold now "
+         "(below 1 while the process is near its budget).", "squeeze"),
+    ):
+        if (value := _number(memory.get(key))) is not None:
+            yield GaugeMetricFamily(name, doc, value=value)
+    yield GaugeMetricFamily("tierstore_memory_refusing", "1 while new S3 requests are refused (503 SlowDown) "
+                            "for memory.", value=1 if memory.get("refusing") else 0)
+    yield CounterMetricFamily("tierstore_memory_refused_requests", "S3 requests refused with 503 SlowDown "
+                              "because the process was at its memory budget.",
+                              value=_number(memory.get("refused")) or 0)
+    yield CounterMetricFamily("tierstore_memory_sheds", "Samples at the budget's high-water mark that halved "
+                              "the caches' bounds.", value=_number(memory.get("sheds")) or 0)
+    caches = memory.get("caches")
+    if not isinstance(caches, Mapping):
+        return
+    for name, doc, key in (
+        ("tierstore_cache_bytes", "Estimated bytes each cache holds.", "bytes"),
+        ("tierstore_cache_entries", "Entries each cache holds.", "entries"),
+        ("tierstore_cache_bound_bytes", "The bound in force of each cache, in bytes.", "bound"),
+    ):
+        family = GaugeMetricFamily(name, doc, labels=("cache",))
+        for cache, row in sorted(caches.items()):
+            if isinstance(row, Mapping) and (value := _number(row.get(key))) is not None:
+                family.add_metric((str(cache),), value)
+        yield family

@@ -259,7 +259,7 @@ def _encoded_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
     return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in object_headers(meta))
 
 
-_HEADS: ByIdentity[ObjectMeta, tuple[tuple[bytes, bytes], ...]] = ByIdentity(8192)
+_HEADS: ByIdentity[ObjectMeta, tuple[tuple[bytes, bytes], ...]] = ByIdentity(8192, "heads")
 
 
 def _override(param: str, value: str) -> str:

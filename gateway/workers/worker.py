@@ -69,6 +69,7 @@ from tiering.identity.sealing import Sealer, load_key
 from tiering.identity.state import State
 from tiering.index.generations import Generations, slot_of
 from tiering.meta import ObjectMeta, now_ms
+from tiering.memo import CACHES, Kept
 from tiering.model.names import check_key
 from tiering.reads.plan import (
     NOW_READ,
@@ -180,7 +181,9 @@ class RemoteObjects:
         self._lookups = lookups
         self._generations = generations
         self._entries = entries
-        self._answers: dict[tuple[str, str], _Answer] = {}
+        # Bounded in bytes as the writer's record cache is, and by the same
+        # setting (the ``records`` kind of tiering/memo.py, this process's own).
+        self._answers: Kept[tuple[str, str], _Answer] = Kept("records", entries)
         self._reads: list[tuple[str, str, list[str]]] = []  # answered from kept answers, to report
         self._window = window
 
@@ -206,7 +209,7 @@ class RemoteObjects:
                 try:
                     data = await pool.run(_read_files, files)
                 except Elsewhere:  # a file is gone: the answer kept is no more
-                    self._answers.pop((read.bucket, read.key), None)
+                    self._answers.pop((read.bucket, read.key))
                     raise
             return hot_plan(meta, read, decision, data)
         pieces = list(split_over([size for _, _, size in files], wanted))
@@ -239,21 +242,17 @@ class RemoteObjects:
 
     def _kept(self, bucket: str, key: str) -> _Answer | None:
         """The answer kept for bucket/key if it still holds (else dropped)."""
-        kept = self._answers.get((bucket, key))
+        kept = self._answers.items.get((bucket, key))
         if kept is None:
             return None
         if self._generations.at(kept.slot) == kept.generation and (kept.until_ms is None or now_ms() < kept.until_ms):
             return kept
-        del self._answers[(bucket, key)]
+        self._answers.pop((bucket, key))
         return None
 
     def _keep(self, name: tuple[str, str], answer: _Answer) -> None:
-        answers = self._answers
-        if self._entries <= 0:
-            return
-        if name not in answers and len(answers) >= self._entries:
-            del answers[next(iter(answers))]  # the oldest kept
-        answers[name] = answer
+        if self._entries > 0:
+            self._answers.put(name, answer)  # the oldest kept go first
 
     def _read_from_kept(self, bucket: str, key: str, names: list[str]) -> None:
         """Report a GET answered from a kept answer to the writer, with the
@@ -315,7 +314,7 @@ class RemoteObjects:
             opened = dict(zip(order, await pool.run(_open_all, [found[i][1] for i in order]), strict=True))
         except Elsewhere:  # a file is gone: the answers kept for these keys are no more
             for i in order:
-                self._answers.pop((bucket, keys[i]), None)
+                self._answers.pop((bucket, keys[i]))
             raise
         members = [Member(key, error=errors[i]) if i in errors else Member(key, found[i][0])
                    for i, key in enumerate(keys)]
@@ -335,7 +334,7 @@ class RemoteObjects:
             opened = _open_all([answer.files for answer in kept])
         except Elsewhere:  # a file is gone: these answers are no more, the lookups tell
             for key in keys:
-                self._answers.pop((bucket, key), None)
+                self._answers.pop((bucket, key))
             return None
         for key, answer in zip(keys, kept, strict=True):
             self._read_from_kept(bucket, key, answer.names)
@@ -443,6 +442,7 @@ class WorkerApp(S3App):
         await self._lookups.start()
         await self._forwarder.start()
         self._generations = Generations(Path(self._setup.generations))
+        CACHES.configure(self.config.cache_sizes)  # this process's caches, as the writer's
         objects = RemoteObjects(self._lookups, self._generations, tier_settings(self.config).record_cache)
         access = Access(self.config.credentials, lambda: self._directory)
         self.context = Context(self.config, objects, access)  # type: ignore[arg-type]

@@ -83,7 +83,7 @@ class BatchReads:
         self._epochs = epochs
         # Per object version: each piece's hot-tier path, size and cache
         # name (None for a staged file), found again by the record's identity.
-        self._places: ByIdentity[ObjectMeta, tuple[tuple[str, int, str | None], ...]] = ByIdentity(8192)
+        self._places: ByIdentity[ObjectMeta, tuple[tuple[str, int, str | None], ...]] = ByIdentity(8192, "batch_places")
 
     def _places_of(self, meta: ObjectMeta) -> tuple[tuple[str, int, str | None], ...]:
         hot = self._hot

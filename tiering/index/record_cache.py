@@ -22,8 +22,9 @@ those of other reads, on the fills' writer thread. Meanwhile the record is
 other write or drop of its key came after it (:meth:`RecordCache.write_through`
 with ``held``), so a late write never puts back what a newer one replaced.
 
-Bounded by entries; the oldest kept is dropped first (no reordering on a
-hit, so a hit is one dict lookup and takes no lock).
+Bounded in bytes (the ``records`` kind of ``tiering/memo.py``, each
+record weighed when kept) and by entries; the oldest kept is dropped first
+(no reordering on a hit, so a hit is one dict lookup and takes no lock).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 from rocksdict import WriteBatch
 
 from tiering.index.generations import Generations
+from tiering.memo import Kept
 
 # Prefix bytes of the records kept (tiering/index/keys.py): objects, mounted objects.
 CACHED_KINDS = (b"O"[0], b"N"[0])
@@ -45,7 +47,8 @@ class RecordCache:
 
     def __init__(self, entries: int) -> None:
         self.entries = entries
-        self._records: dict[bytes, Any] = {}
+        self._kept: Kept[bytes, Any] = Kept("records", entries)
+        self._records = self._kept.items  # the same dict: a hit is one lookup
         self._lock = threading.Lock()
         self._held: dict[bytes, Any] = {}  # records on their way to the database
         self.commits = 0  # writes that dropped keys, so far
@@ -105,7 +108,7 @@ class RecordCache:
             except BaseException:
                 if held:  # served from memory only while on their way
                     for key in records:
-                        self._records.pop(key, None)
+                        self._kept.pop(key)
                 raise
             self.commits += 1
             if self.generations is not None:
@@ -116,10 +119,7 @@ class RecordCache:
 
     def _put(self, key: bytes, record: Any) -> None:
         """Under the lock: store, dropping the oldest kept when full."""
-        records = self._records
-        if key not in records and len(records) >= self.entries:
-            del records[next(iter(records))]
-        records[key] = record
+        self._kept.put(key, record)
 
     def drop(self, keys: Iterable[bytes]) -> None:
         """Forget ``keys`` after a write of them reached the database."""
@@ -131,7 +131,7 @@ class RecordCache:
             if self.generations is not None:
                 self.generations.bump(keys)
             for key in keys:
-                self._records.pop(key, None)
+                self._kept.pop(key)
 
 
 class Batch:

@@ -238,6 +238,7 @@ function draw(tiers, stats, jobs, epochs) {
   $("gateway").textContent = `up ${duration(stats.uptime_s)}`;
   drawHot(tiers);
   drawTraffic(stats);
+  drawMemory(stats.memory);
   drawCapacity(tiers);
   drawRequests(stats.requests || {});
   drawJobs(jobs);
@@ -328,6 +329,23 @@ function drawDisk(d) {
   const warning = $("hot-disk-warning");
   warning.textContent = warnings.join(" · ");
   warning.hidden = !warnings.length;
+}
+
+// The process's RSS against its memory budget, and its caches (docs/operations.md#memory).
+function drawMemory(m) {
+  if (!m) return;
+  const caches = Object.values(m.caches || {});
+  const held = caches.reduce((sum, c) => sum + (c.bytes || 0), 0);
+  const bound = caches.reduce((sum, c) => sum + (c.bound || 0), 0);
+  $("memory").textContent =
+    `memory: RSS ${size(m.rss)}` + (m.limit ? ` of a ${size(m.limit)} budget (${percent(m.rss / m.limit)})` : ", no budget") +
+    ` · peak ${size(m.peak_rss)} · caches ${size(held)} of ${size(bound)}` +
+    ` · refused for memory: ${count(m.refused)}`;
+  const warning = $("memory-warning");
+  warning.textContent = m.refusing
+    ? "at the memory budget: new S3 requests get 503 SlowDown, caches are shrunk"
+    : m.squeeze < 1 ? `near the memory budget: caches shrunk to ${percent(m.squeeze)} of their bounds` : "";
+  warning.hidden = !warning.textContent;
 }
 
 function drawTraffic(stats) {

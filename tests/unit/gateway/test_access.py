@@ -16,6 +16,7 @@ from gateway.s3.http import S3Request
 from tiering.identity.directory import Directory
 from tiering.identity.sealing import Sealer
 from tiering.identity.state import State
+from tiering.memo import Caches
 
 # Operations a handler renames a request to (gateway/routes.py's docstring).
 RENAMED = {"CopyObject", "ListObjectsV2", "UploadPartCopy"}
@@ -137,6 +138,20 @@ def test_decisions_are_kept_until_the_identities_change(snapshots: Snapshots, mo
     snapshots.change(lambda state: state.attach("kept", "deny"))
     assert not allowed(access, key, "GET", "/data/k")
     assert len(asked) == 2
+
+
+def test_decisions_kept_stay_within_their_byte_bound(snapshots: Snapshots, monkeypatch) -> None:
+    """Keys and listing prefixes are the client's: a scan of long keys fills
+    the decisions kept to their bound, not past it."""
+    registry = Caches()
+    registry.configure({"decisions": 64 * 1024})
+    monkeypatch.setattr("tiering.memo.CACHES", registry)
+    access = Access({}, snapshots)
+    key = user(snapshots, "scanner", "read-only:data")
+    for i in range(2000):
+        assert allowed(access, key, "GET", f"/data/{'k' * 500}{i}")
+        assert registry.stats()["decisions"]["bytes"] <= 64 * 1024
+    assert 50 < registry.stats()["decisions"]["entries"] < 2000
 
 
 def test_public_buckets_for_anonymous_callers(snapshots: Snapshots) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from gateway.client.sources import credentials_path
 from gateway.config.cores import auto_workers, available_cores, quota_cores
+from gateway.config.memory import cgroup_limit
 from gateway.config.sizes import GiB, MiB, parse_size
 from gateway.config.values import (
     REDACTED,
@@ -524,3 +525,34 @@ def test_bad_tls_settings_are_one_line_errors(
     with pytest.raises(ValueError, match=re.escape(message)) as error:
         _load(tmp_path, {name: str(files[which]) for name, which in settings.items()})
     assert "\n" not in str(error.value)
+
+
+def test_memory_limit_and_cache_sizes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("gateway.config.values.cgroup_limit", lambda: 3 * GiB)
+    derived = load_config({"data_dir": str(tmp_path)}, env={})
+    assert derived.memory_limit == 3 * GiB  # the container's limit
+    assert derived.cache_sizes["records"] == 3 * GiB // 64  # a share of the budget
+    file = _toml(tmp_path, 'memory_limit = "none"\n[cache_sizes]\nrecords = "100M"\n')
+    config = load_config({"data_dir": str(tmp_path), "cache_sizes": "heads=2M"}, env={}, config_file=file)
+    assert config.memory_limit == 0  # none: not even the container's
+    assert config.cache_sizes["heads"] == 2 * MiB and config.cache_sizes["records"] > 100 * MiB  # the flag won
+    env = {"TIERSTORE_MEMORY_LIMIT": "2GiB", "TIERSTORE_CACHE_SIZES": "records=100M"}
+    config = load_config({"data_dir": str(tmp_path)}, env=env)
+    assert config.memory_limit == 2 * GiB and config.cache_sizes["records"] == 100 * MiB
+    for cli, why in (({"memory_limit": "1M"}, "at least 64M"), ({"cache_sizes": "rows=1M"}, "no cache is called"),
+                     ({"cache_sizes": "records"}, "pairs"), ({"cache_sizes": "records=big"}, "invalid cache_sizes.records")):
+        with pytest.raises(ValueError, match=why):
+            load_config({"data_dir": str(tmp_path), **cli}, env={})
+
+
+def test_cgroup_memory_limit(tmp_path: Path) -> None:
+    v2, v1 = tmp_path / "memory.max", tmp_path / "memory.limit_in_bytes"
+    assert cgroup_limit((v2, v1), machine=8 * GiB) == 0  # no cgroup files
+    v1.write_text("9223372036854771712\n")  # v1's "no limit"
+    assert cgroup_limit((v2, v1), machine=8 * GiB) == 0
+    v1.write_text(f"{GiB}\n")
+    assert cgroup_limit((v2, v1), machine=8 * GiB) == GiB
+    v2.write_text("max\n")
+    assert cgroup_limit((v2, v1), machine=8 * GiB) == 0  # v2 first
+    v2.write_text(f"{2 * GiB}\n")
+    assert cgroup_limit((v2, v1), machine=8 * GiB) == 2 * GiB

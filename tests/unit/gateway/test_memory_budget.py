@@ -1,0 +1,73 @@
+"""The memory budget's steps without a server: near the budget the caches
+shrink, at it S3 work is refused, and both undo themselves as RSS falls."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.s3.errors import S3Error
+from gateway.serving import memory
+from gateway.serving.memory import MemoryBudget
+from tiering.memo import MIN_SQUEEZE, Caches, Kept
+
+MiB = 1024 * 1024
+
+
+def test_shed_refuse_resume_relax(monkeypatch: pytest.MonkeyPatch) -> None:
+    rss = [0]
+    monkeypatch.setattr(memory, "resident", lambda: (rss[0], 0))
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "trim_malloc", lambda: trims.append(1) or 1)
+    caches = Caches()
+    caches.configure({"records": 64 * MiB})
+    kept: Kept[int, bytes] = Kept("records", registry=caches)
+    budget = MemoryBudget(1000 * MiB, caches)
+
+    async def at(mib: int) -> None:
+        rss[0] = mib * MiB
+        await budget.sample()
+
+    async def run() -> None:
+        await at(800)  # under the high-water mark: nothing
+        assert caches.squeezed == 1 and not budget.refusing and budget.sheds == 0
+        budget.check("GET")
+        await at(900)  # above it: the caches halve, malloc is trimmed
+        assert caches.squeezed == 0.5 and kept.bound == 32 * MiB and trims == [1]
+        budget.check("PUT")  # not refusing yet
+        for _ in range(10):
+            await at(960)  # at the budget: refusing, the caches down to their floor
+        assert budget.refusing and caches.squeezed == MIN_SQUEEZE
+        for method in ("GET", "PUT", "POST"):
+            with pytest.raises(S3Error) as refused:
+                budget.check(method)
+            assert refused.value.code == "SlowDown"
+        budget.check("HEAD")
+        budget.check("DELETE")
+        assert budget.refused == 3
+        await at(920)  # between resume and refuse: still refusing
+        assert budget.refusing
+        await at(600)  # well under: taken again, the caches grow back a step a sample
+        assert not budget.refusing and caches.squeezed == 2 * MIN_SQUEEZE
+        stats = budget.stats()
+        assert stats["limit"] == 1000 * MiB and stats["peak_rss"] == 960 * MiB and stats["refused"] == 3
+        await budget.stop()
+        assert caches.squeezed == 1  # a stopped budget leaves the caches as configured
+
+    asyncio.run(run())
+
+
+def test_without_a_budget_rss_is_only_sampled(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "resident", lambda: (10_000 * MiB, MiB))
+    caches = Caches()
+    budget = MemoryBudget(0, caches)
+    asyncio.run(budget.sample())
+    budget.check("GET")
+    assert budget.stats()["rss_anon"] == 9_999 * MiB and budget.stats()["limit"] is None
+    assert caches.squeezed == 1
+
+
+def test_resident_reads_this_process() -> None:
+    rss, file = memory.resident()
+    assert rss > 10 * MiB and 0 < file < rss

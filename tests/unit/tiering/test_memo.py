@@ -1,0 +1,114 @@
+"""Every cache is bounded in bytes: filled past its bound through its own
+API, it holds at most the bound, the oldest entries going first; the
+registry reports each kind and shrinks them all under memory pressure."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from tiering.index.record_cache import RecordCache
+from tiering.memo import KINDS, MIN_BOUND, ByIdentity, Caches, Kept, default_bounds, weigh
+from tiering.meta import Chunk, Extent, ObjectMeta
+
+KiB = 1024
+
+
+def _meta(i: int, chunks: int = 1) -> ObjectMeta:
+    extents = tuple(Chunk(8 << 20, None, Extent(f"seg-{i:06d}", n << 23, 8 << 20, 8 << 20)) for n in range(chunks))
+    return ObjectMeta("bkt", f"train/{i:08d}.jpg", 65536, "%032x" % i, 1_700_000_000_000, i, chunks=extents)
+
+
+@pytest.fixture
+def caches() -> Caches:
+    registry = Caches()
+    registry.configure({"records": 64 * KiB, "heads": 16 * KiB})
+    return registry
+
+
+def test_a_record_weighs_what_it_holds() -> None:
+    one, many = weigh(_meta(1)), weigh(_meta(1, chunks=100))
+    assert 800 < one < 4 * KiB  # about a kilobyte: the old per-entry estimate
+    assert many > 30 * one  # an object of many extents weighs its extents (about 450 bytes each)
+
+
+def test_a_cache_filled_past_its_bound_stays_under_it(caches: Caches) -> None:
+    kept: Kept[int, ObjectMeta] = Kept("records", registry=caches)
+    for i in range(1000):
+        kept.put(i, _meta(i))
+        assert kept.bytes <= 64 * KiB
+    assert 0 < len(kept) < 1000
+    assert kept.get(999) is not None and kept.get(0) is None  # the oldest went first
+    assert kept.bytes == sum(kept._weigh(k, v) for k, v in kept.items.items())  # the count is exact
+
+
+def test_an_entry_larger_than_the_bound_is_not_kept(caches: Caches) -> None:
+    kept: Kept[int, ObjectMeta] = Kept("heads", registry=caches)
+    assert not kept.put(1, _meta(1, chunks=1000))
+    assert len(kept) == 0 and kept.bytes == 0
+
+
+def test_replacing_and_dropping_keep_the_count(caches: Caches) -> None:
+    kept: Kept[int, ObjectMeta] = Kept("records", entries=3, registry=caches)
+    for i in range(5):
+        kept.put(i, _meta(i))
+    assert list(kept.items) == [2, 3, 4]  # and at most its entries
+    kept.put(3, _meta(3, chunks=4))
+    kept.pop(2)
+    kept.pop(42)
+    assert kept.bytes == weigh_pair(kept, 3) + weigh_pair(kept, 4)
+    kept.clear()
+    assert kept.bytes == 0 and not kept.items
+
+
+def weigh_pair(kept: Kept[int, ObjectMeta], key: int) -> int:
+    return kept._weigh(key, kept.items[key])
+
+
+def test_the_registry_lists_each_kind_and_squeezes_them_all(caches: Caches) -> None:
+    records: Kept[int, ObjectMeta] = Kept("records", registry=caches)
+    more: Kept[int, ObjectMeta] = Kept("records", registry=caches)
+    for i in range(200):
+        records.put(i, _meta(i))
+        more.put(i, _meta(i))
+    stats = caches.stats()
+    assert stats["records"]["caches"] == 2 and stats["records"]["bound"] == 64 * KiB
+    assert stats["records"]["bytes"] == records.bytes + more.bytes <= 2 * 64 * KiB
+    assert stats["heads"]["entries"] == 0  # configured, none alive
+    caches.squeeze(0.25)
+    assert records.bytes <= 16 * KiB and more.bytes <= 16 * KiB
+    assert caches.stats()["records"]["bound"] == 16 * KiB
+    caches.squeeze(1.0)
+    assert records.bound == 64 * KiB
+    del more
+    gc.collect()
+    assert caches.stats()["records"]["caches"] == 1  # a cache gone is forgotten
+
+
+def test_by_identity_is_bounded_in_bytes_and_weighs_the_record(caches: Caches) -> None:
+    memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads")
+    memo._kept = Kept("heads", registry=caches)  # in the test's registry
+    records = [_meta(i) for i in range(200)]
+    for record in records:
+        assert memo.get(record, lambda r: r.key.encode() * 10) == record.key.encode() * 10
+    assert memo._kept.bytes <= 16 * KiB
+    assert memo._kept.bytes / len(memo) > weigh(records[0])  # the record it keeps alive counts
+
+
+def test_the_record_cache_is_bounded_in_bytes(caches: Caches, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tiering.memo.CACHES", caches)
+    cache = RecordCache(100_000)
+    for i in range(2000):
+        cache.keep(b"O" + i.to_bytes(4, "big"), _meta(i), cache.commits)
+        cache.hold(b"N" + i.to_bytes(4, "big"), _meta(i))
+    assert cache._kept.bytes <= 64 * KiB
+    assert 0 < len(cache) < 4000
+    assert cache.get(b"N" + (1999).to_bytes(4, "big")) is not None
+
+
+def test_default_bounds_are_shares_of_memory_capped() -> None:
+    small, large = default_bounds(512 << 20), default_bounds(1 << 40)
+    assert set(small) == set(KINDS)
+    assert small["records"] == 8 << 20 and small["heads"] == MIN_BOUND
+    assert large["records"] == KINDS["records"][1]  # the cap
