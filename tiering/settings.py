@@ -61,6 +61,11 @@ class TierSettings:
     lease_idle: float = 0.0  # seconds without a write after which a lease is given up (0: never)
     follow_interval: float = 2.0  # seconds between rounds of following the other writers
     # With a node id: this node's S3 endpoint in the node registry
-    # (tiering/cluster/members.py), which it then joins and follows, every
-    # follow_interval. None: no registry (the only gateway, or fixed --peers).
+    # (tiering/cluster/members.py), which it then joins and follows. None: no
+    # registry (the only gateway, or fixed --peers).
     advertise_url: str | None = None
+    # Seconds between this node's heartbeats in the registry, and between its
+    # listings of it (each jittered by 10%): a crash is seen by every node
+    # within 3 heartbeats + 5 s + one listing (45 s by default).
+    heartbeat_interval: float = 10.0
+    members_interval: float = 10.0

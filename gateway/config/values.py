@@ -115,6 +115,8 @@ class Config:
     lease_ttl: float = 30.0
     lease_idle: float = 0.0  # 0: a lease is never given up for idleness
     follow_interval: float = 2.0
+    heartbeat_interval: float = 10.0  # the node registry (docs/scale-out.md#membership)
+    members_interval: float = 10.0
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.
     peers: dict[str, str] = field(default_factory=dict)
@@ -256,6 +258,8 @@ def tier_settings(config: Config) -> TierSettings:
         lease_ttl=config.lease_ttl,
         lease_idle=config.lease_idle,
         follow_interval=config.follow_interval,
+        heartbeat_interval=config.heartbeat_interval,
+        members_interval=config.members_interval,
         advertise_url=config.advertised_url if config.registry else None,
     )
 

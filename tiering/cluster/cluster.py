@@ -197,7 +197,7 @@ class Cluster:
         self._task: asyncio.Task[None] | None = None
         # The live nodes, followed every follow_interval (with an advertised endpoint).
         self.members = (
-            Membership(capacity, self.node, settings.advertise_url, settings.follow_interval)
+            Membership.of(capacity, self.node, settings.advertise_url, settings)
             if settings.advertise_url is not None
             else None
         )
