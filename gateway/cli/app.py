@@ -181,13 +181,18 @@ FollowInterval = Annotated[
 ]
 HeartbeatInterval = Annotated[
     float | None,
-    typer.Option(help="Seconds between this node's heartbeats in the node registry (jittered by 10%); "
+    typer.Option(help="Seconds between this node's heartbeats in the node registry (each wait 90-100% of it); "
                  "a node is live while its last heartbeat is at most 3 of them and 5 s old. (default: 10)"),
 ]
 MembersInterval = Annotated[
     float | None,
-    typer.Option(help="Seconds between this node's listings of the node registry (jittered by 10%): how "
+    typer.Option(help="Seconds between this node's listings of the node registry (each wait 90-100% of it): how "
                  "soon it sees a node join, leave or restart. (default: 10)"),
+]
+PeerConnections = Annotated[
+    int | None,
+    typer.Option(help="Connections this node keeps open to the other gateways, all of them together. "
+                 "(default: 64)"),
 ]
 Peers = Annotated[
     str | None,
@@ -267,6 +272,7 @@ TUNING_OPTIONS = (
     option("follow_interval", FollowInterval),
     option("heartbeat_interval", HeartbeatInterval),
     option("members_interval", MembersInterval),
+    option("peer_connections", PeerConnections),
     option("peers", Peers),
     option("advertise_url", AdvertiseUrl),
 )

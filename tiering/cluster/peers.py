@@ -29,7 +29,10 @@ start time changed) is asked again at once.
 The nodes are fixed (``--peers``) or follow the registry (``follow``):
 ``group`` is always the current set, a frozen value replaced whole; a node
 that leaves is refused from then on, its connections kept for reads in
-flight until ``_GRACE`` seconds later.
+flight until ``_GRACE`` seconds later. Connections to all peers come out of
+one node-wide budget (``--peer-connections``, 64): they do not grow with
+the number of nodes; a peer that needs one more when all are open takes
+the one idle longest, whichever peer it was to.
 
 What a peer sends is the extent's raw bytes; they are checked against the
 extent's checksum, which covers its stored form: raw bytes are stored as
@@ -53,6 +56,7 @@ from botocore.exceptions import ClientError
 from packer import codec
 from packer.crc import extent_crc
 from tiering import pool
+from tiering.capacity.http_get import ConnectionBudget
 from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.s3_get import Keys, LeanGetter
 from tiering.cluster.placement import Placement, owner
@@ -67,7 +71,7 @@ PEER_HEADER = "x-tierstore-peer"  # on a GET from another gateway: HOT or FETCH
 HOT = "hot"  # answer from the hot tier only, else 503
 FETCH = "fetch"  # read through, as for a client, but ask no other node
 _PAUSE = 5.0  # seconds a node that could not be reached is not asked
-_CONNECTIONS = 16
+CONNECTIONS = 64  # open to all other nodes together, by default
 _GRACE = 5.0  # seconds past the read timeout a node that left keeps its connections
 
 
@@ -139,16 +143,20 @@ class PeerClient:
 
     def __init__(
         self, group: PeerGroup, region: str, keys: Keys, timeout: float = 30.0,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | None = None, connections: int = CONNECTIONS,
     ) -> None:
-        """``tls`` verifies peers whose endpoints are https (default: the system's CAs)."""
+        """``tls`` verifies peers whose endpoints are https (default: the
+        system's CAs). ``connections``: open to all peers together, however
+        many there are (``budget``); one peer may use them all."""
 
         async def fixed() -> Keys:
             return keys
 
+        self.budget = ConnectionBudget(connections)
+
         def getter(url: str) -> LeanGetter:
-            return LeanGetter(url, region, fixed, connections=_CONNECTIONS,
-                              connect_timeout=min(5.0, timeout), read_timeout=timeout, tls=tls)
+            return LeanGetter(url, region, fixed, connections=connections, connect_timeout=min(5.0, timeout),
+                              read_timeout=timeout, tls=tls, budget=self.budget)
 
         self.group = group
         self._new_getter = getter
