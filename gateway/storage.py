@@ -63,7 +63,8 @@ def peer_client(config: Config, endpoints: Mapping[str, str]) -> PeerClient:
     assert config.node_id is not None
     access_key, secret_key = next(iter(config.credentials.items()))
     keys = Keys(access_key, secret_key, None)
-    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, keys, tls=client_tls(config.tls_ca))
+    return PeerClient(PeerGroup(config.node_id, dict(endpoints)), config.region, keys, tls=client_tls(config.tls_ca),
+                      connections=config.peer_connections)
 
 
 async def run_recover(config: Config, progress: Callable[[int, int], None] | None = None) -> RecoveryReport:

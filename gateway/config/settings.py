@@ -51,6 +51,14 @@ def _port(name: str, raw: object, source: str) -> int:
     return raw
 
 
+def _connections(name: str, raw: object, source: str) -> int:
+    if isinstance(raw, str) and raw.strip().isdigit():
+        raw = int(raw)
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= 4096:
+        raise _invalid(name, raw, source, "expected a number of connections, 1..4096")
+    return raw
+
+
 def _workers(name: str, raw: object, source: str) -> int:
     if isinstance(raw, str) and raw.strip().lower() == "auto":
         return auto_workers()
@@ -290,6 +298,9 @@ COERCERS: dict[str, Coercer] = {
     "lease_idle": _lease_idle,
     "follow_interval": _seconds,
     "follow_fallback": _seconds,
+    "heartbeat_interval": _seconds,
+    "members_interval": _seconds,
+    "peer_connections": _connections,
     "peers": _peers,
     "advertise_url": _endpoint,
     "tls_cert": _optional_path,

@@ -9,7 +9,11 @@ answer with httptools (the parser uvicorn uses), and keeps the connection
 for the next GET unless the store closes it.
 
 - **Connections**: at most ``connections`` at once; idle ones are reused
-  last-in first-out. A reused connection that the store closed before
+  last-in first-out. Pools that share a ``ConnectionBudget`` (a node's
+  pools to its peers) also hold at most its ``limit`` open connections
+  together: a pool that needs one more when the budget is spent closes the
+  connection that has been idle longest in any of them, or waits for one
+  to be given back. A reused connection that the store closed before
   answering (it timed the idle connection out just as it was taken) is
   replaced by a new one once: a GET is safe to send again.
 - **Timeouts**: ``connect_timeout`` to open a connection (TLS included),
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 import httptools
@@ -217,11 +222,47 @@ class _Connection(asyncio.BufferedProtocol):
             self._loop.call_later(read_timeout - quiet, self._check_silence, read_timeout)
 
 
+class ConnectionBudget:
+    """Open connections counted across several pools, at most ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.most = 0  # the most open at once, for tests and the status
+        self._idle: OrderedDict[_Connection, HttpGetPool] = OrderedDict()  # longest idle first
+        self._freed = asyncio.Event()
+
+    async def take(self) -> None:
+        """Count one more connection, once there is room for it."""
+        while self.open >= self.limit:
+            if self._idle:
+                connection, pool = self._idle.popitem(last=False)
+                pool.forget(connection)  # closed: the room it held is ours
+                continue
+            self._freed.clear()
+            await self._freed.wait()
+        self.open += 1
+        self.most = max(self.most, self.open)
+
+    def give_back(self) -> None:
+        self.open -= 1
+        self._freed.set()
+
+    def resting(self, connection: _Connection, pool: HttpGetPool) -> None:
+        """``connection`` of ``pool`` is idle: a pool waiting for room may close it."""
+        self._idle[connection] = pool
+        self._freed.set()
+
+    def woken(self, connection: _Connection) -> None:
+        self._idle.pop(connection, None)
+
+
 class HttpGetPool:
-    """Connections to one store (``host``:``port``, TLS with ``tls``)."""
+    """Connections to one store (``host``:``port``, TLS with ``tls``), with
+    a ``budget`` shared with other pools when given."""
 
     def __init__(self, host: str, port: int, *, tls: ssl.SSLContext | None, connections: int,
-                 connect_timeout: float, read_timeout: float) -> None:
+                 connect_timeout: float, read_timeout: float, budget: ConnectionBudget | None = None) -> None:
         self._host = host
         self._port = port
         self._tls = tls
@@ -229,11 +270,23 @@ class HttpGetPool:
         self._read_timeout = read_timeout
         self._slots = asyncio.Semaphore(connections)
         self._idle: list[_Connection] = []
+        self._budget = budget
 
     def close(self) -> None:
         idle, self._idle = self._idle, []
         for connection in idle:
-            connection.close()
+            self._drop(connection)
+
+    def forget(self, connection: _Connection) -> None:
+        """Close an idle connection the budget takes back."""
+        self._idle.remove(connection)
+        self._drop(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        connection.close()
+        if self._budget is not None:
+            self._budget.woken(connection)
+            self._budget.give_back()
 
     async def get(self, target: str, headers: Mapping[str, str], method: str = "GET",
                   body: bytes = b"", on_head: OnHead | None = None) -> tuple[int, dict[str, str], bytes | None]:
@@ -254,31 +307,43 @@ class HttpGetPool:
                 try:
                     status, received, answer, again = await connection.get(request, self._read_timeout, on_head)
                 except _Stale:
-                    connection.close()
+                    self._drop(connection)
                     if reused:
                         continue  # timed out idle by the store: a new connection
                     raise ConnectionResetError("the store closed a new connection before answering") from None
                 except BaseException:
-                    connection.close()  # failed, timed out or cancelled mid-answer: not reusable
+                    self._drop(connection)  # failed, timed out or cancelled mid-answer: not reusable
                     raise
                 if again:
                     self._idle.append(connection)
+                    if self._budget is not None:
+                        self._budget.resting(connection, self)
                 else:
-                    connection.close()
+                    self._drop(connection)
                 return status, received, answer
 
     def _take(self) -> tuple[_Connection | None, bool]:
         while self._idle:
             connection = self._idle.pop()
             if not connection.closed:
+                if self._budget is not None:
+                    self._budget.woken(connection)
                 return connection, True
+            self._drop(connection)
         return None, False
 
     async def _connect(self) -> _Connection:
+        if self._budget is not None:
+            await self._budget.take()
         loop = asyncio.get_running_loop()
-        _, connection = await asyncio.wait_for(
-            loop.create_connection(lambda: _Connection(loop), self._host, self._port, ssl=self._tls,
-                                   server_hostname=self._host if self._tls is not None else None),
-            self._connect_timeout,
-        )
+        try:
+            _, connection = await asyncio.wait_for(
+                loop.create_connection(lambda: _Connection(loop), self._host, self._port, ssl=self._tls,
+                                       server_hostname=self._host if self._tls is not None else None),
+                self._connect_timeout,
+            )
+        except BaseException:
+            if self._budget is not None:
+                self._budget.give_back()
+            raise
         return connection

@@ -37,7 +37,7 @@ from botocore.exceptions import ClientError
 from yarl import URL
 
 from tiering import pool
-from tiering.capacity.http_get import HttpGetPool
+from tiering.capacity.http_get import ConnectionBudget, HttpGetPool
 from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.sigv4 import (
     EMPTY_SHA256,
@@ -101,8 +101,11 @@ class LeanGetter:
         connect_timeout: float,
         read_timeout: float,
         tls: ssl.SSLContext | None = None,
+        budget: ConnectionBudget | None = None,
     ) -> None:
-        """``tls``: how an https endpoint is verified (default: the system's CAs)."""
+        """``tls``: how an https endpoint is verified (default: the system's CAs).
+        ``budget``: open connections counted with other getters' (not
+        through a proxy, where aiohttp keeps ``connections`` of its own)."""
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"capacity endpoint {endpoint!r} is not an http(s) URL")
@@ -125,6 +128,7 @@ class LeanGetter:
         self._address = (parts.hostname, parts.port or default_port)
         self._https = parts.scheme == "https"
         self._connect_timeout, self._read_timeout = connect_timeout, read_timeout
+        self._budget = budget
 
     async def start(self) -> None:
         if self._proxy is None:
@@ -133,7 +137,8 @@ class LeanGetter:
                 if self._https:
                     tls = self._tls if isinstance(self._tls, ssl.SSLContext) else ssl.create_default_context()
                 self._http = HttpGetPool(*self._address, tls=tls, connections=self._connections,
-                                         connect_timeout=self._connect_timeout, read_timeout=self._read_timeout)
+                                         connect_timeout=self._connect_timeout, read_timeout=self._read_timeout,
+                                         budget=self._budget)
             return
         if self._session is None:
             self._session = aiohttp.ClientSession(

@@ -1,9 +1,10 @@
 """Other gateways as a source of extents, for cooperative warm.
 
 Every extent of a managed segment is given to one node by rendezvous
-hashing of its name over the node list (``PeerGroup.extent_owner``): that
-node fetches it from the capacity store and keeps it, the others get it from
-that node, so the store serves each extent once instead of once per node.
+hashing of its name over the node list (``PeerGroup.extent_owner``, from
+the table of ``placement.py``): that node fetches it from the capacity
+store and keeps it, the others get it from that node, so the store serves
+each extent once instead of once per node.
 The piece is the extent, not the segment: a segment packs many small
 objects and may be larger than one node's hot tier, so placing it whole
 would leave the cluster's tiers unevenly filled.
@@ -28,7 +29,10 @@ start time changed) is asked again at once.
 The nodes are fixed (``--peers``) or follow the registry (``follow``):
 ``group`` is always the current set, a frozen value replaced whole; a node
 that leaves is refused from then on, its connections kept for reads in
-flight until ``_GRACE`` seconds later.
+flight until ``_GRACE`` seconds later. Connections to all peers come out of
+one node-wide budget (``--peer-connections``, 64): they do not grow with
+the number of nodes; a peer that needs one more when all are open takes
+the one idle longest, whichever peer it was to.
 
 What a peer sends is the extent's raw bytes; they are checked against the
 extent's checksum, which covers its stored form: raw bytes are stored as
@@ -39,12 +43,11 @@ refused, and the extent is fetched from the store.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import ssl
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -53,8 +56,10 @@ from botocore.exceptions import ClientError
 from packer import codec
 from packer.crc import extent_crc
 from tiering import pool
+from tiering.capacity.http_get import ConnectionBudget
 from tiering.capacity.s3_answers import BadBody, parse_content_range
 from tiering.capacity.s3_get import Keys, LeanGetter
+from tiering.cluster.placement import Placement, owner
 from tiering.errors import CapacityNotFound
 from tiering.meta import Extent
 from tiering.model.archive import ERRORS, BadArchive, members
@@ -66,15 +71,8 @@ PEER_HEADER = "x-tierstore-peer"  # on a GET from another gateway: HOT or FETCH
 HOT = "hot"  # answer from the hot tier only, else 503
 FETCH = "fetch"  # read through, as for a client, but ask no other node
 _PAUSE = 5.0  # seconds a node that could not be reached is not asked
-_CONNECTIONS = 16
+CONNECTIONS = 64  # open to all other nodes together, by default
 _GRACE = 5.0  # seconds past the read timeout a node that left keeps its connections
-
-
-def owner(piece: str, nodes: list[str]) -> str:
-    """The node that fetches ``piece`` from the store and keeps it: the
-    highest hash of (node, piece). Adding or removing a node moves only the
-    pieces that node gains or loses."""
-    return max(nodes, key=lambda node: hashlib.blake2b(f"{node}\0{piece}".encode(), digest_size=8).digest())
 
 
 def stored_matches(ext: Extent, raw: bytes, level: int) -> bool:
@@ -93,21 +91,35 @@ class PeerRefused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PeerGroup:
-    """The nodes of one cooperative warm: id -> S3 endpoint, this one included."""
+    """The nodes of one cooperative warm: id -> S3 endpoint, this one
+    included; and the table of which node keeps which piece (made for
+    ``endpoints`` when not given)."""
 
     me: str
     endpoints: Mapping[str, str]
+    placement: Placement = field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.placement is None or set(self.placement.nodes) != set(self.endpoints):
+            object.__setattr__(self, "placement", Placement(self.endpoints))
 
     @property
     def nodes(self) -> list[str]:
-        return sorted(self.endpoints)
+        return list(self.placement.nodes)
 
     def owner(self, piece: str) -> str:
-        return owner(piece, self.nodes)
+        return self.placement.owner(piece)
 
     def extent_owner(self, ext: Extent) -> str:
         """The node that keeps a managed extent's bytes."""
-        return owner(ext.cache_name, self.nodes)
+        return self.placement.owner(ext.cache_name)
+
+    def previous_owner(self, piece: str) -> str | None:
+        """The node that would keep ``piece`` without this one; None when
+        this node is alone."""
+        if len(self.placement.nodes) < 2:
+            return None
+        return self.placement.without(self.me).owner(piece)
 
 
 class _Getters(dict[str, LeanGetter]):
@@ -131,16 +143,20 @@ class PeerClient:
 
     def __init__(
         self, group: PeerGroup, region: str, keys: Keys, timeout: float = 30.0,
-        tls: ssl.SSLContext | None = None,
+        tls: ssl.SSLContext | None = None, connections: int = CONNECTIONS,
     ) -> None:
-        """``tls`` verifies peers whose endpoints are https (default: the system's CAs)."""
+        """``tls`` verifies peers whose endpoints are https (default: the
+        system's CAs). ``connections``: open to all peers together, however
+        many there are (``budget``); one peer may use them all."""
 
         async def fixed() -> Keys:
             return keys
 
+        self.budget = ConnectionBudget(connections)
+
         def getter(url: str) -> LeanGetter:
-            return LeanGetter(url, region, fixed, connections=_CONNECTIONS,
-                              connect_timeout=min(5.0, timeout), read_timeout=timeout, tls=tls)
+            return LeanGetter(url, region, fixed, connections=connections, connect_timeout=min(5.0, timeout),
+                              read_timeout=timeout, tls=tls, budget=self.budget)
 
         self.group = group
         self._new_getter = getter
@@ -200,7 +216,10 @@ class PeerClient:
         for node in set(self._started_ms) - set(wanted):
             del self._started_ms[node]
         if wanted != dict(old):
-            self.group = PeerGroup(me, wanted)
+            # Only the slots of the nodes that joined or left move; a large
+            # table takes long enough to change that it leaves the loop.
+            placement = await pool.run(self.group.placement.changed, wanted)
+            self.group = PeerGroup(me, wanted, placement)
         await self._close_retired(now)
 
     def _retire(self, node: str, now: float) -> None:

@@ -39,7 +39,7 @@ import logging
 import time
 from typing import TypeVar
 
-from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused, owner
+from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused
 from tiering.errors import CapacityNotFound
 from tiering.meta import ObjectMeta
 from tiering.mounts.source import SourceObject, source_object
@@ -78,9 +78,7 @@ class MountOwners:
         if self._handover_misses >= HANDOVER_MISSES or time.monotonic() > self._handover_until \
                 or self.of(name, key) is not None:
             return None
-        group = self._peers.group
-        others = [node for node in group.nodes if node != group.me]
-        return owner(f"{name}\0{key}", others) if others else None
+        return self._peers.group.previous_owner(f"{name}\0{key}")
 
     async def handed_first(self, name: str, key: str, length: int) -> tuple[SourceObject, bytes] | None:
         """The object's description and first ``length`` bytes from its

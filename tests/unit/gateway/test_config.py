@@ -217,10 +217,14 @@ def test_scale_out_settings(tmp_path: Path) -> None:
     config = _load(tmp_path)
     assert (config.node_id, config.lease_ttl, config.follow_interval, config.peers) == (None, 30.0, 2.0, {})
     assert config.lease_idle == 0
+    assert (config.heartbeat_interval, config.members_interval, config.peer_connections) == (10.0, 10.0, 64)
     config = _load(tmp_path, env={"TIERSTORE_NODE_ID": "node-a.1", "TIERSTORE_LEASE_TTL": "6",
-                                  "TIERSTORE_LEASE_IDLE": "600",
+                                  "TIERSTORE_LEASE_IDLE": "600", "TIERSTORE_HEARTBEAT_INTERVAL": "3",
+                                  "TIERSTORE_MEMBERS_INTERVAL": "4.5", "TIERSTORE_PEER_CONNECTIONS": "16",
                                   "TIERSTORE_PEERS": "node-a.1=http://10.0.0.1:9100, b=https://b:443"})
     assert config.node_id == "node-a.1" and config.lease_ttl == 6.0
+    assert (tier_settings(config).heartbeat_interval, tier_settings(config).members_interval) == (3.0, 4.5)
+    assert config.peer_connections == 16
     assert config.lease_idle == 600 and tier_settings(config).lease_idle == 600
     assert config.peers == {"node-a.1": "http://10.0.0.1:9100", "b": "https://b:443"}
     table = _toml(tmp_path, 'node_id = "a"\n[peers]\na = "http://a:9100"\nb = "http://b:9100"\n')
@@ -262,6 +266,10 @@ def test_advertise_url_and_the_node_registry(tmp_path: Path) -> None:
     ({"TIERSTORE_NODE_ID": "-leading"}, "node_id"),
     ({"TIERSTORE_LEASE_TTL": "1"}, "at least 2 seconds"),
     ({"TIERSTORE_FOLLOW_INTERVAL": "0"}, "follow_interval"),
+    ({"TIERSTORE_HEARTBEAT_INTERVAL": "0"}, "heartbeat_interval"),
+    ({"TIERSTORE_MEMBERS_INTERVAL": "-1"}, "members_interval"),
+    ({"TIERSTORE_PEER_CONNECTIONS": "0"}, "peer_connections"),
+    ({"TIERSTORE_PEER_CONNECTIONS": "many"}, "peer_connections"),
     ({"TIERSTORE_LEASE_IDLE": "0.5"}, "lease_idle"),
     ({"TIERSTORE_LEASE_IDLE": "-1"}, "lease_idle"),
     ({"TIERSTORE_PEERS": "a"}, "node=URL pairs"),
