@@ -29,7 +29,6 @@ from botocore.exceptions import (
 )
 
 from tiering.capacity.s3_answers import (
-    CONFLICT_CODES,
     NOT_FOUND_CODES,
     TRANSIENT_EXCEPTIONS,
     BadBody,
@@ -46,6 +45,7 @@ from tiering.capacity.s3_upload import (
     S3Upload,
     one_line,
 )
+from tiering.capacity.s3_versions import S3Versions
 from tiering.capacity.store import (
     CapacityStats,
     CapacityUpload,
@@ -55,7 +55,7 @@ from tiering.capacity.store import (
     check_prefix,
     check_range,
 )
-from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
+from tiering.errors import CapacityError, CapacityNotFound
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -93,34 +93,13 @@ def _session() -> AioSession:
     return _SESSION
 
 
-async def _read_if_changed(self: S3Store, name: str, tag: str) -> tuple[bytes, str] | None:
-    """``CapacityStore.read_if_changed``: a GET with If-None-Match."""
-    key = self._key(name)
-
-    async def fetch() -> tuple[bytes, str] | None:
-        try:
-            response = await self.client().get_object(Bucket=self.bucket, Key=key, IfNoneMatch=tag,
-                                                      ChecksumMode="ENABLED")
-        except ClientError as exc:
-            if client_error_code(exc)[1] == 304:  # RFC 9110 13.1.2: unchanged, no body
-                return None
-            raise
-        return await read_body(response), str(response["ETag"])
-
-    found = await self.call("get_object", name, fetch)
-    if found is not None:
-        self.stats.bytes_read += len(found[0])
-    return found
-
-
-class S3Store:
+class S3Store(S3Versions):
     """Objects under ``s3://bucket/prefix/``; see ``tiering.capacity.CapacityStore``.
 
     ``concurrency`` bounds the parts in flight per upload; ``connections``
     sizes the connection pool (at least twice ``concurrency``); ``page_size`` is the MaxKeys of each listing request;
     ``max_attempts``, ``backoff_base`` and ``backoff_cap`` shape the retries.
     """
-    read_if_changed = _read_if_changed  # defined above: the class is at its length limit
 
     def __init__(
         self,
@@ -357,38 +336,6 @@ class S3Store:
     def upload(self, name: str) -> CapacityUpload:
         return S3Upload(self, name, self._key(name))
 
-    async def read_versioned(self, name: str) -> tuple[bytes, str]:
-        key = self._key(name)
-
-        async def fetch() -> tuple[bytes, str]:
-            response = await self.client().get_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
-            return await read_body(response), str(response["ETag"])
-
-        data, etag = await self.call("get_object", name, fetch)
-        self.stats.bytes_read += len(data)
-        return data, etag
-
-    async def put_conditional(self, name: str, data: bytes, expect: str | None) -> str:
-        """S3 conditional writes (If-None-Match: * or If-Match: ETag). A
-        retried attempt may find its own earlier, answered-but-lost write and
-        report a conflict: a caller that must know reads the object back."""
-        key = self._key(name)
-        condition = {"IfNoneMatch": "*"} if expect is None else {"IfMatch": expect}
-        try:
-            response = await self.call(
-                "put_object", name, self.client().put_object, Bucket=self.bucket, Key=key, Body=data,
-                ChecksumAlgorithm=UPLOAD_CHECKSUM, **condition,
-            )
-        except CapacityError as exc:
-            if exc.detail.get("code") in CONFLICT_CODES or exc.detail.get("status") == 412:
-                raise CapacityConflict(
-                    f"capacity store {self.describe()}: conditional write of {name}: "
-                    f"{exc.detail.get('code')}", name=name, expected=expect,
-                ) from exc
-            raise
-        self.stats.bytes_written += len(data)
-        return str(response["ETag"])
-
     async def get_range(self, name: str, start: int, end: int, if_match: str | None = None) -> bytes:
         """Bytes [start, end) of ``name``; with ``if_match`` (an ETag) only of
         that version (else CapacityError with code PreconditionFailed)."""
@@ -505,19 +452,6 @@ class S3Store:
             )
         except CapacityNotFound:
             pass  # S3 answers 204 for a missing key; some stores answer 404
-
-    async def delete_conditional(self, name: str, expect: str) -> None:
-        key = self._key(name)
-        try:
-            await self.call("delete_object", name, self.client().delete_object,
-                            Bucket=self.bucket, Key=key, IfMatch=expect)
-        except CapacityNotFound:
-            pass  # gone already: S3 answers NoSuchKey to a conditional delete of a missing key
-        except CapacityError as exc:
-            if exc.detail.get("code") in CONFLICT_CODES or exc.detail.get("status") == 412:
-                raise CapacityConflict(f"capacity store {self.describe()}: conditional delete of {name}: "
-                                       f"{exc.detail.get('code')}", name=name, expected=expect) from exc
-            raise
 
     async def abort_incomplete(self) -> int:
         """Abort every multipart upload under the prefix (a crash mid-stream
