@@ -116,7 +116,8 @@ class PeerGroup:
 
     def previous_owner(self, piece: str) -> str | None:
         """The node that would keep ``piece`` without this one; None when
-        this node is alone."""
+        this node is alone. The table without it is made in the pool when
+        the peers change (``PeerClient.follow``), before this group is used."""
         if len(self.placement.nodes) < 2:
             return None
         return self.placement.without(self.me).owner(piece)
@@ -219,6 +220,8 @@ class PeerClient:
             # Only the slots of the nodes that joined or left move; a large
             # table takes long enough to change that it leaves the loop.
             placement = await pool.run(self.group.placement.changed, wanted)
+            if len(placement.nodes) > 1:  # and the table without this node, which a handover asks on the loop
+                await pool.run(placement.without, me)
             self.group = PeerGroup(me, wanted, placement)
         await self._close_retired(now)
 
