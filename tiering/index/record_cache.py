@@ -118,8 +118,11 @@ class RecordCache:
                     self._put(key, record)
 
     def _put(self, key: bytes, record: Any) -> None:
-        """Under the lock: store, dropping the oldest kept when full."""
-        self._kept.put(key, record)
+        """Under the lock: store, dropping the oldest kept when full. A
+        record kept already (a held one, now written) is not weighed again:
+        about 10 us a record."""
+        if self._records.get(key) is not record:
+            self._kept.put(key, record)
 
     def drop(self, keys: Iterable[bytes]) -> None:
         """Forget ``keys`` after a write of them reached the database."""
