@@ -10,6 +10,7 @@ from gateway.admin import build_admin_app
 from gateway.admin.errors import CODES
 from gateway.config.values import Config
 from gateway.observability.metrics import Metrics
+from gateway.serving.memory import MemoryBudget
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "admin-api.md"
 # Pages, not in the schema: the schema itself, its browsable form, the status page.
@@ -20,6 +21,7 @@ class _NotStarted:
     started = False
     tiering = None
     metrics = Metrics()
+    memory = MemoryBudget(None)
 
 
 def _routes() -> set[tuple[str, str]]:
