@@ -64,6 +64,11 @@ class TierSettings:
     # document: what finds a change whose push was lost (tiering/cluster/head.py).
     follow_fallback: float = 30.0
     # With a node id: this node's S3 endpoint in the node registry
-    # (tiering/cluster/members.py), which it then joins and follows, every
-    # follow_interval. None: no registry (the only gateway, or fixed --peers).
+    # (tiering/cluster/members.py), which it then joins and follows. None: no
+    # registry (the only gateway, or fixed --peers).
     advertise_url: str | None = None
+    # Seconds between this node's heartbeats in the registry, and between its
+    # listings of it (each jittered by 10%): a crash is seen by every node
+    # within 3 heartbeats + 5 s + one listing (45 s by default).
+    heartbeat_interval: float = 10.0
+    members_interval: float = 10.0

@@ -196,6 +196,16 @@ FollowFallback = Annotated[
     typer.Option(help="Seconds between this node's reads of what the other nodes last changed (segments, "
                  "users and policies), for a change whose notice from its node was lost. (default: 30)"),
 ]
+HeartbeatInterval = Annotated[
+    float | None,
+    typer.Option(help="Seconds between this node's heartbeats in the node registry (jittered by 10%); "
+                 "a node is live while its last heartbeat is at most 3 of them and 5 s old. (default: 10)"),
+]
+MembersInterval = Annotated[
+    float | None,
+    typer.Option(help="Seconds between this node's listings of the node registry (jittered by 10%): how "
+                 "soon it sees a node join, leave or restart. (default: 10)"),
+]
 Peers = Annotated[
     str | None,
     typer.Option(help="The gateways this one shares work with, itself included (with --node-id): read "
@@ -275,6 +285,8 @@ TUNING_OPTIONS = (
     option("lease_idle", LeaseIdle),
     option("follow_interval", FollowInterval),
     option("follow_fallback", FollowFallback),
+    option("heartbeat_interval", HeartbeatInterval),
+    option("members_interval", MembersInterval),
     option("peers", Peers),
     option("advertise_url", AdvertiseUrl),
 )

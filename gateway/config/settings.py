@@ -290,6 +290,8 @@ COERCERS: dict[str, Coercer] = {
     "lease_idle": _lease_idle,
     "follow_interval": _seconds,
     "follow_fallback": _seconds,
+    "heartbeat_interval": _seconds,
+    "members_interval": _seconds,
     "peers": _peers,
     "advertise_url": _endpoint,
     "tls_cert": _optional_path,

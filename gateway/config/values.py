@@ -123,6 +123,8 @@ class Config:
     lease_idle: float = 0.0  # 0: a lease is never given up for idleness
     follow_interval: float = 2.0
     follow_fallback: float = 30.0
+    heartbeat_interval: float = 10.0  # the node registry (docs/scale-out.md#membership)
+    members_interval: float = 10.0
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.
     peers: dict[str, str] = field(default_factory=dict)
@@ -268,6 +270,8 @@ def tier_settings(config: Config) -> TierSettings:
         lease_idle=config.lease_idle,
         follow_interval=config.follow_interval,
         follow_fallback=config.follow_fallback,
+        heartbeat_interval=config.heartbeat_interval,
+        members_interval=config.members_interval,
         advertise_url=config.advertised_url if config.registry else None,
     )
 

@@ -71,6 +71,7 @@ class Cluster:
             port, admin_port = free_ports(2)
             gw = Gateway(self.root / name, extra_args=[
                 *self.capacity, "--node-id", name, "--follow-interval", str(FOLLOW),
+                "--heartbeat-interval", str(FOLLOW), "--members-interval", str(FOLLOW),
                 "--advertise-url", f"http://127.0.0.1:{port}", "--hot-size", str(HOT),
             ])
             gw.port, gw.admin_port = port, admin_port

@@ -15,7 +15,7 @@ from tests.conftest import make_client
 from tests.integration.test_scale_out import capacity_bucket, eventually
 from tests.servers import Gateway, free_ports
 
-FOLLOW = 0.3  # the heartbeat interval too
+FOLLOW = 0.3  # the heartbeat and listing intervals too
 BOUND = 20.0
 
 
@@ -23,6 +23,7 @@ def node(root: Path, name: str, capacity: list[str]) -> Gateway:
     port, admin_port = free_ports(2)
     gw = Gateway(root / name, extra_args=[
         *capacity, "--node-id", name, "--follow-interval", str(FOLLOW), "--flush-delay", "0.2",
+        "--heartbeat-interval", str(FOLLOW), "--members-interval", str(FOLLOW),
         "--advertise-url", f"http://127.0.0.1:{port}",
     ])
     gw.port, gw.admin_port = port, admin_port

@@ -27,6 +27,7 @@ def node(root: Path, name: str, capacity: list[str], key_file: Path) -> Gateway:
     port, admin_port = free_ports(2)
     gw = Gateway(root / name, extra_args=[
         *capacity, "--node-id", name, "--follow-interval", str(FOLLOW), "--flush-delay", "0.2",
+        "--heartbeat-interval", str(FOLLOW), "--members-interval", str(FOLLOW),
         "--advertise-url", f"http://127.0.0.1:{port}", "--secrets-key-file", str(key_file),
     ])
     gw.port, gw.admin_port = port, admin_port

@@ -18,6 +18,7 @@ from tiering.capacity.store import (
     CapacityStats,
     CapacityUpload,
     Into,
+    Listed,
     check_name,
     check_prefix,
     check_range,
@@ -142,24 +143,38 @@ class LocalDirStore:
         self.stats.bytes_written += len(data)
         return _tag(data)
 
-    def _swap_sync(self, path: Path, data: bytes, expect: str | None) -> None:
-        """Compare and swap under an exclusive flock on the store's root
-        directory, which every process using this store takes for it."""
-        _make_dirs(path.parent)
+    async def delete_conditional(self, name: str, expect: str) -> None:
+        path = self.path_of(name)
+        self.stats.deletes += 1
+        with self._errors("delete", name):
+            await pool.run(self._swap_sync, path, None, expect, missing_ok=True)
+
+    def _swap_sync(self, path: Path, data: bytes | None, expect: str | None, missing_ok: bool = False) -> None:
+        """Compare and swap (``data`` None: remove) under an exclusive flock
+        on the store's root directory, which every process using this store
+        takes for it. ``missing_ok``: a missing file is no conflict."""
+        if data is not None:
+            _make_dirs(path.parent)
         lock = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 current = _tag(path.read_bytes())
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 current = None
+            if current is None and missing_ok:
+                return
             if current != expect:
+                verb = "write" if data is not None else "delete"
                 raise CapacityConflict(
-                    f"capacity store {self.describe()}: conditional write of {path.name}: "
+                    f"capacity store {self.describe()}: conditional {verb} of {path.name}: "
                     f"{'it exists' if expect is None else 'it changed' if current else 'it is gone'}",
                     name=str(path), expected=expect, found=current,
                 )
-            self._put_sync(path, data)
+            if data is None:
+                _remove_file(path)
+            else:
+                self._put_sync(path, data)
         finally:
             os.close(lock)  # and with it the flock
 
@@ -187,6 +202,15 @@ class LocalDirStore:
         for entry in entries:
             if entry[0] > after:
                 yield entry
+
+
+    async def list_entries(self, prefix: str = "") -> AsyncIterator[Listed]:
+        check_prefix(prefix)
+        self.stats.lists += 1
+        with self._errors("list", prefix):
+            entries = await pool.run(_list_entries_sync, self.root, prefix)
+        for entry in entries:
+            yield entry
 
 
 class _Translate:
@@ -411,6 +435,21 @@ def _list_sync(root: Path, prefix: str) -> list[tuple[str, int]]:
         if name.startswith(prefix)
     ]
     found.sort()
+    return found
+
+
+def _list_entries_sync(root: Path, prefix: str) -> list[Listed]:
+    """Each file under ``prefix`` with its tag (its MD5, as ``_tag``) and mtime."""
+    found = []
+    for name, _ in _list_sync(root, prefix):
+        path = root / name
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+                modified = os.fstat(file.fileno()).st_mtime
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue  # removed since the walk
+        found.append(Listed(name, len(data), _tag(data), modified))
     return found
 
 

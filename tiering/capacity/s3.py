@@ -50,6 +50,7 @@ from tiering.capacity.store import (
     CapacityStats,
     CapacityUpload,
     Into,
+    Listed,
     check_name,
     check_prefix,
     check_range,
@@ -505,6 +506,19 @@ class S3Store:
         except CapacityNotFound:
             pass  # S3 answers 204 for a missing key; some stores answer 404
 
+    async def delete_conditional(self, name: str, expect: str) -> None:
+        key = self._key(name)
+        try:
+            await self.call("delete_object", name, self.client().delete_object,
+                            Bucket=self.bucket, Key=key, IfMatch=expect)
+        except CapacityNotFound:
+            pass  # gone already: S3 answers NoSuchKey to a conditional delete of a missing key
+        except CapacityError as exc:
+            if exc.detail.get("code") in CONFLICT_CODES or exc.detail.get("status") == 412:
+                raise CapacityConflict(f"capacity store {self.describe()}: conditional delete of {name}: "
+                                       f"{exc.detail.get('code')}", name=name, expected=expect) from exc
+            raise
+
     async def abort_incomplete(self) -> int:
         """Abort every multipart upload under the prefix (a crash mid-stream
         leaves one, holding storage until it is aborted)."""
@@ -537,31 +551,38 @@ class S3Store:
             return {"Uploads": [], "IsTruncated": False}
 
     async def list(self, prefix: str = "", after: str = "") -> AsyncIterator[tuple[str, int]]:
-        check_prefix(prefix)
-        token: str | None = None
-        while True:
-            kw: dict[str, Any] = {
-                "Bucket": self.bucket,
-                "Prefix": self.prefix + prefix,
-                "MaxKeys": self.page_size,
-            }
-            if token is not None:
-                kw["ContinuationToken"] = token
-            elif after:
-                kw["StartAfter"] = self.prefix + after
-            page = await self.call("list_objects_v2", prefix, self.client().list_objects_v2, **kw)
-            for item in page.get("Contents", ()):
-                name = item["Key"][len(self.prefix) :]
-                if _is_name(name):  # skip "dir/" markers and other foreign keys
-                    yield name, int(item["Size"])
-            if not page.get("IsTruncated"):
-                return
-            token = page.get("NextContinuationToken")
-            if not token:
-                raise CapacityError(
-                    f"capacity store {self.describe()}: list_objects_v2 {prefix}:"
-                    " truncated page without a continuation token"
-                )
+        async for name, item in _listed(self, prefix, after):
+            yield name, int(item["Size"])
+
+    async def list_entries(self, prefix: str = "") -> AsyncIterator[Listed]:
+        async for name, item in _listed(self, prefix, ""):
+            yield Listed(name, int(item["Size"]), str(item["ETag"]), item["LastModified"].timestamp())
+
+
+async def _listed(store: S3Store, prefix: str, after: str) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """Each object under ``prefix`` (after ``after``) as ListObjectsV2
+    describes it, by its name in the store, one page a request."""
+    check_prefix(prefix)
+    token: str | None = None
+    while True:
+        kw: dict[str, Any] = {"Bucket": store.bucket, "Prefix": store.prefix + prefix, "MaxKeys": store.page_size}
+        if token is not None:
+            kw["ContinuationToken"] = token
+        elif after:
+            kw["StartAfter"] = store.prefix + after
+        page = await store.call("list_objects_v2", prefix, store.client().list_objects_v2, **kw)
+        for item in page.get("Contents", ()):
+            name = item["Key"][len(store.prefix) :]
+            if _is_name(name):  # skip "dir/" markers and other foreign keys
+                yield name, item
+        if not page.get("IsTruncated"):
+            return
+        token = page.get("NextContinuationToken")
+        if not token:
+            raise CapacityError(
+                f"capacity store {store.describe()}: list_objects_v2 {prefix}:"
+                " truncated page without a continuation token"
+            )
 
 
 async def _ranged(store: S3Store, name: str, start: int, end: int, fetch: Callable[[], Awaitable[T]]) -> T:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 # Temporary files of LocalDirStore start with this; no name component may, so
 # a temp file is never mistaken for an object (and list can skip them).
@@ -56,6 +56,17 @@ class CapacityStats:
     bytes_written: int = 0
     bytes_read: int = 0
     retries: int = 0
+
+
+class Listed(NamedTuple):
+    """One object as a listing describes it (``CapacityStore.list_entries``):
+    enough to tell whether it changed since it was last read, without
+    reading it."""
+
+    name: str
+    size: int
+    etag: str  # the version tag ``read_versioned`` and ``put_conditional`` use
+    modified: float  # when it was last written, on the store's clock (Unix seconds)
 
 
 class CapacityUpload(Protocol):
@@ -122,6 +133,13 @@ class CapacityStore(Protocol):
         through the store (S3 conditional writes)."""
         ...
 
+    async def delete_conditional(self, name: str, expect: str) -> None:
+        """Remove ``name`` only if its version tag is still ``expect``; a
+        missing name is not an error. Otherwise raise ``CapacityConflict``:
+        a record another process wrote again meanwhile is never removed
+        (S3 conditional deletes, ``If-Match``)."""
+        ...
+
     async def get_range(self, name: str, start: int, end: int) -> bytes:
         """Exactly the bytes ``[start, end)``. An empty range returns ``b""``
         without a request (so without checking that the name exists); a range
@@ -163,6 +181,14 @@ class CapacityStore(Protocol):
         (and, if given, sorts after the name ``after``), in ascending name
         order (code point order, which is S3's UTF-8 byte order), fetched
         lazily."""
+        ...
+
+    def list_entries(self, prefix: str = "") -> AsyncIterator[Listed]:
+        """As ``list``, with each object's version tag and the time of its
+        last write: for small records (the node registry) that a reader
+        reads again only when they changed. S3 sends both with each page of
+        ListObjectsV2; the local store hashes each file for its tag, so it
+        suits prefixes of small objects."""
         ...
 
 

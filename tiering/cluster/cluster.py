@@ -182,7 +182,7 @@ class Cluster:
         self._pruned: dict[str, int] | None = None  # the head's deletions at the last prune (None: not yet)
         # The live nodes, followed every follow_interval (with an advertised endpoint).
         self.members = (
-            Membership(capacity, self.node, settings.advertise_url, settings.follow_interval)
+            Membership.of(capacity, self.node, settings.advertise_url, settings)
             if settings.advertise_url is not None
             else None
         )

@@ -2,21 +2,44 @@
 
 Each node with a node id (and no static ``--peers``) keeps one small
 object, ``leases/_nodes/<node id>``: its id, the S3 endpoint other nodes
-reach it at, a heartbeat (wall-clock milliseconds) and the time it started.
+reach it at, the time it started and the time its current run of
+heartbeats began. The record does not change from one heartbeat to the
+next, so neither does its ETag: what a heartbeat changes is the object's
+LastModified, which a listing carries.
 
-- Every ``interval`` seconds a node writes its entry again (a heartbeat)
+- Every ``interval`` seconds (the heartbeat) a node writes its entry again
   with a conditional write, as leases are written (``lease.py``): created
   with ``If-None-Match: *``, then always ``If-Match`` the ETag it wrote
   last. A conflict means another process wrote the entry in between:
   another gateway started with the same node id. The node logs an error
   naming the id, reads the entry again and keeps going (its next write
   replaces the other's; the other reports the same).
-- On the same interval every node lists ``leases/_nodes/`` and reads each
-  entry. A node is live while its heartbeat is at most ``ttl`` old on the
-  reader's clock: by default three intervals plus ``SKEW``, the clock
-  difference between nodes allowed for. A node is always live to itself.
-- On a clean stop a node deletes its entry, so the others drop it at
-  their next listing rather than a ``ttl`` later.
+- Every ``listing`` seconds, on a timer of its own, a node lists
+  ``leases/_nodes/`` once (one request per 1,000 entries) and GETs only
+  the entries that are new or whose ETag changed since it read them: a
+  node that started, restarted or moved. Entries no longer listed are
+  forgotten. A cluster of N nodes costs the store N heartbeat PUTs and N
+  listings per interval, not N² reads.
+- A node is live while its last heartbeat is at most ``ttl`` old:
+  ``3 * interval + SKEW`` by default, three heartbeats missed and the
+  clock difference between nodes and the store allowed for. The time of a
+  heartbeat is the entry's LastModified on the store's clock, never later
+  than the reader's own clock (``_Entry.seen``). A node is always live to
+  itself. Both timers are jittered, each wait drawn between 90% and 100%
+  of its interval (never longer), so that nodes do not beat in step and
+  the bounds hold: with the defaults (10 s, 10 s, SKEW 5 s) a crashed
+  node is dropped by every node within ttl + one listing = 45 s, and a
+  node whose listings are slow is never the reason another looks dead.
+- A node whose heartbeats lapsed for longer than ``ttl`` (paused, cut off
+  from the store) starts a new run of them (``resumed_ms``): its record,
+  and so its ETag, changes.
+- Dead entries are collected: an entry whose heartbeat is more than
+  ``COLLECT`` ttls old (a node that crashed and never came back) is
+  deleted by the live node with the lowest id, conditionally on the ETag
+  it listed, so an entry written again since (the node came back, which
+  changes its record as said above) is never deleted.
+- On a clean stop a node deletes its entry (if it is still its own), so
+  the others drop it at their next listing rather than a ``ttl`` later.
 
 Subscribers (``subscribe``) are told the live set after every listing:
 the peer client (``peers.py``) follows it, so a read miss asks the owner
@@ -28,30 +51,36 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
 
 from tiering.capacity import CapacityStore
+from tiering.capacity.store import Listed
 from tiering.cluster.lease import PREFIX
 from tiering.errors import CapacityConflict, CapacityError, CapacityNotFound
+from tiering.settings import TierSettings
 
 log = logging.getLogger("tierstore.cluster.members")
 
 NODES = f"{PREFIX}_nodes/"
-SKEW = 5.0  # seconds two nodes' wall clocks may differ by, on top of three missed heartbeats
+SKEW = 5.0  # seconds two nodes' (and the store's) clocks may differ by, on top of three missed heartbeats
+COLLECT = 10  # an entry this many ttls past its last heartbeat is deleted
+JITTER = 0.1  # each wait is 90-100% of its interval
 _READS = 16  # entries read at once
 
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One node's entry in the registry."""
+    """One node's entry in the registry: the same bytes at every heartbeat
+    of one run of them."""
 
     node: str
     endpoint: str  # its S3 endpoint URL, as other nodes reach it
-    heartbeat_ms: int  # wall clock of its last heartbeat
     started_ms: int  # wall clock of its start: changes when it restarts
+    resumed_ms: int  # wall clock of the start of its current run of heartbeats
     nonce: str  # this process's: tells its writes from another process's
 
     def encode(self) -> bytes:
@@ -60,8 +89,26 @@ class Member:
     @classmethod
     def decode(cls, data: bytes) -> Member:
         plain = json.loads(data)
-        return cls(str(plain["node"]), str(plain["endpoint"]), int(plain["heartbeat_ms"]),
-                   int(plain["started_ms"]), str(plain.get("nonce", "")))
+        started = int(plain["started_ms"])
+        return cls(str(plain["node"]), str(plain["endpoint"]), started,
+                   int(plain.get("resumed_ms", started)), str(plain.get("nonce", "")))
+
+
+@dataclass(slots=True)
+class _Entry:
+    """A registry entry as this node last listed it."""
+
+    member: Member | None  # None: not a member record (logged once)
+    etag: str  # of the record read
+    modified: float  # its LastModified as last listed
+    seen: float  # this node's wall clock for its last heartbeat
+
+
+def _seen(listed: Listed, now: float) -> float:
+    """When ``listed`` was last written, on this node's clock: the store's
+    LastModified, but never in this node's future (a store clock ahead of
+    ours would make a dead node live for longer)."""
+    return min(now, listed.modified)
 
 
 @dataclass(slots=True)
@@ -86,28 +133,39 @@ class Membership:
         store: CapacityStore,
         node: str,
         endpoint: str,
-        interval: float = 2.0,
+        interval: float = 10.0,
         ttl: float | None = None,
         *,
+        listing: float | None = None,
         wall: Callable[[], float] = time.time,
     ) -> None:
+        """``interval``: seconds between heartbeats; ``listing``: between
+        listings (default: ``interval``)."""
         self.store = store
         self.node = node
         self.endpoint = endpoint
         self.interval = interval
+        self.listing = listing if listing is not None else interval
         self.ttl = ttl if ttl is not None else 3 * interval + SKEW
         self._wall = wall
         self._name = NODES + node
         self._nonce = secrets.token_hex(8)
-        self._started_ms = int(wall() * 1000)
+        self._started_ms = self._resumed_ms = int(wall() * 1000)
         self._tag: str | None = None  # the ETag of our entry as we last wrote (or read) it
         self._written: Member | None = None
-        self.members: dict[str, Member] = {}  # every entry as last listed, live or not
+        self._beat_at: float | None = None  # wall clock of our last heartbeat that landed
+        self._entries: dict[str, _Entry] = {}  # every other entry as last listed, by name
         self.conflicts = 0  # heartbeats that found another process's write of our entry
+        self.collected = 0  # dead entries this node deleted
         self.errors = 0
         self.last_error: str | None = None
         self._subscribers: list[Subscriber] = []
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @classmethod
+    def of(cls, store: CapacityStore, node: str, endpoint: str, settings: TierSettings) -> Membership:
+        """A node's membership on its settings' intervals."""
+        return cls(store, node, endpoint, settings.heartbeat_interval, listing=settings.members_interval)
 
     # -- what others ask ---------------------------------------------------------
 
@@ -115,40 +173,57 @@ class Membership:
         """``callback(live)`` after every listing, with the live members by node id."""
         self._subscribers.append(callback)
 
+    @property
+    def members(self) -> dict[str, Member]:
+        """Every other node's entry as last listed, live or not, by node id."""
+        return {e.member.node: e.member for e in self._entries.values()
+                if e.member is not None and e.member.node != self.node}
+
     def live(self) -> dict[str, Member]:
         """The live members by node id, this node always among them."""
-        now = self._wall() * 1000
-        live = {node: m for node, m in self.members.items() if now - m.heartbeat_ms <= self.ttl * 1000}
+        now = self._wall()
+        live = {e.member.node: e.member for e in self._entries.values()
+                if e.member is not None and e.member.node != self.node and now - e.seen <= self.ttl}
         live[self.node] = self._me()
         return live
 
     def status(self) -> list[MemberStatus]:
         """Every node listed (live or not), and this one, by node id."""
         now = self._wall()
-        known = {**self.members, self.node: self._me()}
+        seen = {e.member.node: (e.member, e.seen) for e in self._entries.values()
+                if e.member is not None and e.member.node != self.node}
+        seen[self.node] = (self._me(), self._beat_at if self._beat_at is not None else now)
         live = self.live()
         return [
-            MemberStatus(node, m.endpoint, round(max(0.0, now - m.heartbeat_ms / 1000), 3),
-                         node in live, node == self.node)
-            for node, m in sorted(known.items())
+            MemberStatus(node, m.endpoint, round(max(0.0, now - at), 3), node in live, node == self.node)
+            for node, (m, at) in sorted(seen.items())
         ]
 
     def _me(self) -> Member:
         if self._written is not None:
             return self._written
-        return Member(self.node, self.endpoint, int(self._wall() * 1000), self._started_ms, self._nonce)
+        return Member(self.node, self.endpoint, self._started_ms, self._resumed_ms, self._nonce)
 
-    # -- rounds ----------------------------------------------------------------------
+    # -- heartbeats ------------------------------------------------------------------
 
     async def beat(self) -> None:
-        """Write this node's entry with a fresh heartbeat."""
-        record = Member(self.node, self.endpoint, int(self._wall() * 1000), self._started_ms, self._nonce)
+        """Write this node's entry again: a heartbeat."""
+        now = self._wall()
+        if self._beat_at is not None and now - self._beat_at > self.ttl:
+            # The others may have judged us dead, and one may be about to
+            # delete the entry it listed: a new record, so that delete fails.
+            self._resumed_ms = int(now * 1000)
+        record = Member(self.node, self.endpoint, self._started_ms, self._resumed_ms, self._nonce)
         try:
             self._tag = await self.store.put_conditional(self._name, record.encode(), self._tag)
         except CapacityConflict:
             await self._conflict(record)
             return
+        self._landed(record, now)
+
+    def _landed(self, record: Member, at: float) -> None:
         self._written = record
+        self._beat_at = at
 
     async def _conflict(self, record: Member) -> None:
         """Our conditional write failed: read what is there. Our own write
@@ -157,24 +232,31 @@ class Membership:
         try:
             data, tag = await self.store.read_versioned(self._name)
         except CapacityNotFound:
-            self._tag = None  # deleted meanwhile: created again at the next beat
+            # Deleted meanwhile (collected while we were away): written again
+            # now rather than a heartbeat later.
+            self._tag = None
+            try:
+                self._tag = await self.store.put_conditional(self._name, record.encode(), None)
+                self._landed(record, self._wall())
+            except CapacityConflict:
+                pass  # created by another process meanwhile: the next beat reads it
             return
         found = Member.decode(data)
         self._tag = tag
         if found.nonce == self._nonce:
-            self._written = found  # our own write landed (its answer was lost)
+            self._landed(found, self._wall())  # our own write landed (its answer was lost)
             return
-        if self._written is None and found.nonce != self._nonce:
+        if self._written is None:
             # First beat of this process: the entry of an earlier run of this
             # node (it crashed, or was killed), or of another live process.
             log.warning(
-                "node %s: replacing a registry entry written %.1f s ago by a process at %s "
+                "node %s: replacing a registry entry of a process at %s that started at %d ms "
                 "(an earlier run of this node; if another gateway runs with this node id, it reports a conflict)",
-                self.node, max(0.0, record.heartbeat_ms - found.heartbeat_ms) / 1000, found.endpoint,
+                self.node, found.endpoint, found.started_ms,
             )
             try:
                 self._tag = await self.store.put_conditional(self._name, record.encode(), tag)
-                self._written = record
+                self._landed(record, self._wall())
             except CapacityConflict:
                 self._tag = None  # raced again: the next beat reads it afresh
                 self.conflicts += 1
@@ -187,30 +269,71 @@ class Membership:
             self.node, self.node, found.endpoint, found.started_ms,
         )
 
+    # -- listings --------------------------------------------------------------------
+
     async def refresh(self) -> dict[str, Member]:
-        """List the registry and read every entry; return the live members."""
-        names = [name async for name, _ in self.store.list(NODES)]
+        """List the registry, read the entries that changed, collect dead
+        ones; return the live members."""
+        now = self._wall()
+        entries: dict[str, _Entry] = {}
+        changed: list[Listed] = []
+        async for listed in self.store.list_entries(NODES):
+            if listed.name == self._name:
+                continue
+            known = self._entries.get(listed.name)
+            if known is None or known.etag != listed.etag:
+                changed.append(listed)
+                continue
+            if known.modified != listed.modified:
+                known.modified, known.seen = listed.modified, _seen(listed, now)
+            entries[listed.name] = known
         gate = asyncio.Semaphore(_READS)
+        read = await asyncio.gather(*(self._read(listed, now, gate) for listed in changed))
+        entries.update((listed.name, entry) for listed, entry in zip(changed, read, strict=True)
+                       if entry is not None)
+        self._entries = entries  # what was not listed is forgotten
+        live = self.live()
+        if min(live) == self.node:
+            await self._collect(now)
+        return live
 
-        async def read(name: str) -> Member | None:
-            async with gate:
-                try:
-                    data, _ = await self.store.read_versioned(name)
-                except CapacityNotFound:
-                    return None  # deleted since the listing: stopped
+    async def _read(self, listed: Listed, now: float, gate: asyncio.Semaphore) -> _Entry | None:
+        """The entry ``listed`` read whole; None when it was deleted since."""
+        async with gate:
             try:
-                return Member.decode(data)
-            except (ValueError, KeyError, TypeError):
-                log.warning("ignoring a registry entry that is not a member record: %s", name)
-                return None
+                data, tag = await self.store.read_versioned(listed.name)
+            except CapacityNotFound:
+                return None  # deleted since the listing: stopped
+        try:
+            member: Member | None = Member.decode(data)
+        except (ValueError, KeyError, TypeError):
+            log.warning("ignoring a registry entry that is not a member record: %s", listed.name)
+            member = None
+        return _Entry(member, tag, listed.modified, _seen(listed, now))
 
-        found = await asyncio.gather(*(read(name) for name in names if name != self._name))
-        self.members = {m.node: m for m in found if m is not None and m.node != self.node}
-        return self.live()
+    async def _collect(self, now: float) -> None:
+        """Delete the entries whose last heartbeat is more than COLLECT
+        ttls old, each only at the version listed (this node is the live
+        node with the lowest id: one node does it)."""
+        for name, entry in list(self._entries.items()):
+            if now - entry.seen <= COLLECT * self.ttl:
+                continue
+            try:
+                await self.store.delete_conditional(name, entry.etag)
+            except CapacityConflict:
+                continue  # written again since it was listed: it came back
+            del self._entries[name]
+            self.collected += 1
+            log.info("removed the registry entry %s: no heartbeat for %.0f s", name, now - entry.seen)
+
+    # -- rounds ----------------------------------------------------------------------
 
     async def round(self) -> dict[str, Member]:
         """One heartbeat and one listing; subscribers are told the live set."""
         await self.beat()
+        return await self._listed()
+
+    async def _listed(self) -> dict[str, Member]:
         live = await self.refresh()
         for callback in self._subscribers:
             await callback(live)
@@ -219,39 +342,42 @@ class Membership:
     # -- life cycle ------------------------------------------------------------------
 
     async def start(self) -> None:
-        """The first round (errors raise), then one every ``interval`` seconds."""
+        """The first round (errors raise), then heartbeats every ``interval``
+        and listings every ``listing`` seconds, each on its own timer."""
         await self.round()
-        self._task = asyncio.create_task(self._run(), name="tierstore membership")
+        self._tasks = [
+            asyncio.create_task(self._every(self.interval, self.beat, "heartbeat"), name="tierstore heartbeat"),
+            asyncio.create_task(self._every(self.listing, self._listed, "listing"), name="tierstore membership"),
+        ]
 
-    async def _run(self) -> None:
+    async def _every(self, interval: float, step: Callable[[], Awaitable[object]], what: str) -> None:
         while True:
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(interval * (1 - JITTER * random.random()))
             try:
-                await self.round()
+                await step()
                 self.last_error = None
             except (CapacityError, OSError) as exc:
                 self.errors += 1
                 self.last_error = str(exc) or type(exc).__name__
-                log.warning("node registry round failed (%s); retrying", self.last_error)
+                log.warning("node registry %s failed (%s); retrying", what, self.last_error)
 
     async def stop(self) -> None:
         """Stop heartbeating and delete this node's entry (if it is still
         ours), so the other nodes drop this one at their next listing."""
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
-            self._task = None
-        if self._written is None:
+        self._tasks = []
+        if self._written is None or self._tag is None:
             return
         try:
-            data, _ = await self.store.read_versioned(self._name)
-            if Member.decode(data).nonce == self._nonce:
-                await self.store.delete(self._name)
-        except CapacityNotFound:
-            pass
-        except (CapacityError, OSError, ValueError) as exc:
+            await self.store.delete_conditional(self._name, self._tag)
+        except CapacityConflict:
+            pass  # another process's entry now: not ours to delete
+        except (CapacityError, OSError) as exc:
             log.warning("could not remove this node's registry entry (%s); it lapses in %.0f s", exc, self.ttl)
         self._written = None

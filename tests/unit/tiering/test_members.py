@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from tiering.capacity import LocalDirStore
+from tiering.capacity.store import Listed
 from tiering.cluster import peers as peers_module
-from tiering.cluster.members import NODES, SKEW, Member, Membership
+from tiering.cluster.members import COLLECT, JITTER, NODES, SKEW, Member, Membership
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup, PeerRefused
 from tiering.node import Node
 from tiering.settings import TierSettings
@@ -215,3 +217,105 @@ def test_a_node_without_peers_follows_the_registry(tmp_path: Path) -> None:
             await a.close()
 
     asyncio.run(go())
+
+
+def test_an_idle_listing_reads_no_entry_and_a_changed_one_is_read_once(tmp_path: Path) -> None:
+    """What keeping the registry costs: a heartbeat is one PUT, a listing one
+    LIST, and only entries that are new or changed (a restart) are read."""
+
+    async def go() -> None:
+        store, clock = LocalDirStore(tmp_path / "capacity"), Clock()
+        nodes = [membership(store, f"n{i}", clock) for i in range(8)]
+        for m in nodes:
+            await m.round()
+        for m in nodes:
+            assert len(await m.refresh()) == 8
+        before = (store.stats.puts, store.stats.lists, store.stats.gets)
+        for _ in range(3):  # idle rounds: every node beats and lists
+            clock.now += INTERVAL
+            for m in nodes:
+                await m.round()
+        puts, lists, gets = (store.stats.puts - before[0], store.stats.lists - before[1],
+                             store.stats.gets - before[2])
+        assert (puts, lists, gets) == (3 * 8, 3 * 8, 0)
+        assert all(len(m.live()) == 8 for m in nodes)
+
+        # n3 restarts: a new record; each other node reads it once.
+        clock.now += 1
+        gets = store.stats.gets
+        nodes[3] = membership(store, "n3", clock)
+        await nodes[3].round()  # reads its old entry (its create conflicts), then every other entry
+        for m in nodes:
+            await m.refresh()
+        for m in nodes:
+            await m.refresh()
+        assert store.stats.gets - gets == 1 + 7 + 7
+        assert {m.live()["n3"].started_ms for m in nodes} == {nodes[3]._started_ms}
+
+    asyncio.run(go())
+
+
+class HookedStore(LocalDirStore):
+    """A store that runs ``after_listing`` once a listing has been read."""
+
+    after_listing: Callable[[], Awaitable[None]] | None = None
+
+    async def list_entries(self, prefix: str = "") -> AsyncIterator[Listed]:
+        async for entry in super().list_entries(prefix):
+            yield entry
+        if self.after_listing is not None:
+            hook, self.after_listing = self.after_listing, None
+            await hook()
+
+
+def test_dead_entries_are_collected_by_one_node_and_never_one_that_came_back(tmp_path: Path) -> None:
+    async def go() -> None:
+        store, clock = HookedStore(tmp_path / "capacity"), Clock()
+        a, b, c, d = (membership(store, name, clock) for name in ("a", "b", "c", "d"))
+        for m in (a, b, c, d):
+            await m.round()
+        await a.refresh()
+        await b.refresh()
+        # c and d stop beating (crashed). Long after, both a and b list them:
+        # only a (the live node with the lowest id) deletes them.
+        clock.now += COLLECT * a.ttl + 1
+        await a.beat()
+        await b.beat()
+        assert set(await b.refresh()) == {"a", "b"} and b.collected == 0
+        # d comes back while a lists: a's delete of the entry it listed fails.
+        store.after_listing = d.beat
+        assert set(await a.refresh()) == {"a", "b"}
+        assert a.collected == 1  # c's
+        assert d._resumed_ms > d._started_ms  # a new run of heartbeats: a new record, a new ETag
+        assert [name async for name, _ in store.list(NODES)] == [NODES + n for n in ("a", "b", "d")]
+        assert set(await a.refresh()) == {"a", "b", "d"}
+        assert set(await b.refresh()) == {"a", "b", "d"}
+        # c, started again, registers anew.
+        await membership(store, "c", clock).round()
+        assert set(await a.refresh()) == {"a", "b", "c", "d"}
+
+    asyncio.run(go())
+
+
+def test_a_node_whose_entry_was_collected_writes_it_again_at_its_next_beat(tmp_path: Path) -> None:
+    async def go() -> None:
+        store, clock = LocalDirStore(tmp_path / "capacity"), Clock()
+        a = membership(store, "a", clock)
+        await a.round()
+        await store.delete(NODES + "a")  # as a collector would
+        await a.beat()  # If-Match fails on a missing entry: created again at once
+        assert [name async for name, _ in store.list(NODES)] == [NODES + "a"]
+        await a.beat()
+        assert a.conflicts == 0
+
+    asyncio.run(go())
+
+
+def test_the_default_intervals_see_a_crash_within_45_seconds() -> None:
+    """ttl (3 heartbeats + SKEW) plus one listing, waits never longer than
+    their interval (docs/scale-out.md#membership)."""
+    settings = TierSettings()
+    m = Membership.of(LocalDirStore(Path("unused")), "a", "http://a:9100", settings)
+    assert (m.interval, m.listing) == (10.0, 10.0)
+    assert m.ttl + m.listing == 45.0
+    assert JITTER < 1
