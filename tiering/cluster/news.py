@@ -101,12 +101,15 @@ class Publisher:
 class Watch:
     """When this node runs a follow round, and from which head version."""
 
-    def __init__(self, head: Head, interval: float, fallback: float) -> None:
+    def __init__(self, head: Head, interval: float, fallback: float, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic``: the clock (a simulation's, ``benchmarks/cluster_cost.py``)."""
         self._head = head
         self.interval = interval
         self.fallback = fallback
+        self._monotonic = monotonic
         self._nudged = asyncio.Event()
-        self._looked_at = time.monotonic()  # the last read of the head (or the start)
+        self._looked_at = monotonic()  # the last read of the head (or the start)
         self._round_at = -interval  # monotonic: when the last round began
         self._followed: int | None = None  # the head version the last complete round began from
         self._failed = False
@@ -125,7 +128,7 @@ class Watch:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(tick):  # not wait_for: see Flusher.run
                 await self._nudged.wait()
-        if self._nudged.is_set() and (wait := self._round_at + self.interval - time.monotonic()) > 0:
+        if self._nudged.is_set() and (wait := self._round_at + self.interval - self._monotonic()) > 0:
             await asyncio.sleep(wait)
 
     async def due(self, now: bool = False) -> int | None:
@@ -133,7 +136,7 @@ class Watch:
         ``now`` or due: a notice came, the last round failed, or the
         fallback time came and another node changed the head. None if not."""
         pushed = self._nudged.is_set() or now
-        at = time.monotonic()
+        at = self._monotonic()
         retry = self._failed and at >= self._round_at + self.interval
         if not (pushed or retry or at >= self._looked_at + self.fallback):
             return None
@@ -162,4 +165,4 @@ class Watch:
             return None
         if not behind and self._quiet_at is not None:
             current_at = max(current_at, self._quiet_at)
-        return round(time.monotonic() - current_at, 3)
+        return round(self._monotonic() - current_at, 3)
