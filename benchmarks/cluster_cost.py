@@ -21,10 +21,12 @@ idle node does:
   ``lease_ttl / 3``, checked each tick); its ``Publisher`` updates the head
   and "pushes" by nudging the other nodes' ``Watch`` directly (the peer
   channel is HTTP between nodes, not the store).
-- ``Identities`` (``tiering/identity/store.py``) whole, one user created by
-  node 0, read conditionally every ``follow_fallback``; the pool's thread
-  hop runs inline (``tiering.pool.run`` patched), as nothing here may wait
-  for a thread while the clock jumps.
+- ``Identities`` (``tiering/identity/store.py``) whole, wired to the head
+  as ``gateway/node.py`` wires it: one user created by node 0, whose new
+  version the head names; each node reads the document itself every
+  ``BESIDE_HEAD`` fallbacks. The pool's thread hop runs inline
+  (``tiering.pool.run`` patched), as nothing here may wait for a thread
+  while the clock jumps.
 
 Per node count: after a warm-up, ``--seconds`` of idle time counted; then a
 node joins, leaves cleanly, and another crashes (its tasks cancelled, its
@@ -70,7 +72,7 @@ from tiering.cluster.news import Publisher, Watch
 from tiering.cluster.terms import Terms
 from tiering.errors import CapacityError
 from tiering.identity.sealing import Sealer
-from tiering.identity.store import Identities
+from tiering.identity.store import BESIDE_HEAD, Identities
 from tiering.settings import TierSettings
 
 BUCKET = "data"
@@ -195,7 +197,8 @@ class Sim:
         head = Head(self.store)
         node = Node(name, membership, head, Watch(head, s.follow_interval, s.follow_fallback,
                                                   monotonic=self.loop.time),
-                    Identities(self.store, self.sealer, s.follow_fallback))
+                    Identities(self.store, self.sealer, s.follow_fallback * BESIDE_HEAD))
+        node.watch.on_identity(node.identities.nudge)  # as gateway/node.py wires them
         version = await node.watch.due(now=True)
         if version is not None:
             node.rounds += 1
@@ -237,6 +240,7 @@ class Sim:
         publisher.tell(lambda: [n.watch.nudge() for n in others])
         publisher.add(BUCKET, Change(node.lease.record.term))  # type: ignore[union-attr]
         node.identities.tell(lambda: [n.identities.nudge() for n in others])
+        node.identities.tell(lambda: publisher.identity(node.identities.tag))
         await node.identities.change(lambda st: st.create_user("trainer", [], int(self.wall() * 1000)))
 
     async def stop(self, node: Node, clean: bool = True) -> None:
