@@ -28,10 +28,11 @@ idle node does:
   (``tiering.pool.run`` patched), as nothing here may wait for a thread
   while the clock jumps.
 
-Per node count: after a warm-up, ``--seconds`` of idle time counted; then a
-node joins, leaves cleanly, and another crashes (its tasks cancelled, its
-entry left), each timed until every other node's membership subscribers
-(what the peer client follows) have been told.
+Per node count: after a warm-up, ``--seconds`` of idle time counted; then,
+``--events`` times, a node joins, leaves cleanly, and another crashes (its
+tasks cancelled, its entry left), each timed until every other node's
+membership subscribers (what the peer client follows) have been told; the
+longest of each kind is reported.
 
 Reported: store requests per node per second by kind, for the cluster, $/day
 at S3's request prices (us-east-1 Standard: PUT, COPY, POST, LIST $0.005 per
@@ -276,7 +277,7 @@ def _node(i: int) -> str:
 
 
 async def simulate(loop: SimLoop, count: int, seconds: float, warmup: float, settings: TierSettings,
-                   latency: float) -> dict:
+                   latency: float, events: int) -> dict:
     sim = Sim(loop, settings, latency)
 
     async def start_later(i: int) -> None:
@@ -294,17 +295,27 @@ async def simulate(loop: SimLoop, count: int, seconds: float, warmup: float, set
     requests = dict(sim.store.requests)
     rounds = sum(n.rounds for n in sim.nodes.values()) - rounds
     live = [len(n.membership.live()) for n in sim.nodes.values()]
-    joiner = _node(count)
-    join = await sim.event(joiner, True, lambda: sim.start(joiner))
-    leave = await sim.event(joiner, False, lambda: sim.stop(sim.nodes[joiner]))
-    crashed = _node(count - 1)
-    crash = await sim.event(crashed, False, lambda: sim.stop(sim.nodes[crashed], clean=False))
+    times: dict[str, list[dict]] = {"join_s": [], "leave_s": [], "crash_s": []}
+    for k in range(min(events, count - 1)):  # one after the other, other nodes, other moments of their timers
+        joiner, crashed = _node(count + k), _node(count - 1 - k)
+        times["join_s"].append(await sim.event(joiner, True, lambda: sim.start(joiner)))
+        times["leave_s"].append(await sim.event(joiner, False, lambda: sim.stop(sim.nodes[joiner])))
+        times["crash_s"].append(await sim.event(crashed, False, lambda: sim.stop(sim.nodes[crashed], clean=False)))
     for node in list(sim.nodes.values()):
         await sim.stop(node)
     return summary(count, elapsed, requests) | {
         "follow_rounds": rounds, "live_seen": [min(live), max(live)],
-        "join_s": join, "leave_s": leave, "crash_s": crash,
+        **{what: _worst(seen) for what, seen in times.items()},
     }
+
+
+def _worst(seen: list[dict]) -> dict:
+    """Over several events of a kind: the longest until all were told (None
+    if one never was), and the median of the medians."""
+    alls = [s["all"] for s in seen]
+    return {"all": None if None in alls else max(alls),
+            "median": statistics.median(s["median"] for s in seen if s["median"] is not None),
+            "events": len(seen)}
 
 
 def summary(count: int, elapsed: float, requests: dict[tuple[str, str], int]) -> dict:
@@ -360,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heartbeat", type=float, help="heartbeat_interval (default: the settings' default)")
     ap.add_argument("--listing", type=float, help="members_interval (default: the settings' default)")
     ap.add_argument("--fallback", type=float, help="follow_fallback (default: the settings' default)")
+    ap.add_argument("--events", type=int, default=3,
+                    help="joins, leaves and crashes timed, each kind (default 3; the longest is reported)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
@@ -373,7 +386,8 @@ def main(argv: list[str] | None = None) -> int:
         loop = SimLoop()
         began = time.monotonic()
         try:
-            result = loop.run_until_complete(simulate(loop, count, args.seconds, args.warmup, settings, args.latency))
+            result = loop.run_until_complete(simulate(loop, count, args.seconds, args.warmup, settings,
+                                                      args.latency, args.events))
         finally:
             loop.close()
         result["settings"] = {k: getattr(settings, k) for k in

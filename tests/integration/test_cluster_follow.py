@@ -31,6 +31,7 @@ from tests.integration.test_scale_out import eventually
 from tests.integration.test_users_cluster import client
 from tests.servers import Gateway, free_port, free_ports
 from tiering.identity.store import BESIDE_HEAD
+from tiering.settings import TierSettings
 
 FOLLOW = 0.3  # the least time between two rounds (and the registry's heartbeat)
 SLOW = 60.0  # a fallback no poll below waits for
@@ -191,6 +192,10 @@ def test_an_idle_node_reads_one_small_object_per_fallback_and_lists_nothing(
     # (named in the head) per BESIDE_HEAD of them.
     assert kinds.get("head", 0) <= len(nodes) * (elapsed / IDLE_FALLBACK + 1), kinds
     assert kinds.get("identity", 0) <= len(nodes) * (elapsed / (BESIDE_HEAD * IDLE_FALLBACK) + 1), kinds
+    # The registry on its defaults: a heartbeat PUT and a listing of one page
+    # per node and interval begun, no GET of an entry that did not change.
+    beat, listing = TierSettings().heartbeat_interval, TierSettings().members_interval
+    assert kinds.get("registry", 0) <= len(nodes) * (elapsed / beat + elapsed / listing + 2), kinds
     assert [cluster_status(gw)["follow_rounds"] for gw in nodes] == rounds  # nothing changed: no round
 
 
