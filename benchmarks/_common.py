@@ -187,6 +187,23 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# -- the capacity store's names ----------------------------------------------
+
+# What the cluster keeps in the capacity store, by name prefix (most specific first).
+_TOUCHES = (("leases/_nodes/", "node registry"), ("leases/_terms/", "terms"), ("leases/_seals/", "seals"),
+            ("leases/_head", "follow head"), ("leases/", "leases"), ("segments/", "segments"),
+            ("identity/", "identity"))
+
+
+def touches(name: str) -> str:
+    """What a capacity object name (or a listing's prefix) touches: the
+    node registry, the follow head, a lease, ..."""
+    for prefix, what in _TOUCHES:
+        if name.startswith(prefix):
+            return what
+    return "other"
+
+
 # -- statistics and output ---------------------------------------------------
 
 

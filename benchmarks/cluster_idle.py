@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import gateway, machine, table, temp_dir  # first: puts the repo root on sys.path
+from _common import gateway, machine, table, temp_dir, touches  # first: puts the repo root on sys.path
 from _moto import CAPACITY_BUCKET, delayed_moto, s3_capacity_args
 
 from tests.conftest import make_client
@@ -41,13 +41,7 @@ BUCKET = "idle-data"
 
 def kind(path: str) -> str:
     """What a request's object path (or a listing's prefix) touches."""
-    name = path.removeprefix(f"/{CAPACITY_BUCKET}").lstrip("/")
-    for prefix, what in (("leases/_nodes/", "node registry"), ("leases/_terms/", "terms"),
-                         ("leases/_seals/", "seals"), ("leases/_head", "follow head"),
-                         ("leases/", "leases"), ("segments/", "segments"), ("identity/", "identity")):
-        if name.startswith(prefix):
-            return what
-    return "other"
+    return touches(path.removeprefix(f"/{CAPACITY_BUCKET}").lstrip("/"))
 
 
 def cluster_cost(nodes: int, seconds: float, settle: float) -> dict:

@@ -22,7 +22,7 @@ from tiering.cluster.push import IDENTITY, SEGMENTS
 from tiering.errors import CapacityError
 from tiering.identity.errors import SecretsKeyMismatch
 from tiering.identity.sealing import Sealer, load_key, loose_permissions
-from tiering.identity.store import Identities
+from tiering.identity.store import BESIDE_HEAD, Identities
 from tiering.maintenance.tiers import ForeignSegments
 from tiering.memo import CACHES
 from tiering.node import Node as Tiering
@@ -89,8 +89,9 @@ class Node:
 
     async def _identities(self, tiering: Tiering) -> Identities:
         """The identities document of the capacity store, read, and followed
-        conditionally every follow fallback when other nodes may change it,
-        and at once when one of them says it did."""
+        when other nodes may change it: at once when one of them says it
+        did, else when the follow head, read every follow fallback, says so
+        (and read itself every BESIDE_HEAD fallbacks)."""
         path = self.config.secrets_key_path
         try:
             key = await pool.run(load_key, path)
@@ -98,11 +99,15 @@ class Node:
             raise StartupError(str(exc)) from exc
         if await pool.run(loose_permissions, path):
             log.warning("the secrets key file %s may be read by others than its owner: chmod 600 it", path)
-        interval = self.config.follow_fallback if self.config.node_id is not None else None
+        cluster = tiering.tiers.cluster
+        interval = self.config.follow_fallback * BESIDE_HEAD if cluster is not None else None
         identities = Identities(tiering.tiers.capacity, Sealer(key), interval)
         pusher = tiering.pusher
         if pusher is not None:
             identities.tell(lambda: pusher.push(IDENTITY))
+        if cluster is not None:
+            identities.tell(lambda: cluster.publisher.identity(identities.tag))
+            cluster.watch.on_identity(identities.nudge)
         try:
             await identities.start()
         except SecretsKeyMismatch as exc:

@@ -199,12 +199,12 @@ FollowFallback = Annotated[
 HeartbeatInterval = Annotated[
     float | None,
     typer.Option(help="Seconds between this node's heartbeats in the node registry (each wait 90-100% of it); "
-                 "a node is live while its last heartbeat is at most 3 of them and 5 s old. (default: 10)"),
+                 "a node is live while its last heartbeat is at most 2 of them and 5 s old. (default: 10)"),
 ]
 MembersInterval = Annotated[
     float | None,
     typer.Option(help="Seconds between this node's listings of the node registry (each wait 90-100% of it): how "
-                 "soon it sees a node join, leave or restart. (default: 10)"),
+                 "soon it sees a node join, leave or restart. (default: 20)"),
 ]
 PeerConnections = Annotated[
     int | None,

@@ -124,7 +124,7 @@ class Config:
     follow_interval: float = 2.0
     follow_fallback: float = 30.0
     heartbeat_interval: float = 10.0  # the node registry (docs/scale-out.md#membership)
-    members_interval: float = 10.0
+    members_interval: float = 20.0
     peer_connections: int = 64  # to all other gateways together
     # The gateways a cooperative warm job shares its work with, by node id
     # (this one included): node id -> S3 endpoint URL.

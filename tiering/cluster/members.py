@@ -21,15 +21,24 @@ LastModified, which a listing carries.
   forgotten. A cluster of N nodes costs the store N heartbeat PUTs and N
   listings per interval, not N² reads.
 - A node is live while its last heartbeat is at most ``ttl`` old:
-  ``3 * interval + SKEW`` by default, three heartbeats missed and the
-  clock difference between nodes and the store allowed for. The time of a
-  heartbeat is the entry's LastModified on the store's clock, never later
-  than the reader's own clock (``_Entry.seen``). A node is always live to
-  itself. Both timers are jittered, each wait drawn between 90% and 100%
-  of its interval (never longer), so that nodes do not beat in step and
-  the bounds hold: with the defaults (10 s, 10 s, SKEW 5 s) a crashed
-  node is dropped by every node within ttl + one listing = 45 s, and a
-  node whose listings are slow is never the reason another looks dead.
+  ``BEATS * interval + SKEW`` by default (25 s), one heartbeat missed
+  and the clock difference between nodes and the store allowed for. The
+  time of a heartbeat is the entry's LastModified on the store's clock,
+  never later than the reader's own clock (``_Entry.seen``). A node is
+  always live to itself. Both timers are jittered, each wait drawn
+  between 90% and 100% of its interval (never longer), so that nodes do
+  not beat in step and the bounds hold: with the defaults (heartbeats
+  every 10 s, listings every 20 s, SKEW 5 s) a crashed node is dropped by
+  every node within ttl + one listing = 45 s, and a node whose listings
+  are slow is never the reason another looks dead.
+- Why two heartbeats and a 20 s listing, not three and 10 s (the same
+  45 s): the listing is the only part whose cost grows with N (one
+  request per 1,000 entries: two from 1,000 nodes on), and a heartbeat
+  costs one PUT whatever N. Per node and second that is 0.1 + 0.1 with
+  two pages, against 0.1 + 0.2; what it gives up is a second missed
+  heartbeat, and a node wrongly judged dead costs only its share of
+  reads going to the store until the next listing, never a write
+  (docs/scale-out.md, ``benchmarks/cluster_cost.py``).
 - A node whose heartbeats lapsed for longer than ``ttl`` (paused, cut off
   from the store) starts a new run of them (``resumed_ms``): its record,
   and so its ETag, changes.
@@ -66,7 +75,8 @@ from tiering.settings import TierSettings
 log = logging.getLogger("tierstore.cluster.members")
 
 NODES = f"{PREFIX}_nodes/"
-SKEW = 5.0  # seconds two nodes' (and the store's) clocks may differ by, on top of three missed heartbeats
+BEATS = 2  # heartbeat intervals an entry may age by before it is dead: one missed heartbeat
+SKEW = 5.0  # seconds two nodes' (and the store's) clocks may differ by, on top of that
 COLLECT = 10  # an entry this many ttls past its last heartbeat is deleted
 JITTER = 0.1  # each wait is 90-100% of its interval
 _READS = 16  # entries read at once
@@ -146,7 +156,7 @@ class Membership:
         self.endpoint = endpoint
         self.interval = interval
         self.listing = listing if listing is not None else interval
-        self.ttl = ttl if ttl is not None else 3 * interval + SKEW
+        self.ttl = ttl if ttl is not None else BEATS * interval + SKEW
         self._wall = wall
         self._name = NODES + node
         self._nonce = secrets.token_hex(8)
@@ -155,6 +165,7 @@ class Membership:
         self._written: Member | None = None
         self._beat_at: float | None = None  # wall clock of our last heartbeat that landed
         self._entries: dict[str, _Entry] = {}  # every other entry as last listed, by name
+        self._listed_at: float | None = None  # wall clock of the start of the last listing
         self.conflicts = 0  # heartbeats that found another process's write of our entry
         self.collected = 0  # dead entries this node deleted
         self.errors = 0
@@ -180,10 +191,14 @@ class Membership:
                 if e.member is not None and e.member.node != self.node}
 
     def live(self) -> dict[str, Member]:
-        """The live members by node id, this node always among them."""
-        now = self._wall()
+        """The live members by node id, this node always among them: as of
+        the last listing, when each entry's age was last known. (Judged on
+        the clock now, an entry would age by up to a listing interval it was
+        never given: with the defaults, a node that beat 10 s before one
+        listing would look dead 20 s later, just before the next.)"""
+        at = self._listed_at if self._listed_at is not None else self._wall()
         live = {e.member.node: e.member for e in self._entries.values()
-                if e.member is not None and e.member.node != self.node and now - e.seen <= self.ttl}
+                if e.member is not None and e.member.node != self.node and at - e.seen <= self.ttl}
         live[self.node] = self._me()
         return live
 
@@ -292,6 +307,7 @@ class Membership:
         entries.update((listed.name, entry) for listed, entry in zip(changed, read, strict=True)
                        if entry is not None)
         self._entries = entries  # what was not listed is forgotten
+        self._listed_at = now
         live = self.live()
         if min(live) == self.node:
             await self._collect(now)

@@ -10,7 +10,9 @@ callbacks of ``tell``: ``push.py`` sends it). All of it runs beside the
 write path: a write is acknowledged whether or not its news goes out. An
 update that fails is tried again ``RETRY`` seconds later, merged with what
 came meanwhile; the notice goes out either way (the segments are in the
-store, and a round lists them, head or no head).
+store, and a round lists them, head or no head). A change of the
+identities document is published the same way (``identity``: its new tag
+in the head), without a notice of segments (``Identities`` sends its own).
 
 Follower side (``Watch``): a round runs when a notice comes (``nudge``),
 but not sooner than ``interval`` after the previous round began, so the
@@ -18,7 +20,8 @@ notices of a busy writer, or of several, make one round. Every
 ``fallback`` seconds the node reads the head conditionally and runs a
 round only if another node changed it: a lost notice delays a change by
 at most ``fallback``, and an idle node costs one 304 per ``fallback``. A
-round that failed is tried again ``interval`` later.
+round that failed is tried again ``interval`` later. The same read tells
+the identities document's reader that it changed (``on_identity``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Publisher:
     def __init__(self, head: Head) -> None:
         self._head = head
         self._pending: dict[str, Change] = {}
+        self._identity: str | None = None  # the identities document's tag to publish
         self._task: asyncio.Task[None] | None = None
         self._told: list[Callable[[], None]] = []
         self.errors = 0
@@ -56,36 +60,50 @@ class Publisher:
         """Report ``change`` of ``bucket``; published within ``GATHER``."""
         earlier = self._pending.get(bucket)
         self._pending[bucket] = change if earlier is None else earlier.merged(change)
+        self._soon()
+
+    def identity(self, tag: str | None) -> None:
+        """This node wrote the identities document (its new version tag):
+        published within ``GATHER``, so that the other nodes read it."""
+        if tag is not None:
+            self._identity = tag
+            self._soon()
+
+    def _soon(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="tierstore follow head")
 
     async def _run(self) -> None:
         delay = GATHER
-        while self._pending:
+        while self._pending or self._identity is not None:
             await asyncio.sleep(delay)
             delay = GATHER if await self._publish() else RETRY
 
     async def _publish(self) -> bool:
         pending, self._pending = self._pending, {}
+        identity, self._identity = self._identity, None
         published = False
         try:
-            await self._head.publish(pending)
+            await self._head.publish(pending, identity)
             published = True
         except (CapacityError, OSError) as exc:
             self.errors += 1
             log.warning("could not update the follow head (%s); retrying in %.0f s", exc, RETRY)
-            self._restore(pending)
+            self._restore(pending, identity)
         except asyncio.CancelledError:
-            self._restore(pending)
+            self._restore(pending, identity)
             raise
-        for callback in self._told:
-            callback()
+        if pending:  # segments or a term: the notice (the identities document has its own)
+            for callback in self._told:
+                callback()
         return published
 
-    def _restore(self, pending: dict[str, Change]) -> None:
+    def _restore(self, pending: dict[str, Change], identity: str | None) -> None:
         for bucket, change in pending.items():
             later = self._pending.get(bucket)
             self._pending[bucket] = change if later is None else change.merged(later)
+        if self._identity is None:  # else a later change's tag came meanwhile: that one
+            self._identity = identity
 
     async def close(self) -> None:
         """Stop; what is still pending (a last flush's) is published now, once."""
@@ -94,25 +112,33 @@ class Publisher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        if self._pending:
+        if self._pending or self._identity is not None:
             await self._publish()
 
 
 class Watch:
     """When this node runs a follow round, and from which head version."""
 
-    def __init__(self, head: Head, interval: float, fallback: float) -> None:
+    def __init__(self, head: Head, interval: float, fallback: float, *,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        """``monotonic``: the clock (a simulation's, ``benchmarks/cluster_cost.py``)."""
         self._head = head
         self.interval = interval
         self.fallback = fallback
+        self._monotonic = monotonic
         self._nudged = asyncio.Event()
-        self._looked_at = time.monotonic()  # the last read of the head (or the start)
+        self._looked_at = monotonic()  # the last read of the head (or the start)
         self._round_at = -interval  # monotonic: when the last round began
         self._followed: int | None = None  # the head version the last complete round began from
         self._failed = False
         self._quiet_at: float | None = None  # the last read of the head that found nothing new
         self.pushes = 0  # notices received
         self.looks = 0  # conditional reads of the head
+
+    def on_identity(self, callback: Callable[[], None]) -> None:
+        """``callback()`` when a read of the head finds that another node
+        changed the identities document."""
+        self._head.heard(callback)
 
     def nudge(self) -> None:
         """A notice came: another node changed what this one follows."""
@@ -125,7 +151,7 @@ class Watch:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(tick):  # not wait_for: see Flusher.run
                 await self._nudged.wait()
-        if self._nudged.is_set() and (wait := self._round_at + self.interval - time.monotonic()) > 0:
+        if self._nudged.is_set() and (wait := self._round_at + self.interval - self._monotonic()) > 0:
             await asyncio.sleep(wait)
 
     async def due(self, now: bool = False) -> int | None:
@@ -133,7 +159,7 @@ class Watch:
         ``now`` or due: a notice came, the last round failed, or the
         fallback time came and another node changed the head. None if not."""
         pushed = self._nudged.is_set() or now
-        at = time.monotonic()
+        at = self._monotonic()
         retry = self._failed and at >= self._round_at + self.interval
         if not (pushed or retry or at >= self._looked_at + self.fallback):
             return None
@@ -162,4 +188,4 @@ class Watch:
             return None
         if not behind and self._quiet_at is not None:
             current_at = max(current_at, self._quiet_at)
-        return round(time.monotonic() - current_at, 3)
+        return round(self._monotonic() - current_at, 3)

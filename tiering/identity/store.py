@@ -8,12 +8,17 @@ on that tag (``If-None-Match: *`` for the first), and on a conflict read
 it again and redo the change on what another node wrote. The node that
 made a change serves it at once and tells the others (the callbacks of
 ``tell``: a notice, ``tiering/cluster/push.py``); a node that gets the
-notice reads the document soon (``nudge``). Every node also reads it
-every ``interval`` seconds (the cluster's ``follow_fallback``) with
-``If-None-Match`` on the version it serves: unchanged, that costs a 304
-and no body, and a change whose notice was lost is served within the
-interval. The local-directory store does the same compare-and-swap under
-its lock, so processes sharing one directory agree too.
+notice reads the document soon (``nudge``). The node that made it also
+names the new version in the cluster's follow head
+(``tiering/cluster/head.py``), which every node reads conditionally every
+``follow_fallback``: a node whose notice was lost is nudged by that read
+and serves the change within the fallback, at no request of its own while
+nothing changes. Its own read, every ``interval`` seconds (``BESIDE_HEAD``
+fallbacks), with ``If-None-Match`` on the version it serves (a 304 and no
+body while unchanged), only covers a node that stopped between writing the
+document and updating the head. The local-directory store does the same
+compare-and-swap under its lock, so processes sharing one directory agree
+too.
 
 A write whose answer was lost and that was retried may be told it
 conflicted with itself: each write carries a random nonce, and a conflict
@@ -51,6 +56,9 @@ NAME = "identity/state"
 # document take turns instead of colliding again at once.
 MAX_TRIES = 32
 MAX_BACKOFF = 0.5
+# With a follow head (a cluster), follow fallbacks between a node's own
+# reads of the document: the head says when it changed.
+BESIDE_HEAD = 10
 T = TypeVar("T")
 
 
@@ -73,6 +81,11 @@ class Identities:
         self._said: set[str] = set()
         self.errors = 0
         self.last_error: str | None = None
+
+    @property
+    def tag(self) -> str | None:
+        """The version tag of the document served (None: none yet)."""
+        return self._tag
 
     def subscribe(self, callback: Callable[[bytes], None]) -> None:
         """``callback(document)`` after each new version is served (read workers)."""

@@ -95,3 +95,30 @@ def test_an_idle_follower_only_reads_the_head_and_follows_when_it_changes(tmp_pa
             await b.close()
 
     asyncio.run(go())
+
+
+def test_the_head_names_the_identities_version_and_a_change_of_it_makes_no_round(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = LocalDirStore(tmp_path)
+        writer, follower = Head(store), Head(store)
+        heard: list[str | None] = []
+        follower.heard(lambda: heard.append(follower.identity))
+        await writer.publish({"a": Change(1, "0000010000000001")})
+        assert await follower.look() is True and (follower.version, heard) == (1, [])
+        # Another node changed the identities document: its publisher names the new tag,
+        # with no notice of segments (the document's change sends its own).
+        publisher = Publisher(Head(store))
+        told: list[int] = []
+        publisher.tell(lambda: told.append(1))
+        publisher.identity("tag-1")
+        await publisher.close()
+        assert told == []
+        assert await follower.look() is True
+        assert (follower.version, heard) == (1, ["tag-1"])  # read the document; no follow round
+        assert follower.entries == {"a": Entry(1, "0000010000000001", 0)}  # the buckets' entries kept
+        # A writer's later update keeps the tag; a follower hears nothing new of it.
+        await writer.publish({"a": Change(1, "0000010000000002")})
+        assert await follower.look() is True and (follower.version, heard) == (2, ["tag-1"])
+        assert writer.identity == "tag-1"
+
+    asyncio.run(go())

@@ -14,7 +14,7 @@ import pytest
 from tiering.capacity import LocalDirStore
 from tiering.capacity.store import Listed
 from tiering.cluster import peers as peers_module
-from tiering.cluster.members import COLLECT, JITTER, NODES, SKEW, Member, Membership
+from tiering.cluster.members import BEATS, COLLECT, JITTER, NODES, SKEW, Member, Membership
 from tiering.cluster.peers import Keys, PeerClient, PeerGroup, PeerRefused
 from tiering.node import Node
 from tiering.settings import TierSettings
@@ -40,7 +40,7 @@ def test_members_see_each_other_and_a_stopped_one_leaves_at_once(tmp_path: Path)
     async def go() -> None:
         store, clock = LocalDirStore(tmp_path / "capacity"), Clock()
         a, b, c = (membership(store, name, clock) for name in ("a", "b", "c"))
-        assert a.ttl == 3 * INTERVAL + SKEW  # the default
+        assert a.ttl == BEATS * INTERVAL + SKEW  # the default
         assert set(await a.round()) == {"a"}  # alone so far
         await b.round()
         await c.round()
@@ -55,6 +55,23 @@ def test_members_see_each_other_and_a_stopped_one_leaves_at_once(tmp_path: Path)
         assert [name async for name, _ in store.list(NODES)] == [NODES + "a", NODES + "c"]
         assert set(await a.refresh()) == {"a", "c"}
         assert set(await c.refresh()) == {"a", "c"}
+
+    asyncio.run(go())
+
+
+def test_a_node_is_judged_as_of_the_last_listing_not_between_listings(tmp_path: Path) -> None:
+    """Between two listings a node's entry does not age: with a listing
+    interval close to the ttl, every node would look dead just before each
+    listing (and the pusher, which asks between listings, would skip it)."""
+    async def go() -> None:
+        store, clock = LocalDirStore(tmp_path / "capacity"), Clock()
+        a, b = membership(store, "a", clock), membership(store, "b", clock)
+        await b.round()
+        assert set(await a.round()) == {"a", "b"}
+        clock.now += a.ttl + 1  # no listing meanwhile: b may well have beaten since
+        assert set(a.live()) == {"a", "b"}
+        assert set(await a.refresh()) == {"a"}  # listed: it did not
+        assert set(a.live()) == {"a"}
 
     asyncio.run(go())
 
@@ -312,10 +329,10 @@ def test_a_node_whose_entry_was_collected_writes_it_again_at_its_next_beat(tmp_p
 
 
 def test_the_default_intervals_see_a_crash_within_45_seconds() -> None:
-    """ttl (3 heartbeats + SKEW) plus one listing, waits never longer than
+    """ttl (2 heartbeats + SKEW) plus one listing, waits never longer than
     their interval (docs/scale-out.md#membership)."""
     settings = TierSettings()
     m = Membership.of(LocalDirStore(Path("unused")), "a", "http://a:9100", settings)
-    assert (m.interval, m.listing) == (10.0, 10.0)
+    assert (m.interval, m.listing) == (10.0, 20.0)
     assert m.ttl + m.listing == 45.0
     assert JITTER < 1
