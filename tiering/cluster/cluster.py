@@ -177,7 +177,8 @@ class Cluster:
         # What tells this node to follow (``watch.nudge``: a writer's notice), and
         # what tells the other nodes this one wrote (news.py).
         self._head = Head(capacity)
-        self.watch = Watch(self._head, settings.follow_interval, settings.follow_fallback)
+        self.watch = Watch(self._head, settings.follow_interval, settings.follow_fallback,
+                           settle=settings.members_interval if settings.advertise_url is not None else 0.0)
         self.publisher = Publisher(self._head)
         self._pruned: dict[str, int] | None = None  # the head's deletions at the last prune (None: not yet)
         # The live nodes, followed every follow_interval (with an advertised endpoint).

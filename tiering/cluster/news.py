@@ -119,13 +119,18 @@ class Publisher:
 class Watch:
     """When this node runs a follow round, and from which head version."""
 
-    def __init__(self, head: Head, interval: float, fallback: float, *,
+    def __init__(self, head: Head, interval: float, fallback: float, *, settle: float = 0.0,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
-        """``monotonic``: the clock (a simulation's, ``benchmarks/cluster_cost.py``)."""
+        """``settle``: for this long after the start, the head is read every
+        ``interval`` rather than every ``fallback``: the other nodes of a
+        registry learn of a new node at their next listing of it (the
+        members interval), and until then their notices miss it.
+        ``monotonic``: the clock (a simulation's, ``benchmarks/cluster_cost.py``)."""
         self._head = head
         self.interval = interval
         self.fallback = fallback
         self._monotonic = monotonic
+        self._settled_at = monotonic() + settle
         self._nudged = asyncio.Event()
         self._looked_at = monotonic()  # the last read of the head (or the start)
         self._round_at = -interval  # monotonic: when the last round began
@@ -161,7 +166,8 @@ class Watch:
         pushed = self._nudged.is_set() or now
         at = self._monotonic()
         retry = self._failed and at >= self._round_at + self.interval
-        if not (pushed or retry or at >= self._looked_at + self.fallback):
+        fallback = self.fallback if at >= self._settled_at else min(self.fallback, self.interval)
+        if not (pushed or retry or at >= self._looked_at + fallback):
             return None
         self._nudged.clear()
         self._looked_at = at

@@ -217,7 +217,7 @@ def test_scale_out_settings(tmp_path: Path) -> None:
     config = _load(tmp_path)
     assert (config.node_id, config.lease_ttl, config.follow_interval, config.peers) == (None, 30.0, 2.0, {})
     assert config.lease_idle == 0
-    assert (config.heartbeat_interval, config.members_interval, config.peer_connections) == (10.0, 10.0, 64)
+    assert (config.heartbeat_interval, config.members_interval, config.peer_connections) == (10.0, 20.0, 64)
     config = _load(tmp_path, env={"TIERSTORE_NODE_ID": "node-a.1", "TIERSTORE_LEASE_TTL": "6",
                                   "TIERSTORE_LEASE_IDLE": "600", "TIERSTORE_HEARTBEAT_INTERVAL": "3",
                                   "TIERSTORE_MEMBERS_INTERVAL": "4.5", "TIERSTORE_PEER_CONNECTIONS": "16",
