@@ -16,6 +16,7 @@ from tests.unit.tiering.test_objects import body
 from tiering import pool
 from tiering.capacity import LocalDirStore
 from tiering.capacity.layout import SEGMENTS
+from tiering.cluster.catchup import catch_up
 from tiering.cluster.terms import SEALS
 from tiering.errors import (
     InsufficientStorage,
@@ -434,7 +435,8 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
             assert c.tiers.cluster.status().lag_segments > 0
             with pytest.raises(NoSuchBucket):
                 await c.objects.bucket("data")
-            await cluster._catch_up("data", lease.record.term)  # seals a's term
+            await catch_up(cluster._earlier, "data", lease.record.term,  # seals a's term
+                           cluster._apply, cluster._close_if_done)
             assert await c.tiers.cluster.follow() >= 1
             assert await get(c, "data", "k") == b"by a"
             assert c.tiers.cluster.status().lag_segments == 0
