@@ -5,8 +5,9 @@ request) while clients keep writing through both nodes, then heals.
 Each node starts as the writer of its own write-back bucket; the first also
 writes a write-through bucket. Writers own their keys and write them over
 and over, each PUT retried until one gateway acknowledges it: a refusal
-(NotWriter, 503) or a timeout sends the retry to the other node, as a
-client of a real deployment would. At the end every key reads back, from
+(NotWriter, 503) or a timeout sends the retry to the other node, and the
+writer stays with the node that acknowledged, as a client of a real
+deployment would. At the end every key reads back, from
 both nodes, as the bytes of its last acknowledged PUT: nothing the cut-off
 node acknowledged before it stopped (unflushed, write-back) is lost, and
 none of it overwrites what the other node acknowledged later. Progress is
@@ -68,7 +69,7 @@ def nodes(moto_endpoint: str, tmp_path: Path) -> Iterator[tuple[list[Gateway], l
 
 class Writers:
     """Threads that write their own keys in turn, each PUT retried on the
-    other node until acknowledged; ``acked`` holds each key's last
+    other node until acknowledged, then sent to that node; ``acked`` holds each key's last
     acknowledged bytes."""
 
     def __init__(self, nodes: list[Gateway]) -> None:
@@ -101,14 +102,13 @@ class Writers:
         return sum(self.by_node)
 
     def _write(self, bucket: str, writer: str) -> None:
-        nodes = itertools.cycle(range(2))
+        node = 0 if bucket != BACK_B else 1  # the node that acknowledged last, tried first
         for n in itertools.count():
             if self._stop.is_set():
                 return
             key = f"{writer}/k{n % KEYS}"
             body = f"{bucket}/{key}#{n}:".encode() + os.urandom(64)
             for _ in range(POLLS):  # until acknowledged
-                node = next(nodes)
                 try:
                     self.clients[node].put_object(Bucket=bucket, Key=key, Body=body)
                 except ClientError as exc:
@@ -118,11 +118,13 @@ class Writers:
                         return
                     with self._lock:
                         self.refused[code] = self.refused.get(code, 0) + 1
+                    node = 1 - node  # refused: the other node may be the writer now
                     time.sleep(0.05)
                     continue
                 except (ReadTimeoutError, ConnectionError) as exc:
                     with self._lock:
                         self.refused[type(exc).__name__] = self.refused.get(type(exc).__name__, 0) + 1
+                    node = 1 - node
                     continue
                 with self._lock:
                     self.acked[bucket, key] = body
