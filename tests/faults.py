@@ -26,7 +26,13 @@ so a test of retries cannot flake. ``only(method, target)`` (``get_object``,
 ``put``, ``multipart``, ``listing`` below) limits faults to some operations.
 ``proxy.rates`` may be replaced at any time; ``injected`` counts faults by
 kind, ``forwarded`` the requests sent on, ``requests`` lists every request
-received as (method, target, Range). Standard library only.
+received as (method, target, Range).
+
+``partition()`` cuts the store off: every request received from then on is
+held, unanswered, until ``heal()``, which forwards them all (``held`` counts
+them), as TCP delivers what it retransmits once a link is back: a request
+may reach the store long after its client gave up on it. Standard library
+only.
 """
 
 from __future__ import annotations
@@ -212,6 +218,9 @@ class FaultProxy:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._streaks: dict[tuple[str, str, str], int] = {}  # faults in a row, per request
+        self._open = asyncio.Event()  # cleared while partitioned
+        self._open.set()
+        self.held = 0
 
     @property
     def endpoint(self) -> str:
@@ -240,6 +249,14 @@ class FaultProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
+
+    def partition(self) -> None:
+        """Hold every request from now on (see the module docstring)."""
+        self._loop.call_soon_threadsafe(self._open.clear)
+
+    def heal(self) -> None:
+        """Forward the held requests, and every later one, again."""
+        self._loop.call_soon_threadsafe(self._open.set)
 
     def _draw(self, method: str, target: str, range_: str) -> tuple[str, bool]:
         """This request's fault ("" for none) and whether it is delayed."""
@@ -284,6 +301,9 @@ class FaultProxy:
         stays open after that."""
         method, target = request.lines[0].split(" ")[:2]
         self.requests.append((method, target, request.header("range")))
+        if not self._open.is_set():
+            self.held += 1
+            await self._open.wait()
         kind, delayed = self._draw(method, target, request.header("range"))
         if delayed:
             self.injected["latency"] += 1

@@ -2,7 +2,8 @@
 
 Owns: write leases per bucket (``lease.py``), write terms and seals
 (``terms.py``), following other writers' segments and holding this node's
-(``cluster.py``, reading their footers ahead: ``footers.py``), when a node
+(``cluster.py``, reading their footers ahead: ``footers.py``; what it keeps
+of that: ``state.py``; a takeover's catch-up: ``catchup.py``), when a node
 follows (``news.py``: the follow head of ``head.py``, read conditionally,
 and the notices of ``push.py``), which buckets this node may write
 segments for and how it names them (``writing.py``), the registry of live

@@ -42,7 +42,23 @@ state they share, and they coordinate through it alone (``tiering/cluster/lease.
   flushed again in the node's next term.
 - A writer that cannot renew a lease (it was taken, or it ran out on its
   own clock) stops flushing and compacting that bucket and refuses its
-  writes at once.
+  writes at once (503 while its renewal is unanswered, NotWriter once it
+  knows the new holder). A write is acknowledged only if the lease it was
+  checked under is still held, in the same term, once it has committed;
+  held means less than ``ttl - skew`` on this node's clock since the
+  renewal, and another node takes over only ``skew`` after the expiry on
+  its own (``lease.py``): a node cut off from the store stops acknowledging
+  before anyone can take its buckets. A write whose lease check needs the
+  store waits for it at most ``min(write_through_timeout, ttl)``, then 503.
+- Newest acknowledged write wins, across terms: a node that takes a lease
+  raises its sequence counter to ``term << 40`` before it acknowledges a
+  write. Terms are claimed in real-time order and every node keeps the
+  version with the higher sequence, so a write acknowledged in a term
+  outranks every write acknowledged in the bucket's earlier terms, flushed
+  or not. A cut-off writer keeps its unflushed writes queued, takes the
+  bucket back once it is free (``_reclaim``) and flushes them in its new
+  term; a key the writer between wrote keeps that newer version (the old
+  one is superseded at catch-up and its queue entry dropped as stale).
 """
 
 from __future__ import annotations
@@ -52,17 +68,18 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 
 from packer.format import Footer
 from tiering import pool
 from tiering.capacity import CapacityStore
-from tiering.capacity.layout import list_segments, read_footer, segment_path
+from tiering.capacity.layout import list_segments, read_footer
+from tiering.cluster.catchup import Earlier, catch_up
 from tiering.cluster.footers import ReadAhead, forget_deleted
 from tiering.cluster.head import Change, Head
 from tiering.cluster.lease import Lease, check_conditional_writes
-from tiering.cluster.members import Membership, MemberStatus
+from tiering.cluster.members import Membership
 from tiering.cluster.news import Publisher, Watch
+from tiering.cluster.state import Checks, ClusterStatus, Held, Round
 from tiering.cluster.terms import LEGACY, Seals, Terms, term_prefix
 from tiering.errors import (
     CapacityError,
@@ -85,50 +102,6 @@ log = logging.getLogger("tierstore.cluster")
 _SEQUENCE = (1 << TERM_SHIFT) - 1
 
 APPLY, SKIP, WAIT = "apply", "skip", "wait"
-
-
-@dataclass(slots=True)
-class ClusterStatus:
-    node: str
-    role: str  # "writer" (of at least one bucket) or "replica"
-    writing: list[str]  # the buckets whose write lease this node holds
-    writers: dict[str, str]  # bucket -> the node of the newest term this node applied or wrote it in
-    terms: int  # write terms claimed in the store so far
-    lag_seconds: float | None  # since this node last had applied all the store held (None: never yet)
-    lag_segments: int  # segments listed but not yet applied
-    follow_rounds: int
-    pushes: int  # notices from writers received (each asks for a round soon)
-    head_looks: int  # conditional reads of the follow head
-    head_updates: int  # updates of the follow head this node wrote
-    errors: int
-    last_error: str | None
-    # The node registry (members.py), this node included; None with fixed --peers.
-    members: list[MemberStatus] | None = None
-
-
-@dataclass(slots=True)
-class _Held:
-    """A bucket this node writes."""
-
-    lease: Lease
-    term: int
-    renewed: float  # monotonic time of the last renewal
-    issued: int = 0  # the last sequence named in the term
-    written: float = 0.0  # monotonic time the last write to the bucket started
-    active: int = 0  # writes under way: from their check to their commit
-    releasing: bool = False  # giving the lease up (idle): writes wait for the next holder
-
-
-@dataclass(slots=True)
-class _Round:
-    """What one follow round knows of each bucket's lease (read once)."""
-
-    lease_terms: dict[str, int] = field(default_factory=dict)
-    blocked: set[str] = field(default_factory=set)  # buckets waiting for a seal or an earlier term
-    # Terms sealed before this round listed, all of whose listed segments
-    # the round applied or skipped: every valid segment they still have is
-    # applied (compaction may have deleted the rest, the seal's own included).
-    complete: set[int] = field(default_factory=set)
 
 
 class Cluster:
@@ -162,11 +135,14 @@ class Cluster:
         self._skew = min(5.0, self._ttl / 4)
         self._terms = Terms(capacity)
         self._seals = Seals(capacity)
+        self._earlier = Earlier(capacity, index, self._terms, self._seals)  # what a takeover catches up with
         self._leases: dict[str, Lease] = {}  # every bucket lease this node has read
         self._read_at: dict[str, float] = {}  # monotonic: when each was last read
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, Held] = {}
         self._writers: dict[str, int] = {}  # bucket -> the newest term this node saw write it
-        self._taking: dict[str, asyncio.Lock] = {}
+        self._taking = Checks()  # each bucket's lease being checked or taken, for the writes that wait
+        # Buckets whose lease this node lost with writes of them still queued.
+        self._stranded: set[str] = set()
         self._applying = asyncio.Lock()  # one of: a follow round, a takeover's catch-up
         self._current_at: float | None = None  # monotonic: when the last complete round listed
         self._behind = 0
@@ -253,26 +229,32 @@ class Cluster:
             yield
         finally:
             held.active -= 1
+        held.acknowledge(bucket, self._held.get(bucket))
 
     async def check_write(self, bucket: str) -> None:
         """Return once this node may take writes to ``bucket``: it holds the
         bucket's lease, or took it now (free or expired) and caught up.
-        NotWriter if another node holds it."""
+        NotWriter if another node holds it; 503 if its own lapsed unrenewed
+        or the store did not answer within the write's bound."""
         if self.may_write(bucket) and not self._held[bucket].releasing:
             return
-        async with self._taking.setdefault(bucket, asyncio.Lock()):
-            if bucket in self._held and self._held[bucket].releasing:
-                raise ServiceUnavailable(f"This gateway is giving up bucket {bucket}'s idle write lease; retry")
-            if self.may_write(bucket):
-                return
-            lease = self._lease(bucket)
-            if time.monotonic() - self._read_at.get(bucket, -1e9) > self._settings.follow_interval:
-                await lease.read()
-                self._read_at[bucket] = time.monotonic()
-            record = lease.record
-            if record is not None and record.holder != self.node and not lease.takeable(record):
-                self.check(bucket)  # raises NotWriter (or 503 on a released lease being retaken)
-            await self._take(bucket, lease)
+        if bucket in self._held:
+            self._held[bucket].refuse_if_lapsed(bucket)
+        await self._taking.wait(bucket, self._check_or_take, min(self._settings.write_through_timeout, self._ttl))
+
+    async def _check_or_take(self, bucket: str) -> None:
+        if bucket in self._held and self._held[bucket].releasing:
+            raise ServiceUnavailable(f"This gateway is giving up bucket {bucket}'s idle write lease; retry")
+        if self.may_write(bucket):
+            return
+        lease = self._lease(bucket)
+        if time.monotonic() - self._read_at.get(bucket, -1e9) > self._settings.follow_interval:
+            await lease.read()
+            self._read_at[bucket] = time.monotonic()
+        record = lease.record
+        if record is not None and record.holder != self.node and not lease.takeable(record):
+            self.check(bucket)  # raises NotWriter (or 503 on a released lease being retaken)
+        await self._take(bucket, lease)
 
     async def _take(self, bucket: str, lease: Lease) -> None:
         started = time.monotonic()
@@ -281,8 +263,11 @@ class Cluster:
             self.check(bucket)
         term = lease.record.term  # type: ignore[union-attr]
         async with self._applying:
-            await self._catch_up(bucket, term)
-        self._held[bucket] = _Held(lease, term, started, written=started)
+            await catch_up(self._earlier, bucket, term, self._apply, self._close_if_done)
+        # From here, its writes outrank all of the earlier terms' (module notes).
+        await pool.run(self._index.raise_seq, term << TERM_SHIFT)
+        self._held[bucket] = Held(lease, term, started, written=started)
+        self._stranded.discard(bucket)
         self._wrote(term)
         self.publisher.add(bucket, Change(term))  # the other nodes learn of the new term
         log.info("node %s writes bucket %s (term %d)", self.node, bucket, term)
@@ -331,6 +316,7 @@ class Cluster:
             try:
                 await self.check_write(bucket)
             except (NotWriter, ServiceUnavailable) as exc:
+                self._stranded.add(bucket)
                 log.warning("node %s keeps unflushed writes of %s: %s", self.node, bucket, exc)
         self._task = asyncio.create_task(self._run(), name="tierstore cluster")
 
@@ -367,6 +353,7 @@ class Cluster:
             await self.watch.wait(tick)
             try:
                 await self._renew()
+                await self._reclaim()
                 await self.follow_news()
                 self._last_error = None
             except (CapacityError, OSError, SlowDown, InsufficientStorage) as exc:  # the last two: a full disk
@@ -383,16 +370,29 @@ class Cluster:
             if time.monotonic() - held.renewed < self._ttl / 3 and held.lease.held:
                 continue
             started = time.monotonic()
-            if await held.lease.renew():
+            if await held.renew():
                 held.renewed = started
                 continue
             del self._held[bucket]
+            self._stranded.add(bucket)  # until its queue is known to be empty
             log.error(
                 "node %s lost the write lease of %s to %s: its writes are refused from now on",
                 self.node, bucket, held.lease.holder,
             )
 
-    async def _release_idle(self, bucket: str, held: _Held) -> bool:
+    async def _reclaim(self) -> None:
+        """Take back, once free, each bucket this node lost with acknowledged
+        writes still queued: only its writer may flush them (lease read at
+        most once a follow interval; the writes wait here meanwhile)."""
+        self._stranded &= await self._queued_buckets() if self._stranded else set()
+        for bucket in sorted(self._stranded - set(self._held)):
+            try:
+                await self.check_write(bucket)
+            except (NotWriter, ServiceUnavailable):
+                continue
+            log.info("node %s took bucket %s back to flush the writes it acknowledged before", self.node, bucket)
+
+    async def _release_idle(self, bucket: str, held: Held) -> bool:
         """Give up the lease of a bucket nothing was written to for
         ``lease_idle`` seconds, so that another node can take it at once;
         only with no write under way and nothing of it left to flush (or
@@ -431,7 +431,7 @@ class Cluster:
 
     async def _follow(self) -> int:
         started = time.monotonic()
-        state = _Round()
+        state = Round()
         sealed = self._seals.known()  # before the listing
         await self._terms.refresh()
         points = await pool.run(self._index.follow_points)
@@ -477,7 +477,7 @@ class Cluster:
         self._rounds += 1
         return applied
 
-    async def _ready(self, term: int, bucket: str | None, state: _Round) -> bool:
+    async def _ready(self, term: int, bucket: str | None, state: Round) -> bool:
         """True once term 0 and every earlier term of ``bucket`` are closed."""
         points = await pool.run(self._index.follow_points)
         earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term] if bucket else [LEGACY]
@@ -488,7 +488,7 @@ class Cluster:
                 return False
         return True
 
-    async def _verdict(self, name: str, term: int, bucket: str | None, state: _Round) -> str:
+    async def _verdict(self, name: str, term: int, bucket: str | None, state: Round) -> str:
         """APPLY, SKIP (landed after its term's seal) or WAIT (its term may
         have ended and is not sealed yet)."""
         if term == LEGACY:
@@ -534,36 +534,9 @@ class Cluster:
         cached = [c.extent.cache_name for c in gone if c.extent is not None]
         if cached:
             await pool.run(self._hot.drop_cached, cached)
-
-    # -- taking a bucket over ----------------------------------------------------
-
-    async def _catch_up(self, bucket: str, term: int) -> None:
-        """Apply every segment of term 0 and of ``bucket``'s terms before
-        ``term`` (we hold the lease: no valid one can appear any more), seal
-        each, and delete the uploads that landed after a seal."""
-        await self._terms.refresh()
-        earlier = [LEGACY] + [t for t in self._terms.of(bucket) if t < term]
-        points = await pool.run(self._index.follow_points)
-        for ended in earlier:
-            seal = await self._seals.get(ended)
-            last = points.get(ended, "")
-            if last == FOLLOW_CLOSED:  # applied: only late uploads can be left to remove
-                last = seal or ""
-            late = []
-            async for name, size in list_segments(self._capacity, last, term_prefix(ended)):
-                if seal is not None and name > seal:
-                    late.append(name)
-                    continue
-                await self._apply(name, size)
-                last = name
-            complete = seal is not None  # sealed before the listing
-            if seal is None:
-                seal = await self._seals.write(ended, last)
-            for name in late:
-                if ended != LEGACY:  # term 0's late segments may be any bucket's: left alone
-                    log.info("removing segment %s, written after term %d was sealed", name, ended)
-                    await self._capacity.delete(segment_path(name))
-            await self._close_if_done(ended, self._terms.bucket(ended), complete)
+        # Staged in a term this node lost, superseded by a later writer's write.
+        if staged := [c for c in gone if c.file_id is not None]:
+            await pool.run(self._hot.remove, staged)
 
     async def follow_news(self, now: bool = False) -> None:
         """A round if one is due (``news.py``), or ``now``; then a prune if

@@ -116,6 +116,18 @@ class Index(Database, TierRecords, UploadRecords, LocalRecords, VersionRecords):
         this one or a lower one)."""
         return self._seq
 
+    def raise_seq(self, floor: int) -> None:
+        """Hand out sequence numbers above ``floor`` from now on (a node
+        that takes a bucket's write lease: ``tiering/cluster/cluster.py``
+        says why its writes must outrank every earlier term's)."""
+        with self._lock:
+            if self._seq >= floor:
+                return
+            batch = self._batch()
+            self._seq = floor
+            batch.put(SEQ_KEY, self._seq.to_bytes(8, "big"))
+            self._write(batch)
+
     # -- helpers -----------------------------------------------------------
 
     def _write(self, batch: Batch, sync: bool = True) -> None:

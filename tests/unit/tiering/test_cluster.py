@@ -16,6 +16,7 @@ from tests.unit.tiering.test_objects import body
 from tiering import pool
 from tiering.capacity import LocalDirStore
 from tiering.capacity.layout import SEGMENTS
+from tiering.cluster.catchup import catch_up
 from tiering.cluster.terms import SEALS
 from tiering.errors import (
     InsufficientStorage,
@@ -434,7 +435,8 @@ def test_a_follower_waits_for_the_seal_of_a_term_whose_lease_moved_on(tmp_path: 
             assert c.tiers.cluster.status().lag_segments > 0
             with pytest.raises(NoSuchBucket):
                 await c.objects.bucket("data")
-            await cluster._catch_up("data", lease.record.term)  # seals a's term
+            await catch_up(cluster._earlier, "data", lease.record.term,  # seals a's term
+                           cluster._apply, cluster._close_if_done)
             assert await c.tiers.cluster.follow() >= 1
             assert await get(c, "data", "k") == b"by a"
             assert c.tiers.cluster.status().lag_segments == 0
@@ -607,5 +609,37 @@ def test_a_full_disk_during_a_follow_round_is_counted_and_the_rounds_go_on(tmp_p
         finally:
             await a.close()
             await b.close()
+
+    asyncio.run(go())
+
+
+def test_writes_a_lost_writer_flushes_late_never_overwrite_the_next_writers(tmp_path: Path) -> None:
+    """a acknowledges writes (write-back, unflushed) and stops renewing; b
+    takes the bucket over and overwrites one key; a takes the bucket back
+    and flushes: its other key survives, b's newer version of the first
+    stays, on a and on a node that follows afterwards, though a's sequence
+    counter ran far ahead of b's."""
+
+    async def go() -> None:
+        async with running(tmp_path, "a", "b") as (a, b):
+            await a.objects.create_bucket("data")
+            await a.tiers.flush()
+            await b.tiers.cluster.follow()
+            for n in range(50):  # a's counter runs ahead of anything b has seen
+                await put(a, "data", "k", b"a %d" % n)
+            await put(a, "data", "only-a", b"by a")
+            await pause(a)
+            await wait_out_lease()
+            await put(b, "data", "k", b"by b")  # takes the bucket over
+            await b.tiers.flush()
+            await pause(b)
+            await wait_out_lease()
+            await put(a, "data", "again", b"a again")  # takes it back: catch-up, then its queue
+            await a.tiers.flush()
+            async with running(tmp_path, "c") as (c,):  # follows the store from scratch
+                for svc in (a, c):
+                    assert await get(svc, "data", "k") == b"by b"
+                    assert await get(svc, "data", "only-a") == b"by a"
+                    assert await get(svc, "data", "again") == b"a again"
 
     asyncio.run(go())
