@@ -152,17 +152,14 @@ class Cluster:
         self._task: asyncio.Task[None] | None = None
         # What tells this node to follow (``watch.nudge``: a writer's notice), and
         # what tells the other nodes this one wrote (news.py).
+        registry = settings.advertise_url is not None  # the node registry's (members.py), not fixed --peers
         self._head = Head(capacity)
         self.watch = Watch(self._head, settings.follow_interval, settings.follow_fallback,
-                           settle=settings.members_interval if settings.advertise_url is not None else 0.0)
+                           settle=settings.members_interval if registry else 0.0)
         self.publisher = Publisher(self._head)
         self._pruned: dict[str, int] | None = None  # the head's deletions at the last prune (None: not yet)
-        # The live nodes, followed every follow_interval (with an advertised endpoint).
-        self.members = (
-            Membership.of(capacity, self.node, settings.advertise_url, settings)
-            if settings.advertise_url is not None
-            else None
-        )
+        # The live nodes (with an advertised endpoint).
+        self.members = Membership.of(capacity, self.node, settings.advertise_url, settings) if registry else None
 
     # -- what the flusher and compactor ask (tiering/cluster/writing.py) -------------
 
