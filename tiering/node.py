@@ -80,7 +80,7 @@ class Node:
         self.objects = ObjectService(
             index, tiers, policies, mounts, managed, mounted, epochs, settings, region, self.find_bucket
         )
-        self.warmer = Warmer(self.objects, index, hot, mounts, tiers.reader, settings)
+        self.warmer = Warmer(self.objects, index, hot, mounts, tiers.reader, settings, peers)
         members = tiers.cluster.members if tiers.cluster is not None else None
         if peers is not None and members is not None:
             # Without fixed --peers, the peers are the live nodes of the registry.
