@@ -129,3 +129,32 @@ def test_a_cooperative_warm_on_one_node_warms_each_extent_on_its_owner(
     proxy.reset()  # type: ignore[attr-defined]
     epoch(registered.nodes, files, seed=3, bucket="warmed")  # read on every node: all warm already
     assert segment_gets(proxy) == 0
+
+
+def test_a_joining_node_takes_its_share_of_managed_extents_from_the_previous_owners(
+    registered: Registered, proxy: object
+) -> None:
+    """Two nodes hold a managed bucket hot (each its share); a third joins.
+    Every object read through the third comes from the store not once:
+    the extents the other two still own are asked of them, and those the
+    third owns now are handed over from the memory of the node that kept
+    them, and kept on the third, so a read through the others finds them
+    there."""
+    for name in ("h1", "h2"):
+        registered.start(name)
+    registered.settle()
+    files = registered.write("handed", OBJECTS)
+    epoch(registered.nodes, files, seed=5, bucket="handed")  # hot on their owners
+    joined = registered.start("h3")
+    registered.settle()
+    proxy.reset()  # type: ignore[attr-defined]
+    epoch([joined], files, seed=6, bucket="handed")
+    from_store = segment_gets(proxy)
+    held = joined.admin("GET", "/tiers").json()["hot_cached"]
+    print(f"after the join: {from_store} segment GETs reading {OBJECTS} objects through the new node, "
+          f"which now holds {held} bytes")
+    assert from_store == 0, from_store
+    assert OBJECTS * SIZE / 6 < held < OBJECTS * SIZE / 2, held  # about a third: its share, handed over
+    proxy.reset()  # type: ignore[attr-defined]
+    epoch(registered.nodes, files, seed=7, bucket="handed")  # the new node's share is hot there now
+    assert segment_gets(proxy) == 0
