@@ -72,6 +72,11 @@ class CacheEviction:
             self._sieve.judge = is_copy
         self.judge_copies()
 
+    @property
+    def copies(self) -> int:
+        """Cached pieces judged copies of other nodes' (evicted first)."""
+        return len(self._sieve.copies)
+
     def judge_copies(self) -> int:
         """Blocking: judge every queued name again (the owners changed);
         the copies now. The judging runs outside the lock, over a snapshot."""
