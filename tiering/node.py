@@ -80,13 +80,19 @@ class Node:
         self.objects = ObjectService(
             index, tiers, policies, mounts, managed, mounted, epochs, settings, region, self.find_bucket
         )
-        self.warmer = Warmer(self.objects, index, hot, mounts, tiers.reader, settings)
+        self.warmer = Warmer(self.objects, index, hot, mounts, tiers.reader, settings, peers)
         members = tiers.cluster.members if tiers.cluster is not None else None
+        if peers is not None:
+            # Copies of extents other nodes own are evicted before this node's share.
+            hot.rank_copies(lambda name: peers.group.keeps_elsewhere(name))
         if peers is not None and members is not None:
             # Without fixed --peers, the peers are the live nodes of the registry.
             async def follow(live: Mapping[str, Member]) -> None:
+                group = peers.group
                 await peers.follow({n: m.endpoint for n, m in live.items()},
                                    {n: m.started_ms for n, m in live.items()})
+                if peers.group is not group:  # the owners changed: what is a copy here too
+                    await pool.run(hot.judge_copies)
 
             members.subscribe(follow)
         if pusher is not None and tiers.cluster is not None:

@@ -139,7 +139,8 @@ def router(ctx: AdminContext) -> APIRouter:
         except PatternError as exc:
             raise AdminError("InvalidRequest", str(exc)) from None
 
-        peers = _peer_client(ctx, request)
+        spread = _spread(ctx, request)
+        peers = None if spread else _peer_client(ctx, request)
 
         async def work(job: Job) -> dict[str, Any]:
             if peers is not None:
@@ -147,7 +148,7 @@ def router(ctx: AdminContext) -> APIRouter:
             try:
                 return asdict(await service.warmer.warm(
                     request.bucket, prefix=request.prefix, keys=keys, concurrency=request.concurrency,
-                    bandwidth=request.bandwidth, job=job, peers=peers, peer_wait=request.peer_wait,
+                    bandwidth=request.bandwidth, job=job, peers=peers, peer_wait=request.peer_wait, spread=spread,
                 ))
             finally:
                 if peers is not None:
@@ -186,6 +187,16 @@ def router(ctx: AdminContext) -> APIRouter:
     return api
 
 
+def _spread(ctx: AdminContext, request: WarmRequest) -> bool:
+    """True for a cooperative warm with no node list, on a gateway in the
+    node registry: its live nodes are the group, and the job, run on this
+    node alone, has each extent brought in by its owner
+    (``tiering/prefetch/spread.py``); a mount's warm asks the owners anyway."""
+    config = ctx.config
+    return (request.cooperative and request.peers is None and not config.peers and config.registry
+            and ctx.tiering().peers is not None)
+
+
 def _peer_client(ctx: AdminContext, request: WarmRequest) -> PeerClient | None:
     """The other gateways of a cooperative warm, asked with this gateway's
     first key pair (the nodes of one group accept the same pairs)."""
@@ -197,7 +208,7 @@ def _peer_client(ctx: AdminContext, request: WarmRequest) -> PeerClient | None:
         raise AdminError("InvalidRequest", "a cooperative warm needs a gateway started with --node-id")
     if config.node_id not in endpoints:
         raise AdminError("InvalidRequest", f"the peers must include this gateway ({config.node_id}); "
-                         f"got {sorted(endpoints) or 'none (set --peers or give peers)'}")
+                         f"got {sorted(endpoints) or 'none (set --peers, give peers, or start it in the node registry with --advertise-url)'}")
     for node, url in endpoints.items():
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

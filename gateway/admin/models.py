@@ -310,7 +310,9 @@ class WarmRequest(Strict):
     cooperative: bool = Field(
         False, description="Share the work with the other gateways that run the same job: each fetches the "
         "segments it owns from the store and the rest from their owners. The node list is `peers`, or the "
-        "gateway's `peers` setting.")
+        "gateway's `peers` setting. A gateway in the node registry (a node id and no `peers`) takes its live "
+        "nodes instead, and the job runs on it alone: each extent is warmed by the node that owns it, "
+        "which keeps it, as reads find it.")
     peers: dict[Text, Text] | None = Field(
         None, description="Node id -> S3 endpoint URL of every gateway in the job, this one included "
         "(implies cooperative).")

@@ -338,11 +338,12 @@ def test_the_cluster_layer_runs_three_gateways_over_one_bucket(tmp_path: Path) -
     assert {c.node_id for c in configs.values()} == {"node-a", "node-b", "node-c"}
     assert len({c.capacity for c in configs.values()}) == 1  # one store
     assert len({tuple(c.credentials.items()) for c in configs.values()}) == 1  # one key pair
-    for config in configs.values():
-        # Every node named, at its service's name and the S3 port inside the network.
-        by_node = {c.node_id: name for name, c in configs.items()}
-        assert {node: urlsplit(url).hostname for node, url in config.peers.items()} == by_node
-        assert {urlsplit(url).port for url in config.peers.values()} == {Config().port}
+    for name, config in configs.items():
+        # No fixed node list: each node joins the registry, advertising its
+        # service's name and the S3 port inside the network.
+        assert config.peers == {} and config.registry
+        url = urlsplit(config.advertised_url or "")
+        assert (url.hostname, url.port) == (name, Config().port)
     volumes = [v.split(":")[0] for name in GATEWAYS for v in services[name]["volumes"]]
     assert len(set(volumes)) == 3
     published = [p.rsplit(":", 1)[0] for name in GATEWAYS for p in services[name]["ports"]]

@@ -44,6 +44,7 @@ refused, and the extent is fetched from the store.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 from collections.abc import Mapping
@@ -73,6 +74,7 @@ FETCH = "fetch"  # read through, as for a client, but ask no other node
 _PAUSE = 5.0  # seconds a node that could not be reached is not asked
 CONNECTIONS = 64  # open to all other nodes together, by default
 _GRACE = 5.0  # seconds past the read timeout a node that left keeps its connections
+_EXTENT_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]+-[0-9a-f]+")  # Extent.cache_name: segment-offset-stored
 
 
 def stored_matches(ext: Extent, raw: bytes, level: int) -> bool:
@@ -113,6 +115,12 @@ class PeerGroup:
     def extent_owner(self, ext: Extent) -> str:
         """The node that keeps a managed extent's bytes."""
         return self.placement.owner(ext.cache_name)
+
+    def keeps_elsewhere(self, name: str) -> bool:
+        """True if ``name`` is the cache name of a managed extent another
+        node owns: cached here, a copy. A mounted piece's name does not say
+        which object it is of (its owner's key), so it is never one."""
+        return _EXTENT_NAME.fullmatch(name) is not None and self.placement.owner(name) != self.me
 
     def previous_owner(self, piece: str) -> str | None:
         """The node that would keep ``piece`` without this one; None when

@@ -56,11 +56,39 @@ class CacheEviction:
         free space is short of the floor and its slack, plus ``room`` bytes
         more); bytes freed.
 
-        Without an advisor, in SIEVE order. With one, files no registered
-        future read wants go first (in SIEVE order), then wanted files,
-        the one needed furthest in the future first (Belady's rule), then,
-        if still over, whatever SIEVE picks."""
+        Copies of pieces other nodes own go first, oldest first (``ranking
+        copies``). Then, without an advisor, in SIEVE order. With one, files
+        no registered future read wants go first (in SIEVE order), then
+        wanted files, the one needed furthest in the future first (Belady's
+        rule), then, if still over, whatever SIEVE picks."""
         return self._evict_to(self._target(room) if target is None else target)
+
+    def rank_copies(self, is_copy: Callable[[str], bool]) -> None:
+        """In a cluster: ``is_copy(name)`` is True for a cached piece that
+        another node owns, which eviction then takes before this node's
+        own share. Called for each name as it is queued (under the lock: a
+        table lookup), and for all of them by ``judge_copies``."""
+        with self._lock:
+            self._sieve.judge = is_copy
+        self.judge_copies()
+
+    @property
+    def copies(self) -> int:
+        """Cached pieces judged copies of other nodes' (evicted first)."""
+        return len(self._sieve.copies)
+
+    def judge_copies(self) -> int:
+        """Blocking: judge every queued name again (the owners changed);
+        the copies now. The judging runs outside the lock, over a snapshot."""
+        is_copy = self._sieve.judge
+        if is_copy is None:
+            return 0
+        with self._lock:
+            names = list(self._sieve.names())
+        copies = [name for name in names if is_copy(name)]
+        with self._lock:
+            self._sieve.rejudge(copies)
+            return len(self._sieve.copies)
 
     def _target(self, room: int = 0) -> int:
         """Where a pass stops: the low watermark, or lower by the bytes free
@@ -79,9 +107,10 @@ class CacheEviction:
     def _evict_to(self, target: int) -> int:
         target = max(target, 0)
         advisor = self.advisor  # one advisor for the whole pass
+        freed = self._evict_victims(target, None, copies=True)
         if advisor is None:
-            return self._evict_victims(target, None)
-        freed = self._evict_victims(target, self._log_wanted(advisor.wanted))
+            return freed + self._evict_victims(target, None)
+        freed += self._evict_victims(target, self._log_wanted(advisor.wanted))
         freed += self._evict_furthest(target, advisor)
         return freed + self._evict_victims(target, None)
 
@@ -92,15 +121,21 @@ class CacheEviction:
             return True
         return not self._sieve and not (self.logs is not None and self.logs.open_pieces())
 
-    def _evict_victims(self, target: int, skip: Callable[[str], bool] | None) -> int:
+    def _evict_victims(self, target: int, skip: Callable[[str], bool] | None, copies: bool = False) -> int:
         """Evict SIEVE victims (passing over names ``skip`` keeps) until done
-        or every queued name is skipped."""
+        or every queued name is skipped; with ``copies``, the copies of other
+        nodes' pieces alone, oldest first."""
         freed = 0
         while True:
             with self._lock:
                 if self._done(target):
                     break
-                picked = self._sieve.victim(skip)
+                if copies:
+                    picked = self._sieve.copy_victim()
+                    if picked is None:
+                        break
+                else:
+                    picked = self._sieve.victim(skip)
                 if picked is None and self._seal_open_log():
                     picked = self._sieve.victim(skip)
                 if picked is None:

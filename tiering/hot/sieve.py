@@ -19,6 +19,13 @@ Why it replaced LRU here:
 - A hit is a bit set, not a relink: cheap under the hot tier's lock, which
   every reading worker thread takes.
 
+In a cluster, some cached pieces are copies of pieces another node owns
+(kept from before a join moved them, or read here when their owner could
+not be asked): a ``judge`` says which, as they are queued, and the queue
+keeps them apart (``copies``, oldest first) so eviction can take them
+before anything of this node's own share. A miss of a copy costs a peer
+read; a miss of an owned piece costs every node a store read.
+
 The hot tier may also be given an ``EvictionAdvisor``: a component that knows
 which cache files registered future reads will need (a prefetch plan, a
 sequential reader) and in what order, so eviction can approach Belady's
@@ -77,6 +84,10 @@ class Sieve:
         # Where the next victim search starts; None means at the tail.
         self._hand: _Node | None = None
         self.total = 0  # sum of the sizes
+        # True for a name that is a copy of another node's piece; judged as
+        # a name is queued, and again for all (``rejudge``) when owners change.
+        self.judge: Callable[[str], bool] | None = None
+        self.copies: dict[str, None] = {}  # the queued names judged copies, oldest first
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -109,6 +120,22 @@ class Sieve:
             self._tail = node
         self._nodes[name] = node
         self.total += size
+        if self.judge is not None and self.judge(name):
+            self.copies[name] = None
+
+    def rejudge(self, copies: Iterable[str]) -> None:
+        """The queued names among ``copies`` are the copies now (judged
+        outside the caller's lock over a snapshot of ``names``)."""
+        self.copies = {name: None for name in copies if name in self._nodes}
+
+    def copy_victim(self) -> tuple[str, int] | None:
+        """Pop the oldest copy, as (name, size); None if there is none."""
+        if not self.copies:
+            return None
+        name = next(iter(self.copies))
+        size = self.remove(name)
+        assert size is not None  # copies holds queued names only
+        return name, size
 
     def touch(self, name: str) -> bool:
         """Record a hit; False if ``name`` is not queued."""
@@ -123,6 +150,7 @@ class Sieve:
         node = self._nodes.pop(name, None)
         if node is None:
             return None
+        self.copies.pop(name, None)
         self._unlink(node)
         return node.size
 
@@ -143,6 +171,7 @@ class Sieve:
                 node.visited = False
             elif skip is None or not skip(node.name):
                 del self._nodes[node.name]
+                self.copies.pop(node.name, None)
                 self._hand = node
                 self._unlink(node)  # moves the hand to the newer neighbour
                 return node.name, node.size

@@ -56,6 +56,7 @@ class TierStatus:
     cache_hits: int
     cache_misses: int
     peer_reads: int  # misses another gateway answered (the rest read the store)
+    hot_copies: int  # cached extents other nodes own: evicted before this node's own share
     segments: int
     capacity_bytes: int
     capacity_live: int
@@ -259,6 +260,7 @@ class Tiers:
             cache_hits=self.reader.hits,
             cache_misses=self.reader.misses,
             peer_reads=self.reader.from_peers,
+            hot_copies=hot.copies,
             segments=len(segments),
             capacity_bytes=sum(s.size for s in segments),
             capacity_live=live,

@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from packer.ranges import ByteRange, split_over
 from tiering import pool
+from tiering.cluster.handover import Handover
 from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused
 from tiering.errors import NoSuchBucket, NoSuchKey, NotHot
 from tiering.hot.open_files import Opened
@@ -73,8 +74,10 @@ class ManagedBuckets:
         self._policies = policies
         self._settings = settings
         # The other gateways over the same store, asked for an extent before
-        # the store (``tiering/cluster/peers.py``).
+        # the store (``tiering/cluster/peers.py``); and, for an extent of
+        # this node's share after it joined, the node that kept it before.
         self._peers = peers
+        self._handover = Handover(peers) if peers is not None else None
 
     # -- reads -------------------------------------------------------------
 
@@ -230,11 +233,13 @@ class ManagedBuckets:
         segment when this one has peers (and ``ask_peers``: not for a
         peer's own request), else, or if that node does not send them,
         from the capacity tier, where a large extent stored as it is is
-        sent on as it arrives (``ExtentReader.open_live``).
-        ``tally`` counts the bytes yielded by the tier they came from."""
+        sent on as it arrives (``ExtentReader.open_live``). An extent this
+        node owns since it joined is first asked of its previous owner's
+        memory (``Handover``), for a peer's request too: that ask passes
+        nothing on. ``tally`` counts the bytes yielded by the tier they came from."""
         tally = tally if tally is not None else ReadTally()
         pin = self._policies.pinned(meta.bucket, meta.key)
-        origin = meta if ask_peers and self._peers is not None else None
+        origin = meta if self._peers is not None else None
         # Where each chunk starts in the object: what a peer is asked for.
         starts = list(itertools.accumulate((c.size for c in meta.chunks), initial=0)) if origin else None
 
@@ -242,13 +247,13 @@ class ManagedBuckets:
             chunk = meta.chunks[index]
             start = starts[index] if starts else 0
             if chunk.file_id is None:
-                return await self._source(chunk, pin, origin, start)
+                return await self._source(chunk, pin, origin, start, ask_peers)
             try:
                 return Opened(await pool.run(self._hot.open, chunk.file_id), 0)
             except FileNotFoundError:
                 # Flushed since the lookup (the file became a cached extent):
                 # read the same version's extent instead.
-                return await self._source(await self._reload_chunk(meta, index), pin, origin, start)
+                return await self._source(await self._reload_chunk(meta, index), pin, origin, start, ask_peers)
 
         pieces = list(split_over([c.size for c in meta.chunks], wanted))
         async for block in stream(
@@ -258,11 +263,13 @@ class ManagedBuckets:
         ):
             yield block
 
-    async def _source(self, chunk: Chunk, pin: bool, origin: ObjectMeta | None, start: int) -> Source:
+    async def _source(self, chunk: Chunk, pin: bool, origin: ObjectMeta | None, start: int,
+                      ask_owner: bool = True) -> Source:
         """A descriptor on the cached extent, or its bytes after a fetch
         (cached, pinned when ``pin``); ``origin`` and ``start`` (the object
         and where the chunk starts in it) let the peer that owns the extent
-        send them."""
+        send them (with ``ask_owner``), or, for an extent this node took
+        over, the peer that kept it."""
         ext = chunk.extent
         assert ext is not None
         reader = self._tiers.reader
@@ -270,10 +277,13 @@ class ManagedBuckets:
         if fd is not None:
             return fd
         ask = None
-        if origin is not None and self._peers is not None:
+        if origin is not None and self._peers is not None and self._handover is not None:
             node = self._peers.group.extent_owner(ext)
             if node != self._peers.group.me:
-                ask = functools.partial(self._from_peer, node, origin, start, ext)
+                if ask_owner:
+                    ask = functools.partial(self._from_peer, node, origin, start, ext)
+            elif (before := self._handover.before(ext.cache_name)) is not None:
+                ask = functools.partial(self._handed_over, before, origin, start, ext)
         return await reader.open_live(ext, pin, ask)
 
     async def _from_peer(self, node: str, meta: ObjectMeta, start: int, ext: Extent) -> bytes | None:
@@ -286,6 +296,22 @@ class ManagedBuckets:
         except PeerRefused as exc:
             log.info("peer %s did not send %s/%s: %s", node, meta.bucket, meta.key, exc)
             return None
+
+    async def _handed_over(self, node: str, meta: ObjectMeta, start: int, ext: Extent) -> bytes | None:
+        """An extent of this node's share from the memory of ``node``, which
+        kept it before this node joined (``HOT``: it reads no store for
+        this), checked, and cached here: this node owns it now. None to
+        read the store."""
+        assert self._peers is not None and self._handover is not None
+        try:
+            data = await self._peers.extent(node, meta.bucket, meta.key, meta.etag, start, ext,
+                                            self._settings.compression_level, HOT)
+        except PeerRefused as exc:
+            log.info("previous owner %s did not send %s/%s: %s", node, meta.bucket, meta.key, exc)
+            data = None
+        if self._handover.outcome(data) is not None:
+            await self._tiers.reader.adopt(ext, data)  # type: ignore[arg-type]  # not None here
+        return data
 
     async def _reload_chunk(self, meta: ObjectMeta, index: int) -> Chunk:
         found = await pool.run(self._index.find_vseq, meta.bucket, meta.key, meta.vseq)

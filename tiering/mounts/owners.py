@@ -18,27 +18,19 @@ the MD5 ETag once more, as a source's answer is, since the description is
 recorded from them. An owner that refuses or cannot be reached is skipped:
 the read goes to the source, as without peers.
 
-**A share handed over.** When a node joins a running cluster, rendezvous
-hashing moves to it the objects it now wins, and the nodes that kept them
-until then still hold them hot. For a while after it starts
-(``HANDOVER_S``), a miss of an object this node owns first asks the node
-that would own it without this one (``before``), with
-``x-tierstore-peer: hot``: that node answers from its memory alone, never
-from the source, or 503. What it sends is then cached here as the source's
-bytes would be, checked against the MD5 ETag where that is one, so the
-moved share comes over once instead of being read from the store again. A
-node restarted on its data dir gets back, this way, what the others took
-over while it was gone. At a cluster's first start no node holds anything:
-after ``HANDOVER_MISSES`` asks in a row that found nothing, this node stops
-asking.
+**A share handed over.** When a node joins a running cluster, the objects
+it now owns are still hot on the nodes that kept them until then: for a
+while, a miss of one asks that node's memory first (``before``, with
+``x-tierstore-peer: hot``), and what it sends is cached here as the
+source's bytes would be, checked against the MD5 ETag where that is one
+(``tiering/cluster/handover.py`` says when asking stops).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from typing import TypeVar
 
+from tiering.cluster.handover import Handover
 from tiering.cluster.peers import FETCH, HOT, PeerClient, PeerRefused
 from tiering.errors import CapacityNotFound
 from tiering.meta import ObjectMeta
@@ -48,11 +40,6 @@ __all__ = ["MountOwners", "PeerRefused"]
 
 log = logging.getLogger("tierstore.mounts")
 
-T = TypeVar("T")
-
-HANDOVER_S = 600.0  # seconds after this node starts during which it asks a piece's previous owner
-HANDOVER_MISSES = 16  # asks in a row that found nothing, after which it stops asking
-
 
 class MountOwners:
     """The owners of mounted objects among this node's peers."""
@@ -61,9 +48,7 @@ class MountOwners:
         self._peers = peers
         self.asked = 0  # reads answered by an owner, for the status
         self.refused = 0  # owners that did not answer: read from the source
-        self.handed = 0  # pieces of this node's share a previous owner sent
-        self._handover_until = time.monotonic() + HANDOVER_S
-        self._handover_misses = 0
+        self._handover = Handover(peers)
 
     def of(self, name: str, key: str) -> str | None:
         """The node that keeps ``key`` of mount ``name``; None when it is this one."""
@@ -71,14 +56,16 @@ class MountOwners:
         node = group.owner(f"{name}\0{key}")
         return None if node == group.me else node
 
+    @property
+    def handed(self) -> int:
+        """Objects' pieces of this node's share a previous owner sent."""
+        return self._handover.handed
+
     def before(self, name: str, key: str) -> str | None:
         """For an object this node keeps: the node that would keep it
-        without this one, while this node may still be taking its share over
-        (module docstring); None otherwise."""
-        if self._handover_misses >= HANDOVER_MISSES or time.monotonic() > self._handover_until \
-                or self.of(name, key) is not None:
-            return None
-        return self._peers.group.previous_owner(f"{name}\0{key}")
+        without this one, while this node may still be taking its share
+        over (``Handover.before``); None otherwise."""
+        return self._handover.before(f"{name}\0{key}")
 
     async def handed_first(self, name: str, key: str, length: int) -> tuple[SourceObject, bytes] | None:
         """The object's description and first ``length`` bytes from its
@@ -90,8 +77,8 @@ class MountOwners:
         try:
             answer, data = await self._peers.first(node, name, key, length, HOT)
         except (PeerRefused, CapacityNotFound):
-            return self._handed(None)
-        return self._handed((source_object(key, answer), data))
+            return self._handover.outcome(None)
+        return self._handover.outcome((source_object(key, answer), data))
 
     async def handed_piece(self, meta: ObjectMeta, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of that version from its previous owner's
@@ -100,19 +87,9 @@ class MountOwners:
         if node is None:
             return None
         try:
-            return self._handed(await self._peers.get(node, meta.bucket, meta.key, meta.etag, start, end, HOT))
+            return self._handover.outcome(await self._peers.get(node, meta.bucket, meta.key, meta.etag, start, end, HOT))
         except PeerRefused:
-            return self._handed(None)
-
-    def _handed(self, got: T | None) -> T | None:
-        """Count a handover ask's outcome (``got``: None when the previous
-        owner did not hold it) toward stopping after HANDOVER_MISSES in a row."""
-        if got is None:
-            self._handover_misses += 1
-        else:
-            self._handover_misses = 0
-            self.handed += 1
-        return got
+            return self._handover.outcome(None)
 
     async def first(self, node: str, name: str, key: str, length: int) -> tuple[SourceObject, bytes]:
         """The object's description and first ``length`` bytes, from ``node``.

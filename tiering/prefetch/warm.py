@@ -41,6 +41,7 @@ from tiering.index.db import Index
 from tiering.jobs import Job
 from tiering.meta import BucketInfo, Extent, ObjectMeta
 from tiering.mounts.buckets import Mounts
+from tiering.prefetch.spread import PeerItem, Spread
 from tiering.reads.fetch import ExtentReader
 from tiering.settings import TierSettings
 
@@ -71,6 +72,8 @@ class WarmReport:
     peer_bytes: int = 0
     peer_requests: int = 0
     peer_fallbacks: int = 0
+    # A warm spread over the cluster (spread.py): extents their owners brought in.
+    owner_extents: int = 0
     note: str = ""
 
 
@@ -112,8 +115,12 @@ class Warmer:
         mounts: Mounts,
         reader: ExtentReader,
         settings: TierSettings,
+        owners: PeerClient | None = None,
     ) -> None:
         self._objects = objects  # bucket checks and manifest reads
+        # The cluster's nodes (fixed or the registry's live ones), whose
+        # extents a ``spread`` warm asks their owners to bring in.
+        self._owners = owners
         self._index = index
         self._hot = hot
         self._mounts = mounts
@@ -131,6 +138,7 @@ class Warmer:
         job: Job | None = None,
         peers: PeerClient | None = None,
         peer_wait: float = 30.0,
+        spread: bool = False,
     ) -> WarmReport:
         """Warm one set: every object under ``prefix``, or ``keys`` (as
         given: ``expand_all`` turns patterns and manifest lines into keys).
@@ -141,7 +149,11 @@ class Warmer:
         same time, asks each other node for the extents of its segments,
         from that node's hot tier. A node that has not got them yet is asked again, and
         after ``peer_wait`` seconds without a byte from it (or at once if
-        it refuses or cannot be reached) the store is read instead."""
+        it refuses or cannot be reached) the store is read instead.
+
+        With ``spread`` (and this node in a cluster), the set is warmed into
+        the cluster's one cache from this node alone: each extent by the
+        node that owns it (``spread.py``), this node keeping its own share."""
         await self._objects.bucket(bucket)
         if (prefix is None) == (keys is None):
             raise InvalidArgument("Give exactly one of prefix or keys")
@@ -157,7 +169,15 @@ class Warmer:
         if mounted:
             await self._warm_mounted(bucket, batches, report, concurrency, limit, job)  # type: ignore[arg-type]
         elif peers is None:
-            await self._warm_managed(batches, report, concurrency, limit, job)  # type: ignore[arg-type]
+            placed = Spread(self._owners, hot, concurrency) if spread and self._owners is not None else None
+            try:
+                await self._warm_managed(batches, report, concurrency, limit, job,  # type: ignore[arg-type]
+                                         spread=placed)
+            finally:
+                if placed is not None:
+                    report.owner_extents += placed.asked
+                    report.peer_requests += placed.requests
+                    report.peer_fallbacks += placed.refused
         else:
             # Both at once: this node's share from the store, and the other
             # nodes' shares from them as they have them.
@@ -228,20 +248,25 @@ class Warmer:
     async def _warm_managed(
         self, batches: AsyncIterator[list[ObjectMeta]], report: WarmReport,
         concurrency: int, limit: RateLimit, job: Job | None,
-        peers: PeerClient | None = None, theirs: list[PeerItem] | None = None,
+        peers: PeerClient | None = None, theirs: list[PeerItem] | None = None, spread: Spread | None = None,
     ) -> None:
         """Batches of packed objects, each fetched with ``fetch_many`` (runs
         of neighbouring extents in one GET), ``concurrency`` batches at once.
         With ``peers``, only the extents of segments this node owns; the
-        others are put in ``theirs`` (and their objects counted done there)."""
+        others are put in ``theirs`` (and their objects counted done there).
+        With ``spread``, only the extents this node owns; their owners are
+        asked for the others, which count against their hot tiers, not
+        this one's."""
         reader = self._reader
         hot = self._hot
         gate = asyncio.Semaphore(max(1, concurrency))
         tasks: set[asyncio.Task[None]] = set()
         errors: list[str] = []
 
-        async def fetch(extents: list[Extent], objects: int, nbytes: int) -> None:
+        async def fetch(extents: list[Extent], objects: int, nbytes: int, asked: list[PeerItem]) -> None:
             try:
+                if asked and spread is not None:
+                    extents = [*extents, *await spread.ask(asked)]  # owners that did not: from the store here
                 outcome = await reader.fetch_many(extents)
                 report.requests += outcome.requests
                 report.fetched_bytes += outcome.bytes
@@ -256,12 +281,16 @@ class Warmer:
         try:
             async for batch in batches:
                 chosen: list[Extent] = []
+                asked: list[PeerItem] = []  # (spread) extents their owners bring in
                 later = later_bytes = 0  # objects with extents a peer sends: counted done there
                 for meta in batch:
                     report.objects += 1
                     report.bytes += meta.size
                     # Staged chunks are hot already (the tier counts them as fixed).
                     wanted = [c.extent for c in meta.chunks if c.file_id is None and c.extent is not None]
+                    elsewhere: list[PeerItem] = []
+                    if spread is not None:
+                        wanted, elsewhere = spread.split(meta)
                     size = sum(e.raw for e in wanted)
                     if report.left_out_objects or report.hot_bytes + size > report.room_bytes:
                         report.left_out_objects += 1  # in order: the set's start is what is warmed
@@ -269,6 +298,7 @@ class Warmer:
                         continue
                     report.hot_objects += 1
                     report.hot_bytes += size
+                    asked += elsewhere
                     if peers is None or theirs is None:
                         chosen.extend(e for e in wanted if not hot.is_cached(e.cache_name))
                     elif _split(meta, peers, hot, chosen, theirs):
@@ -276,13 +306,13 @@ class Warmer:
                         later_bytes += meta.size
                 nbytes = sum(m.size for m in batch) - later_bytes
                 done = len(batch) - later
-                if not chosen:
+                if not chosen and not asked:
                     if job is not None:
                         job.advance(done, nbytes)
                     continue
                 await limit.take(sum(e.stored for e in chosen))
                 await gate.acquire()
-                task = asyncio.create_task(fetch(chosen, done, nbytes))
+                task = asyncio.create_task(fetch(chosen, done, nbytes, asked))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             await asyncio.gather(*tasks)
@@ -430,16 +460,6 @@ class Warmer:
         finally:
             report.requests = stats.gets + stats.heads - before
             report.fetched_bytes = stats.bytes_read - read
-
-
-@dataclass(slots=True)
-class PeerItem:
-    """An extent of the set that another node of the group fetches."""
-
-    meta: ObjectMeta
-    extent: Extent
-    start: int  # where its bytes start in the object
-    owner: str
 
 
 def _split(meta: ObjectMeta, peers: PeerClient, hot: HotTier, mine: list[Extent], theirs: list[PeerItem]) -> bool:

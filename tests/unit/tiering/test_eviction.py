@@ -10,6 +10,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tiering.cluster.peers import PeerGroup
 from tiering.hot.sieve import EvictionAdvisor, Sieve
 from tiering.hot.tier import HotTier
 
@@ -290,3 +291,55 @@ def test_without_an_advisor_a_file_read_again_outlives_the_others(tmp_path: Path
     assert hot.read_cached("c", 100) is not None
     hot.evict(200)
     assert _cached(hot, "abcd") == {"a", "c"}
+
+
+# -- copies of other nodes' pieces --------------------------------------------
+
+
+def _extent_name(segment: int, offset: int) -> str:
+    return f"{segment:016x}-{offset:x}-64"  # as Extent.cache_name
+
+
+def test_copies_of_other_nodes_extents_go_before_this_nodes_share(tmp_path: Path) -> None:
+    """The owner table (a PeerGroup of three nodes) says which cached
+    extents are this node's; the others go first, even those filled after
+    the own ones and read again since, and even with an advisor that wants
+    them; a mounted piece's name is never judged a copy."""
+    group = PeerGroup("n1", {"n1": "http://a", "n2": "http://b", "n3": "http://c"})
+    hot = HotTier(tmp_path, budget=1 << 20, high=0.9, low=0.5)
+    hot.rank_copies(group.keeps_elsewhere)
+    names = [_extent_name(7, 100 * i) for i in range(30)]
+    own = [name for name in names if not group.keeps_elsewhere(name)]
+    copies = [name for name in names if group.keeps_elsewhere(name)]
+    assert own and copies
+    mount_piece = "m" + "ab" * 20 + "-0"
+    for name in [*own, mount_piece, *copies]:  # the copies newest: plain SIEVE would take the own ones first
+        assert hot.fill(name, b"x" * 100)
+    for name in copies:
+        assert hot.read_cached(name, 100) is not None  # a hit does not save a copy
+    advisor = _Advisor(hot, [])
+    advisor.wanted_set = set(copies)
+    hot.advisor = advisor
+    assert not group.keeps_elsewhere(mount_piece)
+    kept = len(own) + 1
+    assert hot.evict(100 * kept) == 100 * len(copies)
+    assert _cached(hot, names) == set(own) and hot.is_cached(mount_piece), "only the copies went"
+    assert hot.evict(100 * (kept - 2)) == 200, "then this node's own share, as SIEVE picks"
+
+
+def test_copies_are_judged_again_when_the_owners_change(tmp_path: Path) -> None:
+    """Alone, a node owns everything; when two more join, what they now own
+    is a copy here once judged again (the node calls ``judge_copies`` when
+    its peers change), and goes first."""
+    group = PeerGroup("n1", {"n1": "http://a"})
+    hot = HotTier(tmp_path, budget=1 << 20, high=0.9, low=0.5)
+    hot.rank_copies(lambda name: group.keeps_elsewhere(name))
+    names = [_extent_name(9, 100 * i) for i in range(30)]
+    for name in names:
+        assert hot.fill(name, b"x" * 100)
+    assert hot.judge_copies() == 0
+    group = PeerGroup("n1", {"n1": "http://a", "n2": "http://b", "n3": "http://c"})
+    moved = {name for name in names if group.keeps_elsewhere(name)}
+    assert moved and hot.judge_copies() == len(moved)
+    hot.evict(100 * (len(names) - len(moved)))
+    assert _cached(hot, names) == set(names) - moved

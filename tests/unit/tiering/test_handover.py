@@ -13,8 +13,9 @@ import pytest
 
 from tiering.cluster.peers import HOT, PeerGroup, PeerRefused, owner
 from tiering.meta import ObjectMeta
-from tiering.mounts import owners as owners_module
-from tiering.mounts.owners import HANDOVER_MISSES, MountOwners
+from tiering.cluster import handover as handover_module
+from tiering.cluster.handover import HANDOVER_MISSES
+from tiering.mounts.owners import MountOwners
 
 NODES = {"a": "http://a", "b": "http://b", "c": "http://c"}
 
@@ -82,8 +83,8 @@ def test_the_handover_ends_after_its_window(monkeypatch: pytest.MonkeyPatch) -> 
     mine = _keys_owned_by("a", 1)
     owners = MountOwners(FakePeers("a", {"b": set(mine), "c": set(mine)}))  # type: ignore[arg-type]
     assert owners.before("m", mine[0]) is not None
-    now = owners_module.time.monotonic()
-    monkeypatch.setattr(owners_module.time, "monotonic", lambda: now + owners_module.HANDOVER_S + 1)
+    now = handover_module.time.monotonic()
+    monkeypatch.setattr(handover_module.time, "monotonic", lambda: now + handover_module.HANDOVER_S + 1)
     assert owners.before("m", mine[0]) is None
 
 
