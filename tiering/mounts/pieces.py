@@ -178,7 +178,7 @@ class MountPieces:
         meanwhile), then cache it behind the answer: the buffer readers
         sent slices of is what the fill writes."""
         start = index * self._settings.part_size
-        async with self.window.slot() as fetch:
+        async with self.window.slot(size) as fetch:
             into = _Counted(arrival, fetch)
             await self._source_call(meta, lambda client: client.get_range_into(
                 meta.key, start + arrival.received, start + size, into, if_match=meta.etag))
