@@ -53,12 +53,13 @@ ROOM_WAIT = 2.0
 class Admission:
     """At most ``limit`` bytes of buffers reserved at once (0: no limit)."""
 
-    __slots__ = ("limit", "held", "peak", "refused", "waited", "forced", "_waiting")
+    __slots__ = ("limit", "held", "peak", "high", "refused", "waited", "forced", "_waiting")
 
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
         self.held = 0  # bytes reserved now
         self.peak = 0  # the most reserved at once
+        self.high = 0  # the most reserved at once since its reader last reset it (the memory sampler)
         self.refused = 0  # reservations not granted (at once or after their wait)
         self.waited = 0  # reservations that had to wait for their bytes
         self.forced = 0  # reservations taken over the limit by work that makes room
@@ -77,9 +78,11 @@ class Admission:
         return not self.limit or not self.held or self.held + size <= self.limit
 
     def _grant(self, size: int) -> None:
-        self.held += size
-        if self.held > self.peak:
-            self.peak = self.held
+        held = self.held = self.held + size
+        if held > self.high:
+            self.high = held
+            if held > self.peak:
+                self.peak = held
 
     def take_now(self, size: int) -> bool:
         """Reserve ``size`` bytes if they fit now and nobody waits; False

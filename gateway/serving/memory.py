@@ -11,7 +11,13 @@ first, while it still can choose what to give up:
    halves the bounds of every cache (``tiering.memo.CACHES``, down to
    ``MIN_SQUEEZE`` of their configured bounds) and hands malloc's free
    pages back (:func:`gateway.serving.process.trim_malloc`, at most every
-   ``TRIM_EVERY`` seconds). Below ``RELAX_AT`` the bounds double back,
+   ``TRIM_EVERY`` seconds). Between ``RELAX_AT`` and ``SHED_AT``, malloc
+   is trimmed too once a burst of buffers ends (they reached half their
+   share of the budget since the last sample and hold a quarter of it
+   now), rather than at the next 15 s trim: the pages freed buffers leave
+   inside the arenas go back while nothing new has filled them yet (a
+   trim walks every arena, the other threads' included). Below
+   ``RELAX_AT`` the bounds double back,
    one step a sample, so a spike's end does not refill them all at once.
 2. At ``REFUSE_AT``, new S3 requests that would allocate (any method but
    HEAD and DELETE) get 503 SlowDown with Retry-After, as a full disk's
@@ -156,6 +162,9 @@ class MemoryBudget:
             await self._shed()
         elif used < RELAX_AT and self.caches.squeezed < 1:
             self.caches.squeeze(self.caches.squeezed * 2)
+        elif used >= RELAX_AT and self._burst_ended():
+            await self._trim()
+        self.admission.high = self.admission.held
         if used >= REFUSE_AT and not self.refusing:
             log.warning("RSS %d MiB is %.0f%% of the memory budget: refusing new S3 requests (503 SlowDown)",
                         self.rss >> 20, used * 100)
@@ -169,6 +178,16 @@ class MemoryBudget:
         self.sheds += 1
         squeezed = max(MIN_SQUEEZE, self.caches.squeezed / 2)
         await pool.run(self.caches.squeeze, squeezed)  # drops entries under the caches' locks
+        await self._trim()
+
+    def _burst_ended(self) -> bool:
+        """Buffers reached half their share since the last sample and hold
+        at most a quarter of it now."""
+        admission = self.admission
+        return bool(admission.limit) and admission.high * 2 >= admission.limit >= admission.held * 4
+
+    async def _trim(self) -> None:
+        """``malloc_trim``, at most every ``TRIM_EVERY`` seconds."""
         if time.monotonic() - self._trimmed >= TRIM_EVERY:
             self._trimmed = time.monotonic()
             self.trims += 1
