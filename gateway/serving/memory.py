@@ -102,7 +102,11 @@ def buffer_budget(limit: int, rss: int, caches: int) -> int:
 def body_bytes(headers: dict[str, str]) -> int:
     """The bytes a request's body will hold while it is read: its length
     (the decoded length of an aws-chunked body), at most ``BODY_HELD``;
-    ``BODY_HELD`` when no length is given (chunked transfer)."""
+    ``BODY_HELD`` when no length is given (chunked transfer), and for a
+    copy (CopyObject, UploadPartCopy), whose source's bytes are written
+    as a body's are."""
+    if "x-amz-copy-source" in headers:
+        return BODY_HELD
     length = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
     if length is None:
         return BODY_HELD if "transfer-encoding" in headers else 0

@@ -121,3 +121,4 @@ def test_a_body_reserves_its_blocks_not_its_length() -> None:
     assert memory.body_bytes({"transfer-encoding": "chunked"}) == memory.BODY_HELD
     assert memory.body_bytes({"content-length": "junk"}) == 0
     assert memory.body_bytes({}) == 0
+    assert memory.body_bytes({"content-length": "0", "x-amz-copy-source": "/b/k"}) == memory.BODY_HELD
