@@ -295,6 +295,8 @@ class S3App:
         # What its body will hold, reserved before a byte of it is read
         # (gateway/serving/memory.py); a request without one reserves nothing.
         held = self._budget.admit(req.method, req.headers)
+        if not held:
+            return await route.handler(ctx, req)
         try:
             return await route.handler(ctx, req)
         finally:

@@ -95,8 +95,9 @@ class Admission:
 
     async def take(self, size: int, wait: float) -> bool:
         """Reserve ``size`` bytes, waiting up to ``wait`` seconds, in turn,
-        while they do not fit; False (nothing reserved) when they did not."""
-        if not self._waiting and self._fits(size):
+        while they do not fit; False (nothing reserved) when they did not.
+        Nothing (0 bytes) is always had at once."""
+        if not size or (not self._waiting and self._fits(size)):
             self._grant(size)
             return True
         self.waited += 1

@@ -53,6 +53,7 @@ def test_waiters_are_served_in_turn_and_new_work_cannot_jump_the_line() -> None:
         assert admission.waiting == 2
         # 1 MiB would fit, but two wait before it: refused.
         assert not admission.take_now(1 * MiB)
+        assert await admission.take(0, wait=60)  # nothing to reserve: no turn to wait
         admission.give(8 * MiB)
         await asyncio.gather(*tasks)
         assert admission.held == 7 * MiB and admission.waiting == 0
