@@ -10,7 +10,8 @@ when its buffers are freed. The sum of reservations stays under
 :attr:`Admission.limit` (the gateway derives it from its memory budget:
 ``gateway.serving.memory.buffer_budget``), except that one reservation is
 always granted when nothing else is held, so a buffer larger than the
-limit still gets its turn, alone.
+limit still gets its turn, alone ("alone" leaving out what the asker
+itself already holds: ``mine``, e.g. a request's body reservation).
 
 Three ways to reserve, by who is asking:
 
@@ -63,7 +64,7 @@ class Admission:
         self.refused = 0  # reservations not granted (at once or after their wait)
         self.waited = 0  # reservations that had to wait for their bytes
         self.forced = 0  # reservations taken over the limit by work that makes room
-        self._waiting: deque[tuple[int, asyncio.Future[bool]]] = deque()
+        self._waiting: deque[tuple[int, int, asyncio.Future[bool]]] = deque()
 
     def configure(self, limit: int) -> None:
         """A new limit (0: none); waiters that now fit are let in."""
@@ -72,10 +73,10 @@ class Admission:
 
     @property
     def waiting(self) -> int:
-        return sum(1 for _, future in self._waiting if not future.done())
+        return sum(1 for _, _, future in self._waiting if not future.done())
 
-    def _fits(self, size: int) -> bool:
-        return not self.limit or not self.held or self.held + size <= self.limit
+    def _fits(self, size: int, mine: int = 0) -> bool:
+        return not self.limit or self.held <= mine or self.held + size <= self.limit
 
     def _grant(self, size: int) -> None:
         held = self.held = self.held + size
@@ -93,17 +94,18 @@ class Admission:
         self._grant(size)
         return True
 
-    async def take(self, size: int, wait: float) -> bool:
+    async def take(self, size: int, wait: float, mine: int = 0) -> bool:
         """Reserve ``size`` bytes, waiting up to ``wait`` seconds, in turn,
-        while they do not fit; False (nothing reserved) when they did not.
-        Nothing (0 bytes) is always had at once."""
-        if not size or (not self._waiting and self._fits(size)):
+        while they do not fit (``mine``: bytes the caller holds already);
+        False (nothing reserved) when they did not. Nothing (0 bytes) is
+        always had at once."""
+        if not size or (not self._waiting and self._fits(size, mine)):
             self._grant(size)
             return True
         self.waited += 1
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        entry = (size, future)
+        entry = (size, mine, future)
         self._waiting.append(entry)
         timer = loop.call_later(wait, _expire, future)
         try:
@@ -139,21 +141,21 @@ class Admission:
     def _wake(self) -> None:
         waiting = self._waiting
         while waiting:
-            size, future = waiting[0]
+            size, mine, future = waiting[0]
             if future.done():  # expired or cancelled: its taker removes it too
                 waiting.popleft()
                 continue
-            if not self._fits(size):
+            if not self._fits(size, mine):
                 return
             waiting.popleft()
             self._grant(size)
             future.set_result(True)
 
     @contextlib.asynccontextmanager
-    async def hold(self, size: int, wait: float = UNDER_WAY_WAIT) -> AsyncIterator[None]:
+    async def hold(self, size: int, wait: float = UNDER_WAY_WAIT, mine: int = 0) -> AsyncIterator[None]:
         """``size`` bytes reserved for the block (:meth:`take`), given back
         after it; SlowDown when they could not be had within ``wait``."""
-        if not await self.take(size, wait):
+        if not await self.take(size, wait, mine):
             raise SlowDown("The gateway is at its memory budget for buffers in flight; retry shortly",
                            cause="memory")
         try:

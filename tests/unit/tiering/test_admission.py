@@ -127,3 +127,16 @@ def test_a_larger_limit_lets_waiters_in() -> None:
         assert await task and admission.held == 16 * MiB
 
     asyncio.run(main())
+
+
+def test_over_the_limit_alone_leaves_out_what_the_asker_holds() -> None:
+    async def main() -> None:
+        admission = Admission(16 * MiB)
+        assert admission.take_now(4 * MiB)  # a request's body, reserved at the edge
+        # Its stream to the store needs 32 MiB more: granted alone, its own 4 MiB aside.
+        assert await admission.take(32 * MiB, wait=0.01, mine=4 * MiB)
+        admission.give(32 * MiB)
+        assert admission.take_now(4 * MiB)  # another request's body
+        assert not await admission.take(32 * MiB, wait=0.01, mine=4 * MiB)
+
+    asyncio.run(main())
