@@ -22,6 +22,10 @@ Three ways to reserve, by who is asking:
   streaming its pieces) waits its turn a bounded time, first come first
   served, before it gives up with :class:`~tiering.errors.SlowDown`
   (:meth:`Admission.hold`).
+- :meth:`Admission.lend`: as :meth:`Admission.take`, for a buffer that
+  outlives the call that fills it (an extent arriving from the store,
+  which readers send on and a cache fill writes): its bytes are given back
+  when the buffer is freed, whoever held it last.
 - :meth:`Admission.force`: work the node needs to make room (the flusher's
   segment builds): it waits its turn a while, then takes its bytes anyway,
   so new work is refused while it runs rather than the flush postponed.
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 
@@ -163,6 +168,18 @@ class Admission:
         finally:
             self.give(size)
 
+    async def lend(self, buffer: object, size: int, wait: float = UNDER_WAY_WAIT) -> None:
+        """Reserve ``size`` bytes for as long as ``buffer`` lives (it must
+        take weak references: an ``mmap``); SlowDown when they could not be
+        had within ``wait``. The last holder may free it on another thread
+        (a cache fill's writer): the bytes are given back on the loop."""
+        if not size:
+            return
+        if not await self.take(size, wait):
+            raise SlowDown("The gateway is at its memory budget for buffers in flight; retry shortly",
+                           cause="memory")
+        weakref.finalize(buffer, _give_on, asyncio.get_running_loop(), self, size)
+
     def stats(self) -> dict[str, int | None]:
         """The ``admission`` part of ``GET /stats``'s ``memory``."""
         return {
@@ -174,6 +191,11 @@ class Admission:
             "waited": self.waited,
             "forced": self.forced,
         }
+
+
+def _give_on(loop: asyncio.AbstractEventLoop, admission: Admission, size: int) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits any more
+        loop.call_soon_threadsafe(admission.give, size)
 
 
 def _expire(future: asyncio.Future[bool]) -> None:

@@ -8,9 +8,10 @@ many GETs are in flight. Verified bytes are written to the hot-tier cache in
 the background while the caller already streams them.
 
 Memory: each GET reserves the bytes it will hold (``tiering/admission.py``)
-before it is made: an extent's stored bytes (and its decoded ones), an
-arrival's buffer, a run's span. A read under way waits its turn a bounded
-time, then fails with SlowDown (503 before its answer started).
+before it is made: an extent's stored bytes (and its decoded ones) during
+its GET, an arrival's buffer for as long as it lives (it is sent on and
+cached after its GET), a run's span. A read under way waits its turn a
+bounded time, then fails with SlowDown (503 before its answer started).
 
 A large extent stored as it is can instead be read as it arrives
 (``open_live``: ``tiering/reads/arrival.py``): its first bytes go to the
@@ -237,11 +238,13 @@ class ExtentReader:
         """Read the extent into ``arrival``; its checked bytes (fetched
         again whole after a CRC mismatch), cached behind the answer."""
         self.misses += 1
-        async with ADMISSION.hold(ext.stored), self._gets:
+        # Reserved while the buffer lives: readers send it on, the fill writes it.
+        await ADMISSION.lend(arrival.data, ext.stored)
+        async with self._gets:
             await self._capacity.get_range_into(segment_path(ext.segment), ext.offset, ext.offset + ext.stored,
                                                 arrival)
-            if arrival.received == ext.stored:
-                await arrival.verdict()
+        if arrival.received == ext.stored:
+            await arrival.verdict()
         data: bytes | bytearray | mmap.mmap
         if arrival.checked:
             data = arrival.data  # what readers send slices of is what the fill writes: no copy

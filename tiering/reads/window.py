@@ -24,9 +24,7 @@ does not share the source's bandwidth with pieces nobody sends yet).
 
 Bounds: ``most`` pieces per object (``fetch_concurrency``), and a
 node-wide number of pieces in flight at once (:meth:`slot`), so many
-readers cannot together hold more than ``node_most`` pieces of memory,
-and each piece's bytes reserved in the process's admission
-(``tiering/admission.py``) while it is in flight.
+readers cannot together hold more than ``node_most`` pieces of memory.
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ import contextlib
 import math
 import time
 from collections.abc import AsyncIterator
-
-from tiering.admission import ADMISSION
 
 _WEIGHT = 0.2  # of a new sample in the moving averages
 
@@ -67,12 +63,11 @@ class Window:
         return max(2, min(self._most, 2 + math.ceil(self.rate * held / self._piece)))
 
     @contextlib.asynccontextmanager
-    async def slot(self, size: int = 0) -> AsyncIterator[Fetch]:
-        """One piece of ``size`` bytes in flight; waits while the node has
-        ``node_most``, then for its bytes (SlowDown after a bounded wait)."""
+    async def slot(self) -> AsyncIterator[Fetch]:
+        """One piece in flight; waits while the node has ``node_most``."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self._node_most)
-        async with self._slots, ADMISSION.hold(size):
+        async with self._slots:
             fetch = Fetch()
             self._began()
             try:

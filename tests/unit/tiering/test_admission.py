@@ -5,6 +5,8 @@ never losing bytes to a timeout or a cancellation."""
 from __future__ import annotations
 
 import asyncio
+import mmap
+import threading
 
 import pytest
 
@@ -138,5 +140,28 @@ def test_over_the_limit_alone_leaves_out_what_the_asker_holds() -> None:
         admission.give(32 * MiB)
         assert admission.take_now(4 * MiB)  # another request's body
         assert not await admission.take(32 * MiB, wait=0.01, mine=4 * MiB)
+
+    asyncio.run(main())
+
+
+def test_a_lent_buffer_gives_its_bytes_back_when_it_is_freed_on_any_thread() -> None:
+    async def main() -> None:
+        admission = Admission(16 * MiB)
+        buffer = mmap.mmap(-1, 8 * MiB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        await admission.lend(buffer, 8 * MiB)
+        assert admission.held == 8 * MiB
+        await asyncio.sleep(0)
+        assert admission.held == 8 * MiB  # held as long as the buffer lives
+        holder = [buffer]
+        del buffer
+        thread = threading.Thread(target=holder.clear)  # the last holder: a cache fill's writer, say
+        thread.start()
+        thread.join()
+        await asyncio.sleep(0)
+        assert admission.held == 0
+        assert admission.take_now(8 * MiB) and admission.take_now(8 * MiB)
+        with pytest.raises(SlowDown):
+            await admission.lend(mmap.mmap(-1, 4096), 4096, wait=0.01)
+        assert admission.held == 16 * MiB
 
     asyncio.run(main())
