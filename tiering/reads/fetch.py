@@ -55,6 +55,9 @@ OnFilled = Callable[[Extent], None]
 PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes from another gateway, or None
 
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
+# Under a memory budget, a run of fetch_many spans at most this fraction
+# of the buffers' share (tiering/admission.py).
+RUN_SHARE = 4
 SMALL_GET = 1024 * 1024  # an extent GET of at most this many bytes takes a small-GET slot
 # An extent of more stored bytes than this, not compressed, is read as it
 # arrives by ``open_live`` (a smaller body is gathered whole before its
@@ -380,8 +383,12 @@ class ExtentReader:
         Memory: a run's bytes are held once, from its GET until its last
         extent is cached; at most ``concurrency`` runs are held, so the peak
         is about concurrency x ``span`` (8 x 32 MiB by default), plus one
-        decoded extent per run.
+        decoded extent per run. Under a memory budget a run is at most a
+        quarter of the buffers' share (``RUN_SHARE``), so runs take their
+        turns in it rather than each one over it.
         """
+        if ADMISSION.limit:
+            span = max(gap, min(span, ADMISSION.limit // RUN_SHARE))
         report = FetchReport()
         todo, others = self._sort_out({e.place: e for e in extents}.values(), pin, report)
         jobs = [self._run(run, pin, on_filled, report) for run in plan_runs(todo, gap, span)]
