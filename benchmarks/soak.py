@@ -108,10 +108,12 @@ def tiers_view(gw: Gateway) -> dict:
 
 
 def memory_view(gw: Gateway) -> dict:
-    """The gateway's memory against its budget, and its caches (``GET /stats``)."""
+    """The gateway's memory against its budget, the buffers admitted by
+    their bytes, and its caches (``GET /stats``)."""
     memory = admin(gw, "GET", "/stats")["memory"]
     return {k: memory[k] for k in ("rss", "peak_rss", "limit", "squeeze", "refusing", "sheds", "trims",
                                    "refused")} | {
+        "buffers": memory.get("buffers"),
         "caches": {name: {k: row[k] for k in ("bytes", "entries", "bound")}
                    for name, row in memory["caches"].items()}}
 

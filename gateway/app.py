@@ -104,6 +104,13 @@ class Budget(Protocol):
     def check(self, method: str) -> None:
         """Raise 503 SlowDown for a new request of ``method`` while over budget."""
 
+    def admit(self, method: str, headers: dict[str, str]) -> int:
+        """Reserve the bytes a new request's body will hold (503 SlowDown
+        when they do not fit); the bytes reserved."""
+
+    def release(self, size: int) -> None:
+        """Give back what :meth:`admit` reserved."""
+
 
 class Recorder(Protocol):
     """Where finished requests are counted (``gateway.observability.metrics.Metrics``; a
@@ -283,7 +290,17 @@ class S3App:
             # S3 refuses a request whose bucket belongs to another account
             # than the one the client expects, whatever else it asks.
             raise S3Error("AccessDenied", "Access Denied")
-        return await route.handler(ctx, req)
+        if self._budget is None:
+            return await route.handler(ctx, req)
+        # What its body will hold, reserved before a byte of it is read
+        # (gateway/serving/memory.py); a request without one reserves nothing.
+        held = self._budget.admit(req.method, req.headers)
+        if not held:
+            return await route.handler(ctx, req)
+        try:
+            return await route.handler(ctx, req)
+        finally:
+            self._budget.release(held)
 
     def _authenticate(self, access: Access, req: S3Request, virtual_host: bool) -> sigv4.AuthContext:
         """The signature checked (SigV4 or SigV2, header or presigned)."""

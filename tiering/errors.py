@@ -169,7 +169,8 @@ class InsufficientStorage(TierstoreError):
 # budget: staged data fills the hot tier's budget; floor: the write would
 # take the filesystem's free space below the floor; disk: the filesystem
 # refused a hot-tier file write (ENOSPC: other data took the room first);
-# index: the index had no room for its record.
+# index: the index had no room for its record. (A SlowDown for memory,
+# cause "memory", is counted by tiering/admission.py instead.)
 WRITE_REFUSALS = ("budget", "floor", "disk", "index")
 
 

@@ -236,6 +236,11 @@ class Caches:
         with self._lock:
             return list(self._caches)
 
+    def total(self) -> int:
+        """The configured bounds of every kind, added up: what the caches
+        may hold unsqueezed, one cache a kind."""
+        return sum(self._bounds.values())
+
     def stats(self) -> dict[str, dict[str, int]]:
         """By kind: bytes and entries held (the caches of a kind added up),
         and the bound in force and the one configured for each cache."""

@@ -506,6 +506,7 @@ def _memory_families(memory: Mapping[str, object]) -> Iterator[Metric]:
                               value=_number(memory.get("refused")) or 0)
     yield CounterMetricFamily("tierstore_memory_sheds", "Samples at the budget's high-water mark that halved "
                               "the caches' bounds.", value=_number(memory.get("sheds")) or 0)
+    yield from _buffer_families(memory.get("buffers"))
     caches = memory.get("caches")
     if not isinstance(caches, Mapping):
         return
@@ -519,3 +520,19 @@ def _memory_families(memory: Mapping[str, object]) -> Iterator[Metric]:
             if isinstance(row, Mapping) and (value := _number(row.get(key))) is not None:
                 family.add_metric((str(cache),), value)
         yield family
+
+
+def _buffer_families(buffers: object) -> Iterator[Metric]:
+    """The bytes requests' buffers hold against their share of the budget
+    (tiering/admission.py)."""
+    if not isinstance(buffers, Mapping):
+        return
+    for name, doc, key in (
+        ("tierstore_memory_buffers_bytes", "Bytes reserved now by the buffers of requests and flushes.", "held"),
+        ("tierstore_memory_buffers_limit_bytes", "The share of the memory budget those buffers may reserve "
+         "(absent: no budget).", "limit"),
+    ):
+        if (value := _number(buffers.get(key))) is not None:
+            yield GaugeMetricFamily(name, doc, value=value)
+    yield CounterMetricFamily("tierstore_memory_buffers_refused", "Reservations of buffer bytes not granted "
+                              "(the request answered 503 SlowDown).", value=_number(buffers.get("refused")) or 0)

@@ -11,7 +11,13 @@ first, while it still can choose what to give up:
    halves the bounds of every cache (``tiering.memo.CACHES``, down to
    ``MIN_SQUEEZE`` of their configured bounds) and hands malloc's free
    pages back (:func:`gateway.serving.process.trim_malloc`, at most every
-   ``TRIM_EVERY`` seconds). Below ``RELAX_AT`` the bounds double back,
+   ``TRIM_EVERY`` seconds). Between ``RELAX_AT`` and ``SHED_AT``, malloc
+   is trimmed too once a burst of buffers ends (they reached half their
+   share of the budget since the last sample and hold a quarter of it
+   now), rather than at the next 15 s trim: the pages freed buffers leave
+   inside the arenas go back while nothing new has filled them yet (a
+   trim walks every arena, the other threads' included). Below
+   ``RELAX_AT`` the bounds double back,
    one step a sample, so a spike's end does not refill them all at once.
 2. At ``REFUSE_AT``, new S3 requests that would allocate (any method but
    HEAD and DELETE) get 503 SlowDown with Retry-After, as a full disk's
@@ -21,6 +27,15 @@ first, while it still can choose what to give up:
 
 RSS is read from ``/proc/self/statm`` (two integers, about 10 us) in the
 I/O pool, not per request: a request asks one attribute.
+
+Refusing by RSS comes late: requests admitted before it keep allocating.
+So the buffers requests will hold are also admitted by bytes
+(``tiering/admission.py``), from a share of the budget fixed at start
+(:func:`buffer_budget`): a request with a body reserves what its body's
+blocks hold before a byte is read (:meth:`MemoryBudget.admit`), and
+answers 503 SlowDown at once when that does not fit; the tiering layer
+reserves what cold reads, batch runs, large bodies streamed to the store
+and segment builds hold, as it allocates them.
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from pathlib import Path
 from gateway.s3.errors import S3Error
 from gateway.serving.process import trim_malloc
 from tiering import pool
+from tiering.admission import ADMISSION, Admission
 from tiering.memo import CACHES, MIN_SQUEEZE, Caches
 
 log = logging.getLogger("tierstore.memory")
@@ -47,6 +63,15 @@ REFUSE_AT = 0.95
 RESUME_AT = 0.90
 # Methods that never refused: HEAD answers no body, DELETE frees.
 UNREFUSED = frozenset({"HEAD", "DELETE"})
+# What a request's body holds while it is read, whatever its length: the
+# body gathered into 1 MiB blocks (tiering/model/digests.py: the block,
+# its copy for the pool and the next block arriving) and the server's
+# read buffers. Measured: 16 concurrent PUTs of 24 MiB raised RSS by 69
+# MiB, about 4 MiB each.
+BODY_HELD = 4 * 1024 * 1024
+# The least the buffers get, whatever the budget leaves them: four bodies.
+BUFFERS_FLOOR = 4 * BODY_HELD
+_BODY_METHODS = frozenset({"PUT", "POST"})
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 STATM = Path("/proc/self/statm")
 
@@ -61,13 +86,43 @@ def resident(statm: Path = STATM) -> tuple[int, int]:
         return 0, 0
 
 
+def buffer_budget(limit: int, rss: int, caches: int) -> int:
+    """The bytes requests' buffers may hold at once (0: no limit, without
+    a budget): what is left of the budget's shedding mark (``SHED_AT``)
+    once the process as it started (``rss``: modules, index, servers) and
+    the caches' bounds (``caches``) are counted, at least
+    ``BUFFERS_FLOOR``. Below the shedding mark, not the budget: malloc's
+    slack and what is not reserved (small requests' scopes and answers,
+    hot reads' headers) need the rest."""
+    if not limit:
+        return 0
+    return max(BUFFERS_FLOOR, int(limit * SHED_AT) - rss - caches)
+
+
+def body_bytes(headers: dict[str, str]) -> int:
+    """The bytes a request's body will hold while it is read: its length
+    (the decoded length of an aws-chunked body), at most ``BODY_HELD``;
+    ``BODY_HELD`` when no length is given (chunked transfer), and for a
+    copy (CopyObject, UploadPartCopy), whose source's bytes are written
+    as a body's are."""
+    if "x-amz-copy-source" in headers:
+        return BODY_HELD
+    length = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
+    if length is None:
+        return BODY_HELD if "transfer-encoding" in headers else 0
+    length = length.strip()
+    return min(int(length), BODY_HELD) if length.isdigit() else 0
+
+
 class MemoryBudget:
     """RSS against ``limit`` bytes (0: no budget; RSS is still sampled for
     the status), and what this process sheds and refuses near it."""
 
-    def __init__(self, limit: int, caches: Caches = CACHES) -> None:
+    def __init__(self, limit: int, caches: Caches = CACHES, admission: Admission = ADMISSION) -> None:
         self.limit = limit
         self.caches = caches
+        self.admission = admission
+        self.started_rss = 0  # RSS when the budget started, before any traffic
         self.rss = self.file = self.peak = 0
         self.refusing = False
         self.sheds = 0  # samples that shrank the caches
@@ -78,6 +133,8 @@ class MemoryBudget:
 
     async def start(self) -> None:
         await self.sample()
+        self.started_rss = self.rss
+        self.admission.configure(buffer_budget(self.limit, self.rss, self.caches.total()))
         self._task = asyncio.create_task(self._run(), name="tierstore memory budget")
 
     async def stop(self) -> None:
@@ -88,6 +145,7 @@ class MemoryBudget:
                 await task
         if self.caches.squeezed < 1:
             self.caches.squeeze(1.0)
+        self.admission.configure(0)
 
     async def _run(self) -> None:
         while True:
@@ -108,6 +166,9 @@ class MemoryBudget:
             await self._shed()
         elif used < RELAX_AT and self.caches.squeezed < 1:
             self.caches.squeeze(self.caches.squeezed * 2)
+        elif used >= RELAX_AT and self._burst_ended():
+            await self._trim()
+        self.admission.high = self.admission.held
         if used >= REFUSE_AT and not self.refusing:
             log.warning("RSS %d MiB is %.0f%% of the memory budget: refusing new S3 requests (503 SlowDown)",
                         self.rss >> 20, used * 100)
@@ -121,6 +182,16 @@ class MemoryBudget:
         self.sheds += 1
         squeezed = max(MIN_SQUEEZE, self.caches.squeezed / 2)
         await pool.run(self.caches.squeeze, squeezed)  # drops entries under the caches' locks
+        await self._trim()
+
+    def _burst_ended(self) -> bool:
+        """Buffers reached half their share since the last sample and hold
+        at most a quarter of it now."""
+        admission = self.admission
+        return bool(admission.limit) and admission.high * 2 >= admission.limit >= admission.held * 4
+
+    async def _trim(self) -> None:
+        """``malloc_trim``, at most every ``TRIM_EVERY`` seconds."""
         if time.monotonic() - self._trimmed >= TRIM_EVERY:
             self._trimmed = time.monotonic()
             self.trims += 1
@@ -131,6 +202,23 @@ class MemoryBudget:
         if self.refusing and method not in UNREFUSED:
             self.refused += 1
             raise S3Error("SlowDown", "The gateway is at its memory budget; retry shortly")
+
+    def admit(self, method: str, headers: dict[str, str]) -> int:
+        """Reserve what a new request's body will hold (:func:`body_bytes`)
+        before a byte of it is read; the bytes reserved, for
+        :meth:`release` once the handler is done; 503 SlowDown when they
+        do not fit now. A request without a body reserves nothing."""
+        if method not in _BODY_METHODS:
+            return 0
+        size = body_bytes(headers)
+        if size and not self.admission.take_now(size):
+            self.refused += 1
+            raise S3Error("SlowDown", "The gateway is at its memory budget for request bodies; retry shortly")
+        return size
+
+    def release(self, size: int) -> None:
+        if size:
+            self.admission.give(size)
 
     def stats(self) -> dict[str, object]:
         """The ``memory`` part of ``GET /stats``."""
@@ -147,5 +235,7 @@ class MemoryBudget:
             "sheds": self.sheds,
             "trims": self.trims,
             "refused": self.refused,
+            "started_rss": self.started_rss,
+            "buffers": self.admission.stats(),
             "caches": self.caches.stats(),
         }

@@ -11,6 +11,10 @@ and the uploaded segment, unreferenced, is removed at start-up.
 Rounds run every ``flush_delay`` seconds, sooner when a segment's worth of
 data is waiting, when a write-through PUT or an operator asks, or when
 staged data crowds the hot tier.
+
+The bytes a segment build holds are reserved in the process's admission
+(``tiering/admission.py``) first; a flush makes room, so after a short
+wait it takes them regardless, and new requests are refused meanwhile.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import replace
 
 from packer import format as seg
 from tiering import pool
+from tiering.admission import ADMISSION
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.cluster.writing import SoleWriter, Writing
@@ -314,8 +319,17 @@ class Flusher:
             self._settle(stale)
             return
         name = await self._writing.name(bucket)
-        data, done, info = await pool.run(self._pack, name, items, [r for _, r in records])
-        await self._capacity.put(segment_path(name), data)
+        # The segment is built whole, from its entries (twice its bytes
+        # until they are joined): reserved, so new requests are refused
+        # meanwhile rather than the flush that makes room put off.
+        held = 2 * sum(_staged_bytes(item) for item in items)
+        await ADMISSION.force(held)
+        try:
+            data, done, info = await pool.run(self._pack, name, items, [r for _, r in records])
+            await self._capacity.put(segment_path(name), data)
+            del data
+        finally:
+            ADMISSION.give(held)
         # Landed while the term it is named in held the lease: only then does
         # it count (else the items stay queued for the next holder's term).
         self._writing.check(bucket, name)
@@ -357,7 +371,11 @@ class Flusher:
         """A large object or part: a segment of its own, streamed."""
         bucket = _label(item).bucket
         name = await self._writing.name(bucket)
-        stream = SegmentStream(self._capacity, name, self._policies.settings(_label(item).bucket))
+        settings = self._policies.settings(_label(item).bucket)
+        stream = SegmentStream(self._capacity, name, settings)
+        # A part read back, its encoded entry and the upload's buffer.
+        held = 3 * settings.part_size
+        await ADMISSION.force(held)
         try:
             chunks = await stream.add_staged(_label(item), _chunks(item), self._hot)
             records = []
@@ -370,6 +388,8 @@ class Flusher:
         except BaseException:
             await stream.abort()
             raise
+        finally:
+            ADMISSION.give(held)
         self._writing.check(bucket, name)  # as in _flush_packed
         done = [(item, chunks)]
         adopted = await pool.run(self._index.commit_flush, info, done, [], [])

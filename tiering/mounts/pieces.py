@@ -39,6 +39,7 @@ from typing import Any
 
 from packer.ranges import ByteRange, split_over
 from tiering import pool
+from tiering.admission import ADMISSION
 from tiering.capacity.store import pour
 from tiering.errors import CapacityError, CapacityNotFound, NoSuchKey, ServiceUnavailable
 from tiering.hot.fills import Fills
@@ -178,6 +179,7 @@ class MountPieces:
         meanwhile), then cache it behind the answer: the buffer readers
         sent slices of is what the fill writes."""
         start = index * self._settings.part_size
+        await ADMISSION.lend(arrival.data, size)  # while the buffer lives: sent on, then cached
         async with self.window.slot() as fetch:
             into = _Counted(arrival, fetch)
             await self._source_call(meta, lambda client: client.get_range_into(

@@ -7,6 +7,12 @@ extent share one GET (single flight), and a node-wide semaphore bounds how
 many GETs are in flight. Verified bytes are written to the hot-tier cache in
 the background while the caller already streams them.
 
+Memory: each GET reserves the bytes it will hold (``tiering/admission.py``)
+before it is made: an extent's stored bytes (and its decoded ones) during
+its GET, an arrival's buffer for as long as it lives (it is sent on and
+cached after its GET), a run's span. A read under way waits its turn a
+bounded time, then fails with SlowDown (503 before its answer started).
+
 A large extent stored as it is can instead be read as it arrives
 (``open_live``: ``tiering/reads/arrival.py``): its first bytes go to the
 client while the rest are still on the way, and the CRC is carried along.
@@ -32,6 +38,7 @@ from packer import codec
 from packer import format as seg
 from packer.errors import FormatError
 from tiering import pool
+from tiering.admission import ADMISSION, UNDER_WAY_WAIT
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.errors import CapacityError
@@ -48,6 +55,9 @@ OnFilled = Callable[[Extent], None]
 PeerSource = Callable[[], Awaitable[bytes | None]]  # an extent's checked bytes from another gateway, or None
 
 _ATTEMPTS = 3  # fetches of one extent before a checksum mismatch is an error
+# Under a memory budget, a run of fetch_many spans at most this fraction
+# of the buffers' share (tiering/admission.py).
+RUN_SHARE = 4
 SMALL_GET = 1024 * 1024  # an extent GET of at most this many bytes takes a small-GET slot
 # An extent of more stored bytes than this, not compressed, is read as it
 # arrives by ``open_live`` (a smaller body is gathered whole before its
@@ -231,6 +241,8 @@ class ExtentReader:
         """Read the extent into ``arrival``; its checked bytes (fetched
         again whole after a CRC mismatch), cached behind the answer."""
         self.misses += 1
+        # Reserved while the buffer lives: readers send it on, the fill writes it.
+        await ADMISSION.lend(arrival.data, ext.stored)
         async with self._gets:
             await self._capacity.get_range_into(segment_path(ext.segment), ext.offset, ext.offset + ext.stored,
                                                 arrival)
@@ -309,17 +321,21 @@ class ExtentReader:
         in all (``tried`` already made, by a run); with ``fill`` (pinned or
         not), cached behind the check by the fills' writer."""
         gets = self._small_gets if ext.stored <= SMALL_GET else self._gets
+        # The stored bytes, and the decoded ones beside them while they are made.
+        held = ext.stored + (ext.raw if ext.codec != codec.NONE else 0)
         for attempt in range(tried + 1, _ATTEMPTS + 1):
-            async with gets:
-                if report is not None:
-                    report.requests += 1
-                stored = await self._capacity.get_range(segment_path(ext.segment), ext.offset, ext.offset + ext.stored)
-            if report is not None:
-                report.bytes += len(stored)
             try:
-                if fill is not None:
-                    return await self._decode_and_fill(ext, stored, fill)
-                return await _decoded(ext, stored)
+                async with ADMISSION.hold(held):
+                    async with gets:
+                        if report is not None:
+                            report.requests += 1
+                        stored = await self._capacity.get_range(segment_path(ext.segment), ext.offset,
+                                                                ext.offset + ext.stored)
+                    if report is not None:
+                        report.bytes += len(stored)
+                    if fill is not None:
+                        return await self._decode_and_fill(ext, stored, fill)
+                    return await _decoded(ext, stored)
             except FormatError as exc:
                 log.warning("extent %s@%d failed verification (attempt %d): %s", ext.segment, ext.offset, attempt, exc)
                 if attempt == _ATTEMPTS:
@@ -367,8 +383,12 @@ class ExtentReader:
         Memory: a run's bytes are held once, from its GET until its last
         extent is cached; at most ``concurrency`` runs are held, so the peak
         is about concurrency x ``span`` (8 x 32 MiB by default), plus one
-        decoded extent per run.
+        decoded extent per run. Under a memory budget a run is at most a
+        quarter of the buffers' share (``RUN_SHARE``), so runs take their
+        turns in it rather than each one over it.
         """
+        if ADMISSION.limit:
+            span = max(gap, min(span, ADMISSION.limit // RUN_SHARE))
         report = FetchReport()
         todo, others = self._sort_out({e.place: e for e in extents}.values(), pin, report)
         jobs = [self._run(run, pin, on_filled, report) for run in plan_runs(todo, gap, span)]
@@ -435,18 +455,25 @@ class ExtentReader:
         waits for one GET, not for a queue of them."""
         pieces: list[asyncio.Task[None]] = []
         skips: list[asyncio.Task[None]] = []
+        # A run's buffer is held until its last piece is cached. Prefetches
+        # and batches are under way: they wait their turn, then take it.
+        held = run.end - run.start
         async with self._runs:
-            async with self._gets:
-                # Sorted out again: while this run waited for its slot, a
-                # reader may have fetched and cached some of its extents.
-                mine, others = self._sort_out(run.extents, pin, report)
-                skips = [asyncio.create_task(self._skip(ext, pin, report)) for ext in others]
-                if mine:
-                    pieces = await self._get_run(run, mine, pin, on_filled, report)
-            # Not gather: cancelling this call must not cancel pieces that
-            # readers wait for; they finish on their own.
-            if pieces:
-                await asyncio.wait(pieces)
+            await ADMISSION.force(held, UNDER_WAY_WAIT)
+            try:
+                async with self._gets:
+                    # Sorted out again: while this run waited for its slot, a
+                    # reader may have fetched and cached some of its extents.
+                    mine, others = self._sort_out(run.extents, pin, report)
+                    skips = [asyncio.create_task(self._skip(ext, pin, report)) for ext in others]
+                    if mine:
+                        pieces = await self._get_run(run, mine, pin, on_filled, report)
+                # Not gather: cancelling this call must not cancel pieces that
+                # readers wait for; they finish on their own.
+                if pieces:
+                    await asyncio.wait(pieces)
+            finally:
+                ADMISSION.give(held)
         if skips:
             await asyncio.wait(skips)
         failures = [

@@ -10,6 +10,7 @@ import pytest
 from gateway.s3.errors import S3Error
 from gateway.serving import memory
 from gateway.serving.memory import MemoryBudget
+from tiering.admission import Admission
 from tiering.memo import MIN_SQUEEZE, Caches, Kept
 
 MiB = 1024 * 1024
@@ -71,3 +72,53 @@ def test_without_a_budget_rss_is_only_sampled(monkeypatch: pytest.MonkeyPatch) -
 def test_resident_reads_this_process() -> None:
     rss, file = memory.resident()
     assert rss > 10 * MiB and 0 < file < rss
+
+
+def test_a_burst_of_buffers_ending_above_the_relax_mark_trims_malloc(monkeypatch: pytest.MonkeyPatch) -> None:
+    rss = [750 * MiB]
+    monkeypatch.setattr(memory, "resident", lambda: (rss[0], 0))
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "trim_malloc", lambda: trims.append(1) or 1)
+    admission = Admission()
+    budget = MemoryBudget(1000 * MiB, Caches(), admission)
+
+    async def run() -> None:
+        await budget.start()  # RSS 750 of 1000: the buffers get 850 - 750 MiB
+        assert admission.limit == 100 * MiB
+        assert admission.take_now(30 * MiB)
+        await budget.sample()  # a few buffers: no burst
+        assert trims == []
+        assert admission.take_now(30 * MiB)
+        await budget.sample()  # 60 MiB held, still held: not ended
+        assert trims == []
+        admission.give(60 * MiB)
+        await budget.sample()  # reached 60 % of the share, back to 0: ended, trimmed
+        assert trims == [1] and budget.trims == 1
+        await budget.sample()  # nothing since: no second trim
+        assert trims == [1]
+        rss[0] = 600 * MiB  # under the relax mark, a burst needs no trim of its own
+        assert admission.take_now(60 * MiB)
+        admission.give(60 * MiB)
+        budget._trimmed = 0.0  # past the trims' spacing
+        await budget.sample()
+        assert trims == [1]
+        await budget.stop()
+        assert admission.limit == 0
+
+    asyncio.run(run())
+
+
+def test_the_buffers_share_leaves_room_for_the_process_and_its_caches() -> None:
+    assert memory.buffer_budget(0, 100 * MiB, 10 * MiB) == 0  # no budget: no limit
+    assert memory.buffer_budget(200 * MiB, 110 * MiB, 8 * MiB) == int(200 * MiB * 0.85) - 118 * MiB
+    assert memory.buffer_budget(120 * MiB, 110 * MiB, 8 * MiB) == memory.BUFFERS_FLOOR
+
+
+def test_a_body_reserves_its_blocks_not_its_length() -> None:
+    assert memory.body_bytes({"content-length": "100"}) == 100
+    assert memory.body_bytes({"content-length": str(1 << 30)}) == memory.BODY_HELD
+    assert memory.body_bytes({"content-length": "1000", "x-amz-decoded-content-length": "900"}) == 900
+    assert memory.body_bytes({"transfer-encoding": "chunked"}) == memory.BODY_HELD
+    assert memory.body_bytes({"content-length": "junk"}) == 0
+    assert memory.body_bytes({}) == 0
+    assert memory.body_bytes({"content-length": "0", "x-amz-copy-source": "/b/k"}) == memory.BODY_HELD

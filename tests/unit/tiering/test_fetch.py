@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from packer import format as seg
+from tiering.admission import ADMISSION
 from tiering.capacity import LocalDirStore
 from tiering.capacity.layout import segment_path
 from tiering.errors import CapacityError
@@ -223,6 +224,26 @@ def test_runs_are_cut_at_span(tmp_path: Path, span: int) -> None:
         assert store.gets == report.requests == -(-100 // per_run)
         assert all(end - start <= span for _, start, end in store.ranges)
         assert report.bytes == 100 * SIZE
+        await _consistent(reader, hot, {e.cache_name: p for e, p in zip(extents, payloads)})
+
+    asyncio.run(go())
+
+
+def test_under_a_memory_budget_runs_are_a_quarter_of_the_buffers_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ADMISSION, "limit", 40 * SIZE)  # runs of at most 10 extents
+    monkeypatch.setattr(ADMISSION, "peak", 0)
+    monkeypatch.setattr(ADMISSION, "high", 0)
+
+    async def go():
+        store, hot, reader = _many(tmp_path)
+        payloads = [_payload(i) for i in range(100)]
+        extents = await _packed(store, SEG_A, payloads)
+        report = await reader.fetch_many(extents, gap=0)
+        assert store.gets == report.requests == 10
+        assert all(end - start <= 10 * SIZE for _, start, end in store.ranges)
+        assert ADMISSION.held == 0 and ADMISSION.peak <= 40 * SIZE  # each run reserved, then given back
         await _consistent(reader, hot, {e.cache_name: p for e, p in zip(extents, payloads)})
 
     asyncio.run(go())

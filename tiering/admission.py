@@ -1,0 +1,207 @@
+"""Admission by bytes: the one byte semaphore for the buffers requests and
+background work hold while they run.
+
+Why bytes and not requests: a refusal made when RSS is already over the
+memory budget (gateway/serving/memory.py) comes too late, because the
+requests admitted before it keep allocating. What a request will hold is
+known before it allocates (a PUT's body blocks, a cold read's extent, a
+flush's segment), so it reserves those bytes first, and gives them back
+when its buffers are freed. The sum of reservations stays under
+:attr:`Admission.limit` (the gateway derives it from its memory budget:
+``gateway.serving.memory.buffer_budget``), except that one reservation is
+always granted when nothing else is held, so a buffer larger than the
+limit still gets its turn, alone ("alone" leaving out what the asker
+itself already holds: ``mine``, e.g. a request's body reservation).
+
+Three ways to reserve, by who is asking:
+
+- :meth:`Admission.take_now`: new work that has not started (a PUT's body
+  not yet read). A few attribute operations, no await; False means
+  "answer 503 SlowDown now", never allocate.
+- :meth:`Admission.take` with a wait: work already under way (a cold read
+  streaming its pieces) waits its turn a bounded time, first come first
+  served, before it gives up with :class:`~tiering.errors.SlowDown`
+  (:meth:`Admission.hold`).
+- :meth:`Admission.lend`: as :meth:`Admission.take`, for a buffer that
+  outlives the call that fills it (an extent arriving from the store,
+  which readers send on and a cache fill writes): its bytes are given back
+  when the buffer is freed, whoever held it last.
+- :meth:`Admission.force`: work the node needs to make room (the flusher's
+  segment builds): it waits its turn a while, then takes its bytes anyway,
+  so new work is refused while it runs rather than the flush postponed.
+
+While anyone waits, :meth:`Admission.take_now` refuses, so waiting work is
+never starved by a stream of new requests.
+
+With no limit (0: no memory budget) every reservation is granted at once;
+the bytes held are still counted for ``GET /stats``. Everything here runs
+on the event loop: no locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator
+
+from tiering.errors import SlowDown
+
+# Seconds work under way (a cold read's next piece) waits for its bytes
+# before it gives up with SlowDown.
+UNDER_WAY_WAIT = 10.0
+# Seconds background work that makes room (a flush) waits before it takes
+# its bytes regardless.
+ROOM_WAIT = 2.0
+
+
+class Admission:
+    """At most ``limit`` bytes of buffers reserved at once (0: no limit)."""
+
+    __slots__ = ("limit", "held", "peak", "high", "refused", "waited", "forced", "_waiting")
+
+    def __init__(self, limit: int = 0) -> None:
+        self.limit = limit
+        self.held = 0  # bytes reserved now
+        self.peak = 0  # the most reserved at once
+        self.high = 0  # the most reserved at once since its reader last reset it (the memory sampler)
+        self.refused = 0  # reservations not granted (at once or after their wait)
+        self.waited = 0  # reservations that had to wait for their bytes
+        self.forced = 0  # reservations taken over the limit by work that makes room
+        self._waiting: deque[tuple[int, int, asyncio.Future[bool]]] = deque()
+
+    def configure(self, limit: int) -> None:
+        """A new limit (0: none); waiters that now fit are let in."""
+        self.limit = limit
+        self._wake()
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for _, _, future in self._waiting if not future.done())
+
+    def _fits(self, size: int, mine: int = 0) -> bool:
+        return not self.limit or self.held <= mine or self.held + size <= self.limit
+
+    def _grant(self, size: int) -> None:
+        held = self.held = self.held + size
+        if held > self.high:
+            self.high = held
+            if held > self.peak:
+                self.peak = held
+
+    def take_now(self, size: int) -> bool:
+        """Reserve ``size`` bytes if they fit now and nobody waits; False
+        (and nothing reserved) otherwise."""
+        if self._waiting or not self._fits(size):
+            self.refused += 1
+            return False
+        self._grant(size)
+        return True
+
+    async def take(self, size: int, wait: float, mine: int = 0) -> bool:
+        """Reserve ``size`` bytes, waiting up to ``wait`` seconds, in turn,
+        while they do not fit (``mine``: bytes the caller holds already);
+        False (nothing reserved) when they did not. Nothing (0 bytes) is
+        always had at once."""
+        if not size or (not self._waiting and self._fits(size, mine)):
+            self._grant(size)
+            return True
+        self.waited += 1
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool] = loop.create_future()
+        entry = (size, mine, future)
+        self._waiting.append(entry)
+        timer = loop.call_later(wait, _expire, future)
+        try:
+            granted = await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled() and future.result():
+                self.give(size)  # granted just as the caller was cancelled
+            raise
+        finally:
+            timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._waiting.remove(entry)
+            self._wake()  # an expired head of the line may have held others back
+        if not granted:
+            self.refused += 1
+        return granted
+
+    async def force(self, size: int, wait: float = ROOM_WAIT) -> None:
+        """Reserve ``size`` bytes: in turn if they come within ``wait``
+        seconds, else at once over the limit."""
+        if not await self.take(size, wait):
+            self.refused -= 1  # not a refusal: taken anyway
+            self.forced += 1
+            self._grant(size)
+
+    def give(self, size: int) -> None:
+        """Give back ``size`` bytes reserved before; waiters that now fit
+        get theirs, first come first served."""
+        self.held -= size
+        if self._waiting:
+            self._wake()
+
+    def _wake(self) -> None:
+        waiting = self._waiting
+        while waiting:
+            size, mine, future = waiting[0]
+            if future.done():  # expired or cancelled: its taker removes it too
+                waiting.popleft()
+                continue
+            if not self._fits(size, mine):
+                return
+            waiting.popleft()
+            self._grant(size)
+            future.set_result(True)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, size: int, wait: float = UNDER_WAY_WAIT, mine: int = 0) -> AsyncIterator[None]:
+        """``size`` bytes reserved for the block (:meth:`take`), given back
+        after it; SlowDown when they could not be had within ``wait``."""
+        if not await self.take(size, wait, mine):
+            raise SlowDown("The gateway is at its memory budget for buffers in flight; retry shortly",
+                           cause="memory")
+        try:
+            yield
+        finally:
+            self.give(size)
+
+    async def lend(self, buffer: object, size: int, wait: float = UNDER_WAY_WAIT) -> None:
+        """Reserve ``size`` bytes for as long as ``buffer`` lives (it must
+        take weak references: an ``mmap``); SlowDown when they could not be
+        had within ``wait``. The last holder may free it on another thread
+        (a cache fill's writer): the bytes are given back on the loop."""
+        if not size:
+            return
+        if not await self.take(size, wait):
+            raise SlowDown("The gateway is at its memory budget for buffers in flight; retry shortly",
+                           cause="memory")
+        weakref.finalize(buffer, _give_on, asyncio.get_running_loop(), self, size)
+
+    def stats(self) -> dict[str, int | None]:
+        """The ``admission`` part of ``GET /stats``'s ``memory``."""
+        return {
+            "limit": self.limit or None,
+            "held": self.held,
+            "peak": self.peak,
+            "waiting": self.waiting,
+            "refused": self.refused,
+            "waited": self.waited,
+            "forced": self.forced,
+        }
+
+
+def _give_on(loop: asyncio.AbstractEventLoop, admission: Admission, size: int) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits any more
+        loop.call_soon_threadsafe(admission.give, size)
+
+
+def _expire(future: asyncio.Future[bool]) -> None:
+    if not future.done():
+        future.set_result(False)
+
+
+# The process's admission: memory is a process's (as tiering.memo.CACHES is).
+ADMISSION = Admission()
