@@ -157,6 +157,9 @@ def counted(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Ite
             for name in ("i1", "i2", "i3"):
                 gw = node(root, name, store, proxy.endpoint, IDLE_FALLBACK)
                 started.append(gw.start((gw.port, gw.admin_port)))
+            # Until the others have listed it, a new node reads the head every
+            # follow interval (their notices miss it): idle is what comes after.
+            proxy.settled = time.monotonic() + TierSettings().members_interval
             yield started, proxy
         finally:
             for gw in started:
@@ -174,6 +177,7 @@ def test_an_idle_node_reads_one_small_object_per_fallback_and_lists_nothing(
     for gw in nodes[1:]:
         eventually(lambda gw=gw: listed_in(gw, "idle-set", "k"), BOUND)
     time.sleep(2 * FOLLOW + 2 * IDLE_FALLBACK)  # the rounds the notices asked for are over
+    time.sleep(max(0.0, proxy.settled - time.monotonic()))  # and the nodes' first listing interval
     rounds = [cluster_status(gw)["follow_rounds"] for gw in nodes]
     del proxy.seen[:]
     started = time.monotonic()
