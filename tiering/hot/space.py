@@ -84,10 +84,6 @@ class Floor:
         """Free space is below the floor: time to evict."""
         return bool(self.floor) and self.free(recent) < self.floor
 
-    @property
-    def low(self) -> bool:
-        return self.is_low()
-
     def wanted(self, pending: int = 0) -> int:
         """Bytes to free for free space to be back at the floor plus its
         slack with ``pending`` more bytes written; 0 when it is there."""

@@ -132,8 +132,12 @@ class HotTier(CacheEviction, Restart, PackedPieces):
 
     @property
     def over_high(self) -> bool:
-        """Time to evict: past the high watermark, or free space below the floor."""
-        return self.staged + self.reserved + self.cached > self.high or self.disk.low
+        return self.past_high()
+
+    def past_high(self, recent: bool = False) -> bool:
+        """Time to evict: past the high watermark, or free space below the
+        floor (``recent``: a fill's question, ``Floor.free``)."""
+        return self.staged + self.reserved + self.cached > self.high or self.disk.is_low(recent)
 
     def release(self, size: int) -> None:
         if size:
@@ -366,7 +370,7 @@ class HotTier(CacheEviction, Restart, PackedPieces):
             self._filling.add(name)
         try:
             short = self.disk.short(self.reserved, recent=True)  # a statvfs per READING_AGE, unless it evicts
-            if self.staged + self.reserved + self.cached > self.high or self.disk.is_low(recent=True) or short:
+            if self.past_high(recent=True) or short:
                 # Down to the low watermark, not just below the high one: one
                 # eviction pass (a hinted one sorts the future) serves the
                 # next ~10% of the tier's fills instead of one.
