@@ -126,8 +126,8 @@ class _Writer:
 
     def __init__(self) -> None:
         self.pending = 0  # submitted, not settled yet (the loop's count)
-        # What the loop submitted in its current turn: posted to the thread
-        # as one list when the turn ends, so the misses answered in one turn
+        # What the loop submitted since the first of it: posted to the thread
+        # as one list POST_DELAY later, so the misses answered meanwhile
         # wake the writer once (woken for each, it took them one at a time).
         self._outbox: list[_Fill | _Gathered] = []
         self._queue: queue.SimpleQueue[list[_Fill | _Gathered] | None] = queue.SimpleQueue()

@@ -80,9 +80,10 @@ class Floor:
             return 0
         return max(0, self.floor + pending - self.free(recent))
 
-    def is_low(self, recent: bool = False) -> bool:
+    @property
+    def low(self) -> bool:
         """Free space is below the floor: time to evict."""
-        return bool(self.floor) and self.free(recent) < self.floor
+        return bool(self.floor) and self.free() < self.floor
 
     def wanted(self, pending: int = 0) -> int:
         """Bytes to free for free space to be back at the floor plus its

@@ -132,12 +132,8 @@ class HotTier(CacheEviction, Restart, PackedPieces):
 
     @property
     def over_high(self) -> bool:
-        return self.past_high()
-
-    def past_high(self, recent: bool = False) -> bool:
-        """Time to evict: past the high watermark, or free space below the
-        floor (``recent``: a fill's question, ``Floor.free``)."""
-        return self.staged + self.reserved + self.cached > self.high or self.disk.is_low(recent)
+        """Time to evict: past the high watermark, or free space below the floor."""
+        return self.staged + self.reserved + self.cached > self.high or self.disk.low
 
     def release(self, size: int) -> None:
         if size:
@@ -370,7 +366,9 @@ class HotTier(CacheEviction, Restart, PackedPieces):
             self._filling.add(name)
         try:
             short = self.disk.short(self.reserved, recent=True)  # a statvfs per READING_AGE, unless it evicts
-            if self.past_high(recent=True) or short:
+            # over_high's, but for the floor: free space below it leaves this
+            # fill short too (its bytes are reserved), and short asked already.
+            if self.staged + self.reserved + self.cached > self.high or short:
                 # Down to the low watermark, not just below the high one: one
                 # eviction pass (a hinted one sorts the future) serves the
                 # next ~10% of the tier's fills instead of one.

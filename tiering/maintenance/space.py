@@ -75,7 +75,7 @@ class SpaceKeeper:
         hot, index = self._hot, self._index
         room = index.room
         missing = room.size if room.size and not room.held else 0  # the reserve, to make again
-        if hot.disk.is_low() or (missing and hot.disk.short(missing)):
+        if hot.disk.low or (missing and hot.disk.short(missing)):
             await pool.run(hot.evict, None, missing)
             if hot.disk.wanted(missing) and hot.staged:
                 self._flusher.request()

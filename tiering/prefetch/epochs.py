@@ -369,10 +369,13 @@ class Epochs:
     async def _named(self, epoch: Epoch, entry: Entry) -> None:
         """The prefetcher fetched a mounted object before it was known: look
         its cache files up, and add them to the future at its position.
-        On the loop: one point read, its record usually held in memory by
-        the fetch that just described it (a few us; a trip to the pool for
-        each prefetched object cost more than the read)."""
-        _resolve_mounted(self._index, self._mounts, epoch.bucket, [entry])
+        On the loop when the record cache holds its record (the fetch that
+        just described it put it there: a trip to the pool for each
+        prefetched object cost more than the lookup), else in the pool."""
+        if self._index.cached_mounted(epoch.bucket, entry.key) is not None:
+            _resolve_mounted(self._index, self._mounts, epoch.bucket, [entry])
+        else:
+            await pool.run(_resolve_mounted, self._index, self._mounts, epoch.bucket, [entry])
         now = epoch.position_of(entry.key)
         if now is not None:
             when = float(self._offset(epoch) + now)
