@@ -282,4 +282,8 @@ class ByIdentity(Generic[K, V]):
 
 
 def _weigh_derived(key: int, kept: tuple[Any, Any]) -> int:
-    return weigh(kept) + _SLOT + 32  # the id key: an int
+    """The derived value, and its record shallow: the record is the record
+    cache's, weighed there, and walking it on every miss (on the event
+    loop) cost several times the derivation."""
+    record, value = kept
+    return _getsizeof(kept) + _getsizeof(record) + weigh(value) + _SLOT + 32  # the id key: an int

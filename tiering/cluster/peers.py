@@ -182,6 +182,8 @@ class PeerClient:
     async def start(self) -> None:
         for getter in self._getters.values():
             await getter.start()
+        if len(self.group.placement.nodes) > 1:  # with fixed --peers, follow never makes it
+            await pool.run(self.group.placement.without, self.group.me)
         self._running = True
 
     async def close(self) -> None:

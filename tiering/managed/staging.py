@@ -31,16 +31,12 @@ from tiering.settings import TierSettings
 
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
 # What a body streamed to the capacity tier holds beyond the block every
-# write holds (gateway/serving/memory.py BODY_HELD), in parts: the part
+# write holds (BODY_HELD), in parts: the part
 # being gathered, its copy, its encoded entry, and the store upload's buffer.
 _STREAM_PARTS = 4
 # Seconds a body streamed to the capacity tier waits for those bytes: no
 # byte of it is read yet, so it is refused (SlowDown) rather than queued.
 _STREAM_WAIT = 1.0
-# What the gateway reserved for the body at the edge, at most (gateway/
-# serving/memory.py BODY_HELD): the stream's reservation is granted alone
-# over the limit when nothing but that is held.
-_EDGE_HELD = 4 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -162,7 +158,7 @@ class Stager:
         """Write the body into a new segment as it arrives, one part-sized
         extent at a time; memory holds a few parts (reserved first), the
         hot tier nothing."""
-        async with ADMISSION.hold(_STREAM_PARTS * settings.part_size, _STREAM_WAIT, _EDGE_HELD):
+        async with ADMISSION.hold(_STREAM_PARTS * settings.part_size, _STREAM_WAIT, BODY_HELD):
             return await self._stream_held(body, integrity, label, settings)
 
     async def _stream_held(
