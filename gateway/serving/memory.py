@@ -25,8 +25,8 @@ first, while it still can choose what to give up:
    ``RESUME_AT`` they are taken again. The admin API, ``/health`` and
    ``/metrics`` always answer: the operator must see why.
 
-RSS is read from ``/proc/self/statm`` (two integers, about 10 us) in the
-I/O pool, not per request: a request asks one attribute.
+RSS is read from ``/proc/self/statm`` (two integers, about 10 us) on the
+event loop every 0.5 s, not per request: a request asks one attribute.
 
 Refusing by RSS comes late: requests admitted before it keep allocating.
 So the buffers requests will hold are also admitted by bytes
