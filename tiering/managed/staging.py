@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, replace
 
 from tiering import pool
-from tiering.admission import ADMISSION
+from tiering.admission import ADMISSION, BODY_HELD
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.files import no_space
