@@ -51,7 +51,6 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import math
 import os
 import random
 import selectors

@@ -229,8 +229,8 @@ class Caches:
         self._refit()
 
     def _refit(self) -> None:
-        for cache in self._live():
-            cache.fit(self.bound(cache.name))
+        for kept in self._live():
+            kept.fit(self.bound(kept.name))
 
     def _live(self) -> Iterable[Kept[Any, Any]]:
         with self._lock:
@@ -245,10 +245,10 @@ class Caches:
         """By kind: bytes and entries held (the caches of a kind added up),
         and the bound in force and the one configured for each cache."""
         out = {name: {"bytes": 0, "entries": 0, "caches": 0} for name in self._bounds}
-        for cache in self._live():
-            row = out.setdefault(cache.name, {"bytes": 0, "entries": 0, "caches": 0})
-            row["bytes"] += cache.bytes
-            row["entries"] += len(cache)
+        for kept in self._live():
+            row = out.setdefault(kept.name, {"bytes": 0, "entries": 0, "caches": 0})
+            row["bytes"] += kept.bytes
+            row["entries"] += len(kept)
             row["caches"] += 1
         for name, row in out.items():
             row["bound"] = self.bound(name)
