@@ -32,7 +32,7 @@ class LocalRecords:
     if TYPE_CHECKING:
         def _batch(self) -> Batch: ...
         def _write(self, batch: Batch, sync: bool = True) -> None: ...
-        def _store(self, raw: WriteBatch, sync: bool = True, seq: int = 0) -> None: ...
+        def _store(self, raw: WriteBatch, sync: bool = True, seq: int = 0, behind: bool = False) -> None: ...
         def _scan(self, start: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
         def _cached_read(self, raw_key: bytes, decode: Callable[[bytes], object]) -> object | None: ...
 
@@ -95,7 +95,7 @@ class LocalRecords:
             batch = WriteBatch(raw_mode=True)
             for raw_key in records:
                 batch.put(raw_key, encoded[raw_key])
-            self._store(batch, sync=False)
+            self._store(batch, sync=False, behind=True)
 
         if records:
             try:
@@ -116,7 +116,7 @@ class LocalRecords:
         batch = WriteBatch(raw_mode=True)
         batch.delete(raw_key)
         try:
-            self._store(batch, sync=False)
+            self._store(batch, sync=False, behind=True)
         except _NO_ROOM:
             return
         self.records.drop((raw_key,))

@@ -70,6 +70,12 @@ LOG_ROOM = 2 * MiB
 # iterator a reader still runs keeps the old database (and its lock) alive
 # until it ends, which is microseconds for a point read and a page.
 _LOCK_WAIT = 2.0
+# How old a free-space reading may be for a write behind a read (records
+# learnt by reads, not synced) to skip its own: one ``statvfs`` per batch
+# of such records made the fills' writer thread drop the GIL and wait to
+# take it back from the event loop (tiering/hot/space.py says the same of
+# cache fills), and their batches are a few KiB against MARGIN's MiBs.
+RECENT = 0.02
 
 
 def disk_error(exc: BaseException) -> bool:
@@ -103,9 +109,12 @@ class IndexRoom:
         self.held = self.path.exists()
         self._log: Path | None = None  # the live write-ahead log, as last found
         self._log_room = True  # False where the filesystem cannot allocate ahead
+        self._reading = (-RECENT, 0)  # (monotonic time, free bytes) of the last statvfs
 
     def free(self) -> int:
-        return disk_space(self.directory)[0]
+        free = disk_space(self.directory)[0]
+        self._reading = (time.monotonic(), free)
+        return free
 
     def log_ahead(self) -> int:
         """Bytes the live log can still grow by into blocks it has."""
@@ -194,9 +203,15 @@ class IndexRoom:
         if self.free() < logs + self.margin:
             self.release()
 
-    def before_write(self) -> None:
+    def before_write(self, recent: bool = False) -> None:
         """Room for one write, or the refusal: the log's room ahead, and
-        the reserve, go first."""
+        the reserve, go first. ``recent`` (a write behind reads, not
+        synced): a reading up to ``RECENT`` old that found twice the margin
+        free answers it."""
+        if recent:
+            at, free = self._reading
+            if free >= 2 * self.margin and time.monotonic() - at < RECENT:
+                return
         if self.free() >= self.margin or self.log_ahead() >= MINIMUM:
             return
         self.release()
@@ -258,13 +273,14 @@ class Database:
                 log.warning("the index closed without writing out its memory table (%s); "
                             "its log holds every write", exc)
 
-    def _store(self, raw: WriteBatch, sync: bool = True, seq: int = 0) -> None:
+    def _store(self, raw: WriteBatch, sync: bool = True, seq: int = 0, behind: bool = False) -> None:
         """Write ``raw`` to the database, or raise the refusal of a disk
         without room (``IndexRoom.refusal``). ``seq``: the sequence number
         the batch stores, if any, by which a batch the disk failed is found
-        in the database after all."""
+        in the database after all. ``behind``: a few records written behind
+        the reads that learnt them (its room checked by a recent reading)."""
         with self._writing:
-            self.room.before_write()  # the refusal when even the reserve leaves no room
+            self.room.before_write(recent=behind)  # the refusal when even the reserve leaves no room
             if not self.writable and not self._reopen():
                 raise self.room.refusal()
             try:

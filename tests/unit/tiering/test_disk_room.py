@@ -23,7 +23,7 @@ from tiering.hot.tier import HotTier
 from tiering.index import room as room_module
 from tiering.index.db import Index
 from tiering.index.room import MARGIN, IndexRoom
-from tiering.meta import BucketInfo
+from tiering.meta import BucketInfo, MountedObject
 from tiering.model.inputs import Integrity, NewObject
 from tiering.node import Node
 from tiering.settings import TierSettings
@@ -120,7 +120,7 @@ def test_a_write_the_disk_fails_reopens_the_index(small: Path, monkeypatch: pyte
     assert room.restore(floor=0)
     index.create_bucket(BucketInfo("before", 1))
     smallfs.fill(small)
-    room.before_write = lambda: None  # type: ignore[method-assign]  # the check passed: the race
+    room.before_write = lambda recent=False: None  # type: ignore[method-assign]  # the check passed: the race
     with pytest.raises(SlowDown):
         index.create_bucket(BucketInfo("x" * 6000, 1))  # past the log's last page
     assert not room.held and index.writable  # the reserve's room opened it again
@@ -292,3 +292,45 @@ def test_the_keeper_evicts_for_the_floor_and_makes_the_reserve_again(tmp_path: P
     finally:
         loop.run_until_complete(node.close())
         loop.close()
+
+
+class CountingDisk(FakeDisk):
+    def __init__(self, free: int) -> None:
+        super().__init__(free)
+        self.readings = 0
+
+    def __call__(self, path: object) -> tuple[int, int]:
+        self.readings += 1
+        return super().__call__(path)
+
+
+def test_records_written_behind_reads_take_a_recent_reading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mounted object's record, written behind the read that learnt it,
+    is checked against a free-space reading up to RECENT old (no statvfs
+    of its own) while that reading found twice the margin; any other
+    write, and one behind a read once the reading is old or low, reads
+    the disk again."""
+    disk = CountingDisk(1 << 30)
+    monkeypatch.setattr(room_module, "disk_space", disk)
+    clock = [1000.0]
+    monkeypatch.setattr(room_module.time, "monotonic", lambda: clock[0])
+    room = IndexRoom(tmp_path / "index", 0)
+    index = Index(tmp_path / "index", room=room)
+    room.log_ahead = lambda: 0  # type: ignore[method-assign]
+    index.create_bucket(BucketInfo("b", 1))  # a synced write: a reading of its own
+    before = disk.readings
+    for i in range(5):
+        index.put_mounted("m", MountedObject(key=f"k{i}", size=1, etag="a", last_modified_ms=1, validated_ms=1))
+    assert disk.readings == before  # answered by the bucket's reading
+    clock[0] += 2 * room_module.RECENT
+    index.put_mounted("m", MountedObject(key="late", size=1, etag="a", last_modified_ms=1, validated_ms=1))
+    assert disk.readings == before + 1  # the reading was too old
+    disk.free = 2 * MARGIN - 1
+    index.create_bucket(BucketInfo("c", 1))
+    low = disk.readings
+    index.put_mounted("m", MountedObject(key="low", size=1, etag="a", last_modified_ms=1, validated_ms=1))
+    assert disk.readings == low + 1  # under twice the margin: read again
+    disk.free = 100 * 1024
+    index.put_mounted("m", MountedObject(key="full", size=1, etag="a", last_modified_ms=1, validated_ms=1))
+    assert index.get_mounted("m", "full") is None  # refused, as before (a record is only lost to the cache)
+    index.close()
