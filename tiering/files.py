@@ -109,28 +109,6 @@ def _write_direct(fd: int, view: memoryview) -> int:
     return done
 
 
-def read_ahead(fd: int, size: int) -> bool:
-    """Blocking: have the kernel read a large cache file's ``size`` bytes
-    from the device now (``POSIX_FADV_WILLNEED``) when its first page is not
-    in the page cache (a piece written by direct I/O and not read since, or
-    one the page cache let go); True if it asked. A response opens the
-    pieces after the one it sends ahead of their turn, so their pages come
-    in while it sends; without this a hot GET of such pieces waited for
-    each file's first read. One ``RWF_NOWAIT`` read of a byte when they are
-    in memory already (a WILLNEED then walks every page: 112 us per 8 MiB)."""
-    if size < DIRECT_MIN:
-        return False
-    try:
-        if os.preadv(fd, (bytearray(1),), 0, os.RWF_NOWAIT) == 1:
-            return False
-    except BlockingIOError:  # not in memory
-        pass
-    except (OSError, AttributeError):  # no RWF_NOWAIT here: the kernel's own readahead
-        return False
-    os.posix_fadvise(fd, 0, size, os.POSIX_FADV_WILLNEED)
-    return True
-
-
 def _page_aligned(view: memoryview) -> bool:
     """Whether a writable buffer starts at a multiple of DIRECT_ALIGN (a
     read-only one, ``bytes``, cannot be asked and is taken as not)."""

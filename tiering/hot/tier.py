@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tiering.files import read_ahead, write_new_file
+from tiering.files import write_new_file
 from tiering.hot.eviction import CacheEviction
 from tiering.hot.logs import LOGS, Logs, log_bytes
 from tiering.hot.open_files import Opened, OpenFiles, capacity, read_files_now
@@ -276,12 +276,10 @@ class HotTier(CacheEviction, Restart, PackedPieces):
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        if not offset:
-            if os.fstat(fd).st_size != size:
-                os.close(fd)
-                self.drop_cached([name])
-                return None
-            read_ahead(fd, size)  # a large piece written past the page cache: its pages start coming now
+        if not offset and os.fstat(fd).st_size != size:
+            os.close(fd)
+            self.drop_cached([name])
+            return None
         self.touch_cached(name)
         return Opened(fd, offset)
 

@@ -95,18 +95,3 @@ def test_a_filesystem_that_refuses_direct_io_gets_the_page_cache_from_then_on(
     assert not write_new_file(tmp_path / "b", data)
     assert (tmp_path / "a").read_bytes() == (tmp_path / "b").read_bytes() == bytes(data)
     assert len(refused) == (1 if files._O_DIRECT else 0)  # asked once, never again
-
-
-def test_a_piece_written_past_the_page_cache_is_read_ahead_once(tmp_path: Path) -> None:
-    if not _direct_supported(tmp_path):
-        pytest.skip("this filesystem takes no direct I/O")
-    data = _arrived(4 * MiB)
-    assert write_new_file(tmp_path / "piece", data)
-    fd = os.open(tmp_path / "piece", os.O_RDONLY)
-    try:
-        assert files.read_ahead(fd, 4 * MiB)  # on the device only: asked for
-        assert os.pread(fd, 4 * MiB, 0) == bytes(data)
-        assert not files.read_ahead(fd, 4 * MiB)  # in memory now: nothing to ask
-        assert not files.read_ahead(fd, DIRECT_MIN - 1)  # too small to be worth a question
-    finally:
-        os.close(fd)
