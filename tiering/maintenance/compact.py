@@ -37,6 +37,7 @@ from tiering.errors import (
 from tiering.hot.tier import HotTier
 from tiering.index.db import Index
 from tiering.jobs import Job
+from tiering.maintenance.rounds import Rounds
 from tiering.maintenance.segments import extent_of, manifest, segment_info
 from tiering.meta import Extent, ObjectMeta, SegmentInfo, now_ms
 from tiering.settings import TierSettings
@@ -71,6 +72,7 @@ class Compactor:
         settings: TierSettings,
         layout: asyncio.Lock,
         writing: Writing | None = None,
+        rounds: Rounds | None = None,
     ) -> None:
         self._index = index
         # As the flusher's: which segments this node may rewrite, and names.
@@ -78,7 +80,8 @@ class Compactor:
         self._hot = hot
         self._capacity = capacity
         self._settings = settings
-        self._layout = layout
+        self._layout = layout  # taken by each round itself, in its own task: see rounds.py
+        self._rounds = rounds if rounds is not None else Rounds()
 
     async def run(self) -> None:
         while True:
@@ -102,13 +105,13 @@ class Compactor:
             job.expect(len(work), sum(s.size for s in work))
         for info in work:
             # Shielded: cancelling the job stops it between segments.
-            await asyncio.shield(self._compact_one(info.name, report))
+            await self._rounds.shielded(self._compact_one(info.name, report))
             if job is not None:
                 job.advance(1, info.size)
         # Segments with no data, only footer records (deletes, bucket events,
         # manifests of metadata-only changes), would pile up one per quiet
         # minute: merge them into one.
-        await asyncio.shield(self._merge(report))
+        await self._rounds.shielded(self._merge(report))
         return report
 
     async def _compact_one(self, name: str, report: CompactionReport) -> None:

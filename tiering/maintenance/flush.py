@@ -37,6 +37,7 @@ from tiering.index.bucket_settings import Policies
 from tiering.index.db import Index
 from tiering.index.tiers import QUEUE_BATCH, FlushItem, by_bucket
 from tiering.jobs import Job
+from tiering.maintenance.rounds import Rounds
 from tiering.maintenance.segments import (
     Piece,
     SegmentStream,
@@ -93,6 +94,7 @@ class Flusher:
         layout: asyncio.Lock,
         policies: Policies,
         writing: Writing | None = None,
+        rounds: Rounds | None = None,
     ) -> None:
         self._index = index
         # Which buckets this node may upload segments for, one bucket per
@@ -103,6 +105,7 @@ class Flusher:
         self._settings = settings
         self._policies = policies
         self._layout = layout  # held while segments change: flush or compaction, never both
+        self._rounds = rounds if rounds is not None else Rounds()  # flush_all's, shielded
         self._wake = asyncio.Event()
         self._waiters: dict[int, list[asyncio.Future[None]]] = {}
         self._record_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -240,7 +243,7 @@ class Flusher:
             job.expect(await pool.run(self._index.flush_queue_length), self._hot.staged)
         # Shielded: cancelling the job stops it between rounds, never inside
         # an upload-and-commit.
-        while await asyncio.shield(self.flush_round(force=True, job=job)):
+        while await self._rounds.shielded(self.flush_round(force=True, job=job)):
             pass
         await self._settle_records()
 

@@ -29,6 +29,7 @@ from tiering.jobs import Job
 from tiering.maintenance.compact import CompactionReport, Compactor
 from tiering.maintenance.flush import Flusher
 from tiering.maintenance.residency import Residency
+from tiering.maintenance.rounds import Rounds
 from tiering.maintenance.space import DiskStatus, SpaceKeeper
 from tiering.reads.fetch import ExtentReader
 from tiering.settings import TierSettings
@@ -90,6 +91,7 @@ class Tiers:
         self.capacity = capacity
         self.settings = settings
         self._layout = layout = asyncio.Lock()
+        self._rounds = rounds = Rounds()  # the flusher's and compactor's shielded rounds
         self.cluster = (
             Cluster(index, hot, capacity, settings, policies, region, self._start_writing)
             if settings.node_id is not None
@@ -97,8 +99,8 @@ class Tiers:
         )
         self.writing: Writing = self.cluster if self.cluster is not None else SoleWriter(index)
         self.reader = ExtentReader(capacity, hot, settings.fetch_concurrency, settings.small_gets)
-        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.writing)
-        self.compactor = Compactor(index, hot, capacity, settings, layout, self.writing)
+        self.flusher = Flusher(index, hot, capacity, settings, layout, policies, self.writing, rounds)
+        self.compactor = Compactor(index, hot, capacity, settings, layout, self.writing, rounds)
         self.residency = Residency(index, hot, self.reader, policies, settings.fetch_concurrency)
         self.space = SpaceKeeper(index, hot, self.flusher)
         self._tasks: list[asyncio.Task[None]] = []
@@ -162,9 +164,11 @@ class Tiers:
         releases its lease last."""
         if self.cluster is not None:
             await self.cluster.stop(release=await self._drain(grace))
+        held = False
         try:
             async with asyncio.timeout(grace):
                 await self._layout.acquire()
+            held = True
         except TimeoutError:
             log.warning("a flush or compaction round did not finish in %.0fs; cancelling it", grace)
         tasks = [*self._tasks, *([self._keeper] if self._keeper is not None else [])]
@@ -174,7 +178,12 @@ class Tiers:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks, self._keeper = [], None
-        if self._layout.locked():
+        # Shielded rounds outlive their cancelled callers (these tasks, a
+        # job, the drain): one waiting for the lock would run once it is
+        # released, one past the grace still holds it. Cancelled, each
+        # releases the lock itself if it holds it (tiering/maintenance/rounds.py).
+        await self._rounds.cancel()
+        if held:  # only if this took it: locked() does not say who holds it
             self._layout.release()
         await self.reader.drain()
         await self.capacity.close()

@@ -2,20 +2,51 @@
 a network: it follows the readers' rate times the store's latency (Little's
 law) past the 64 a fixed cap allowed, stays within the bytes it may hold in
 memory, and halves when the store says SlowDown, growing back by one object
-per round trip. The store is a fake mount whose every GET takes 50 ms."""
+per round trip.
+
+No wall time: the store is a fake mount that holds every GET until the test
+answers them all at once, after moving the prefetcher's clock (a fake one)
+by LATENCY. Every fetch then takes exactly LATENCY, the depths are exact,
+and the tests count GETs in flight, landings and depths, not seconds."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
+import time
 from types import SimpleNamespace
 
+import pytest
+
 from tiering.errors import CapacityError, ServiceUnavailable
+from tiering.prefetch import prefetcher as prefetcher_module
 from tiering.prefetch.epoch import START_DEPTH, Entry, Epoch
-from tiering.prefetch.prefetcher import Prefetcher
+from tiering.prefetch.prefetcher import DEPTH_HEADROOM, Prefetcher
 
 KiB, MiB = 1024, 1024 * 1024
 ROOM = 1 << 40  # the hot tier's room: no bound here unless a test sets one
+LATENCY = 1 / 16  # seconds a GET takes: a power of two, so the fake clock's sums are exact
+
+
+class _Clock:
+    """The prefetcher's ``time.monotonic``: moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 1024.0  # past the first FLOOR_PERIOD, as a real monotonic clock is
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    # The prefetcher module's own ``time``, not the time module: the event
+    # loop keeps its real clock.
+    monkeypatch.setattr(prefetcher_module, "time", SimpleNamespace(monotonic=fake.monotonic,
+                                                                   perf_counter=time.perf_counter))
+    return fake
 
 
 class _Hot:
@@ -36,22 +67,21 @@ def _slow_down() -> None:
 
 
 class _Source:
-    """Every bucket is a mount; a GET takes ``delay`` seconds once ``gate``
-    is open, then lands (or fails with ``error``)."""
+    """Every bucket is a mount; a GET waits for ``gate``, then lands (or
+    fails with SlowDown when ``error``)."""
 
     def __init__(self, hot: _Hot) -> None:
         self.hot = hot
-        self.delay = 0.05
         self.error = False
+        self.gets = 0  # GETs asked of the source
         self.gate = asyncio.Event()
-        self.gate.set()
 
     def get(self, name: str) -> object:
         return object()
 
     async def warm(self, bucket: str, key: str, room: int) -> SimpleNamespace:
+        self.gets += 1
         await self.gate.wait()
-        await asyncio.sleep(self.delay)
         if self.error:
             _slow_down()
         self.hot.cached.add(f"file-{key}")
@@ -74,32 +104,48 @@ def _setup(count: int, size: int, readers: int, rate: float) -> tuple[_Hot, _Sou
     return hot, source, prefetcher, epoch
 
 
-def _read_hot(hot: _Hot, epoch: Epoch) -> None:
-    """The readers read what is hot in front of them (as observe would move them)."""
-    for reader in range(epoch.readers):
-        nxt = epoch.positions[reader] + epoch.readers
-        while nxt < len(epoch.entries) and epoch.entries[nxt].names[0] in hot.cached:
-            epoch.consumed.add(nxt)
-            epoch.positions[reader] = nxt
-            nxt += epoch.readers
+def _read(epoch: Epoch, count: int) -> None:
+    """The readers read their next ``count`` positions (what is not hot
+    they fetch themselves), as observe would move them."""
+    for position in list(itertools.islice(epoch.upcoming(), count)):
+        epoch.consumed.add(position)
+        epoch.positions[position % epoch.readers] = position
 
 
-async def _measure_latency(source: _Source, prefetcher: Prefetcher, epoch: Epoch) -> None:
-    """One round whose fetches all land: the epoch learns the store's 50 ms."""
-    await prefetcher.round(epoch, None, ROOM)
-    while epoch.in_flight:
-        await asyncio.sleep(0.01)
-    assert epoch.prefetched_objects >= 4 and 0.045 <= epoch.fetch_time < 0.2, epoch.fetch_time
-
-
-async def _depth_now(source: _Source, prefetcher: Prefetcher, epoch: Epoch) -> int:
-    """The fetches one round starts while the store holds every answer."""
+async def _answer(clock: _Clock, source: _Source, epoch: Epoch, error: bool = False) -> int:
+    """One round trip: the store answers every GET in flight (SlowDown when
+    ``error``), LATENCY after it was sent. Returns how many it answered."""
+    await asyncio.sleep(0)  # the fetches just started take their start time
+    answered = epoch.in_flight
+    clock.now += LATENCY
+    source.error = error
+    source.gate.set()
+    for _ in range(10):  # each fetch ends within a step or two of the loop
+        if not epoch.in_flight:
+            break
+        await asyncio.sleep(0)
+    assert not epoch.in_flight, epoch.in_flight
     source.gate.clear()
+    source.error = False
+    return answered
+
+
+async def _learn_latency(clock: _Clock, source: _Source, prefetcher: Prefetcher, epoch: Epoch) -> None:
+    """One round whose fetches all land: the epoch learns the store's latency."""
     await prefetcher.round(epoch, None, ROOM)
+    assert await _answer(clock, source, epoch) == START_DEPTH
+    assert epoch.prefetched_objects == START_DEPTH
+    assert epoch.fetch_time == epoch.fetch_floor == LATENCY, (epoch.fetch_time, epoch.fetch_floor)
+
+
+async def _depth_now(prefetcher: Prefetcher, epoch: Epoch) -> int:
+    """The GETs one round sends while the store holds every answer."""
+    await prefetcher.round(epoch, None, ROOM)
+    await asyncio.sleep(0)  # the fetches reach the store
     return epoch.one_by_one
 
 
-def test_a_new_epoch_starts_deep_before_its_pace_is_known() -> None:
+def test_a_new_epoch_starts_deep_before_its_pace_is_known(clock: _Clock) -> None:
     """2 readers, no rate or fetch time measured yet: the first round sends
     START_DEPTH fetches, not 4 or 2 per reader (from there the depth could
     only double with each rate measurement, the readers waiting meanwhile);
@@ -107,53 +153,50 @@ def test_a_new_epoch_starts_deep_before_its_pace_is_known() -> None:
     async def main() -> None:
         hot, source, prefetcher, epoch = _setup(4000, 64 * KiB, readers=2, rate=0.0)
         assert epoch.window >= START_DEPTH
-        assert await _depth_now(source, prefetcher, epoch) == START_DEPTH
-        source.gate.set()
-        while epoch.in_flight:
-            await asyncio.sleep(0.01)
-        epoch._rate = 100.0  # measured now: 2 x 100/s x about 50 ms
-        _read_hot(hot, epoch)
-        depth = await _depth_now(source, prefetcher, epoch)
-        latency = min(epoch.fetch_time, 2 * epoch.fetch_floor)  # as measured here (timing moves it)
-        assert depth == math.ceil(2 * 100.0 * latency) < START_DEPTH, (depth, latency)
+        assert await _depth_now(prefetcher, epoch) == START_DEPTH
+        assert await _answer(clock, source, epoch) == START_DEPTH
+        epoch._rate = 100.0  # measured now: 2 x 100/s x 62.5 ms is 12.5
+        _read(epoch, START_DEPTH)
+        depth = await _depth_now(prefetcher, epoch)
+        assert depth == math.ceil(DEPTH_HEADROOM * 100.0 * LATENCY) == 13, depth
+        assert source.gets == START_DEPTH + depth
         await prefetcher.stop()
 
     asyncio.run(main())
 
 
-def test_the_depth_follows_rate_times_latency_past_sixty_four() -> None:
-    """8 readers at 2,000 objects a second of a store 50 ms away: Little's
-    law says 100 objects are in flight at that pace, twice that to get
+def test_the_depth_follows_rate_times_latency_past_sixty_four(clock: _Clock) -> None:
+    """8 readers at 2,000 objects a second of a store 62.5 ms away: Little's
+    law says 125 objects are in flight at that pace, twice that to get
     ahead. A fixed cap held it to 64."""
     async def main() -> None:
         hot, source, prefetcher, epoch = _setup(5000, 64 * KiB, readers=8, rate=2000.0)
-        await _measure_latency(source, prefetcher, epoch)
-        depth = await _depth_now(source, prefetcher, epoch)
-        want = 2 * 2000 * epoch.fetch_time
-        assert 150 <= depth and 0.8 * want <= depth <= 1.2 * want, (depth, epoch.fetch_time)
+        await _learn_latency(clock, source, prefetcher, epoch)
+        depth = await _depth_now(prefetcher, epoch)
+        assert depth == epoch.depth == math.ceil(DEPTH_HEADROOM * 2000 * LATENCY) == 250, depth
+        assert source.gets == START_DEPTH + depth
         assert epoch.window >= depth, "the window holds what is in flight"
         await prefetcher.stop()
 
     asyncio.run(main())
 
 
-def test_the_depth_holds_no_more_bytes_in_flight_than_its_bound() -> None:
-    """The same pace of objects of 4 MiB: 200 in flight would hold 800 MiB
+def test_the_depth_holds_no_more_bytes_in_flight_than_its_bound(clock: _Clock) -> None:
+    """The same pace of objects of 4 MiB: 250 in flight would hold 1000 MiB
     of bodies. The bytes in flight stay within INFLIGHT_BYTES, and within
     half the hot tier's room when that is smaller."""
     from tiering.prefetch.prefetcher import INFLIGHT_BYTES
 
     async def main() -> None:
         hot, source, prefetcher, epoch = _setup(5000, 4 * MiB, readers=8, rate=2000.0)
-        await _measure_latency(source, prefetcher, epoch)
-        depth = await _depth_now(source, prefetcher, epoch)
+        await _learn_latency(clock, source, prefetcher, epoch)
+        depth = await _depth_now(prefetcher, epoch)
         assert depth == INFLIGHT_BYTES // (4 * MiB), depth
         assert depth * 4 * MiB <= INFLIGHT_BYTES
         await prefetcher.stop()
 
         hot, source, prefetcher, epoch = _setup(5000, 4 * MiB, readers=8, rate=2000.0)
-        await _measure_latency(source, prefetcher, epoch)
-        source.gate.clear()
+        await _learn_latency(clock, source, prefetcher, epoch)
         await prefetcher.round(epoch, None, 64 * MiB)  # a hot tier with 64 MiB of room
         assert epoch.one_by_one * 4 * MiB <= 32 * MiB, epoch.one_by_one
         await prefetcher.stop()
@@ -161,46 +204,42 @@ def test_the_depth_holds_no_more_bytes_in_flight_than_its_bound() -> None:
     asyncio.run(main())
 
 
-def test_a_slow_down_halves_the_depth_once_and_it_grows_back_a_step_per_round_trip() -> None:
-    """2 readers at 400 objects a second, 50 ms away: about 40 in flight.
-    The store answers every one of them 503 SlowDown: the depth halves,
+def test_a_slow_down_halves_the_depth_once_and_it_grows_back_a_step_per_round_trip(clock: _Clock) -> None:
+    """2 readers at 320 objects a second, 62.5 ms away: 40 in flight. The
+    store answers every one of them 503 SlowDown at once: the depth halves,
     once for the whole burst (not once per failure), and after that grows
     back by one object per round trip while the store answers, until it is
     where the readers' pace puts it."""
     async def main() -> None:
-        hot, source, prefetcher, epoch = _setup(4000, 64 * KiB, readers=2, rate=400.0)
-        await _measure_latency(source, prefetcher, epoch)
-        before = await _depth_now(source, prefetcher, epoch)
-        assert 30 <= before <= 50, before
+        hot, source, prefetcher, epoch = _setup(4000, 64 * KiB, readers=2, rate=320.0)
+        await _learn_latency(clock, source, prefetcher, epoch)
+        before = await _depth_now(prefetcher, epoch)
+        assert before == math.ceil(DEPTH_HEADROOM * 320 * LATENCY) == 40, before
 
-        source.error = True  # every GET in flight ends in SlowDown
-        source.gate.set()
-        while epoch.in_flight:
-            await asyncio.sleep(0.01)
-        source.error = False
-        after = await _depth_now(source, prefetcher, epoch)
+        assert await _answer(clock, source, epoch, error=True) == before  # a burst of 40 SlowDowns
+        assert len(epoch.failures) == before
+        after = await _depth_now(prefetcher, epoch)
         assert after == before // 2, (before, after)
 
-        source.gate.set()  # the store answers again, 50 ms a GET
+        # The store answers again; the readers read at their pace meanwhile
+        # (320/s: 20 objects a round trip).
         depths = [after]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 20
-        # Until the ceiling is gone: grown back to where the readers' pace
-        # puts the depth now. That is Little's law on the fetch time measured
-        # meanwhile, which timing moves by a few percent: "before" itself
-        # is not the mark (a run that measured 51 ms instead of 53 settles
-        # at 41, not 42).
-        while epoch.ceiling and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-            _read_hot(hot, epoch)
+        landed = epoch.prefetched_objects
+        for _ in range(4 * before):  # a bound: it takes about before - after
+            assert await _answer(clock, source, epoch) == depths[-1], "every round sends the depth's GETs"
+            _read(epoch, int(320 * LATENCY))
             await prefetcher.round(epoch, None, ROOM)
             depths.append(epoch.depth)
-        assert not epoch.ceiling, depths[-20:]
-        grown = depths[-1]
-        assert 0.9 * before <= grown <= 1.1 * before, (before, grown)
-        # Additive: about (grown² - after²) / 2 landings, never a jump.
-        assert all(b - a <= 1 for a, b in zip(depths, depths[1:])), depths
-        assert epoch.prefetched_objects >= (grown ** 2 - after ** 2) / 2 * 0.8, epoch.prefetched_objects
+            if not epoch.ceiling:
+                break
+        assert not epoch.ceiling, depths
+        assert depths[-1] == before, depths
+        trips = len(depths) - 1
+        # Additive: never a jump, one object per round trip (1 / ceiling per
+        # landing, so a little less: a step of 0 now and then).
+        assert all(0 <= b - a <= 1 for a, b in zip(depths, depths[1:])), depths
+        assert before - after <= trips <= (before - after) * 1.25, (trips, depths)
+        assert epoch.prefetched_objects - landed == sum(depths[:-1]), "every GET sent landed, counted once"
         await prefetcher.stop()
 
     asyncio.run(main())
