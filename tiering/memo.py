@@ -40,7 +40,7 @@ MiB = 1024 * 1024
 
 # The kinds of cache, each with its default bound: a share of the memory
 # the process may use (the machine's, or its memory budget), at most a cap,
-# at least MIN_BOUND. The shares add up to about 2.5 % of memory: caches are
+# at least MIN_BOUND. The shares add up to about 2 % of memory: caches are
 # for speed, the rest is for requests in flight and the allocator's slack.
 # (share, cap, what it keeps)
 KINDS: dict[str, tuple[float, int, str]] = {
@@ -50,7 +50,6 @@ KINDS: dict[str, tuple[float, int, str]] = {
     "batch_places": (1 / 1024, 32 * MiB, "where a batch member's pieces are, by object version"),
     "decisions": (1 / 1024, 32 * MiB, "authorisation decisions, by caller, action and resource"),
     "memos": (1 / 1024, 32 * MiB, "other values derived from records (a mounted object's metadata)"),
-    "buffers": (1 / 256, 64 * MiB, "buffers of arrived extents, taken again by the next (tiering/reads/buffers.py)"),
 }
 MIN_BOUND = 1 * MiB
 # Before the gateway configures the registry (a test's node, a tool): a

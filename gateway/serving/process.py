@@ -17,7 +17,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tiering import pool
-from tiering.reads.buffers import BUFFERS
 
 
 def run_loop(main: Coroutine[Any, Any, None]) -> None:
@@ -41,11 +40,9 @@ async def _trimming(main: Coroutine[Any, Any, None]) -> None:
 
 
 async def _trim_every(seconds: float) -> None:
-    """Trim the arenas every ``seconds`` in the I/O pool (arrivals' buffers
-    idle since the last time let go first); stop where malloc is not glibc's."""
+    """Trim the arenas every ``seconds`` in the I/O pool; stop where malloc is not glibc's."""
     while True:
         await asyncio.sleep(seconds)
-        BUFFERS.expire()
         if await pool.run(trim_malloc) < 0:
             return
 

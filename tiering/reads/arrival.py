@@ -41,7 +41,6 @@ JPEGs, video, packed tensors or compressed shards are stored as they are.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import mmap
 import zlib
 from collections.abc import AsyncIterator
@@ -50,7 +49,6 @@ from typing import Any
 from packer.crc import extent_crc
 from tiering import pool
 from tiering.errors import CapacityError
-from tiering.reads.buffers import BUFFERS
 
 # Bytes a CRC32 is carried over per pool call (2.8 GB/s here: about 0.4 ms).
 CRC_STEP = 1024 * 1024
@@ -87,9 +85,11 @@ class Arrival:
         self._crc = 0
         self._crc_at = 0  # the CRC covers the bytes before this
         self._checking: asyncio.Future[None] | None = None  # the pool carrying a CRC32 on
-        # Anonymous memory, a retired arrival's where one is free
-        # (tiering/reads/buffers.py): given back when this arrival is gone.
-        self._buf = BUFFERS.take(size) if size else bytearray()
+        # Anonymous memory, not a bytearray: a bytearray is zeroed with a
+        # memset, which faults in every page only for the socket's bytes to
+        # overwrite them; the kernel zeroes these as the first bytes land.
+        # (Private: a shared mapping would be shmem, dearer to fault in and to free.)
+        self._buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) if size else bytearray()
         self._view = memoryview(self._buf)
         self.received = 0
         self.checked = False  # all arrived, CRC matched
@@ -100,12 +100,6 @@ class Arrival:
         # the error that ended the fetch. Set by ExtentReader.
         self.outcome: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
         self.outcome.add_done_callback(_retrieve)
-
-    def __del__(self) -> None:
-        buf = getattr(self, "_buf", None)
-        if type(buf) is mmap.mmap:
-            with contextlib.suppress(Exception):  # at interpreter exit the pool may be gone
-                BUFFERS.give(buf)
 
     # -- the store's side (an Into) ------------------------------------------
 
