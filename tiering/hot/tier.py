@@ -31,7 +31,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tiering.files import write_new_file
+from tiering.files import write_all
 from tiering.hot.eviction import CacheEviction
 from tiering.hot.logs import LOGS, Logs, log_bytes
 from tiering.hot.open_files import Opened, OpenFiles, capacity, read_files_now
@@ -397,7 +397,11 @@ class HotTier(CacheEviction, Restart, PackedPieces):
         """Blocking: ``data`` as the cache file of ``name``, whole or not at all."""
         path = self.cache_path(name)
         tmp = path.with_name(name + TMP)
-        write_new_file(tmp, data)  # a large arrived piece by direct I/O (tiering/files.py)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, memoryview(data))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
 
     def _filled(self, name: str, size: int) -> bool:
