@@ -491,7 +491,6 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
         try:
             await a.objects.create_bucket("data")
             await put(a, "data", "queued", b"flushed first")
-            await a.tiers.flush()
             gate = asyncio.Event()
 
             async def slow() -> AsyncIterator[bytes]:
@@ -499,8 +498,9 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
                 await gate.wait()
                 yield b"second half"
 
-            writing = asyncio.create_task(
+            writing = asyncio.create_task(  # under way before the bucket could be idle, however long the flush
                 a.objects.put("data", "slow", slow(), NewObject(), Integrity(expected_size=23)))
+            await a.tiers.flush()
             await asyncio.sleep(idle)
             assert a.tiers.cluster.status().writing == ["data"]  # a write under way
             gate.set()
