@@ -221,6 +221,7 @@ class Cluster:
         await self.check_write(bucket)
         held = self._held[bucket]
         held.active += 1
+        held.writes += 1
         held.written = time.monotonic()
         try:
             yield
@@ -394,18 +395,19 @@ class Cluster:
         ``lease_idle`` seconds, so that another node can take it at once;
         only with no write under way and nothing of it left to flush (or
         an open multipart upload, whose parts only this node knows)."""
-        held.releasing = True  # from here, writes to it are refused until it is released
+        writes = held.writes  # a write checked from here on keeps the lease: the bucket is not idle
+        if await pool.run(self._index.has_uploads, bucket) or bucket in await self._queued_buckets():
+            return False
+        if held.active or held.writes != writes:
+            return False
+        held.releasing = True  # from here (no await since the check), writes get 503 until it is released
         try:
-            if held.active or await pool.run(self._index.has_uploads, bucket):
-                return False
-            if held.active or bucket in await self._queued_buckets():
-                return False
             await held.lease.release()
-            del self._held[bucket]
-            log.info("node %s gave up the idle write lease of %s (term %d)", self.node, bucket, held.term)
-            return True
         finally:
             held.releasing = False
+        del self._held[bucket]
+        log.info("node %s gave up the idle write lease of %s (term %d)", self.node, bucket, held.term)
+        return True
 
     def _wrote(self, term: int) -> None:
         """A segment of ``term`` counted: its node writes (or wrote) its bucket."""

@@ -42,8 +42,9 @@ class Held:
     renewed: float  # monotonic time of the last renewal
     issued: int = 0  # the last sequence named in the term
     written: float = 0.0  # monotonic time the last write to the bucket started
+    writes: int = 0  # writes started (checked) under this lease so far
     active: int = 0  # writes under way: from their check to their commit
-    releasing: bool = False  # giving the lease up (idle): writes wait for the next holder
+    releasing: bool = False  # giving the lease up (idle): writes get 503 until it is released
     renewing: bool = False  # a renewal is under way: the store has not answered it yet
 
     async def renew(self) -> bool:

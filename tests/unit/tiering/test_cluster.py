@@ -142,10 +142,10 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
             # Compaction by the bucket's writer moves its live data and says
             # so in the follow head; the other node follows the new segment
             # and forgets the deleted ones.
-            updates = a.tiers.cluster.status().head_updates
-            await a.tiers.compact(threshold=1.0)
-            while a.tiers.cluster.status().head_updates == updates:
-                await asyncio.sleep(0.01)  # the head is updated beside compaction
+            report = await a.tiers.compact(threshold=1.0)
+            await a.tiers.cluster.publisher._task  # the deletions reach the head beside compaction, later
+            deleted = report.deleted + report.rewritten + report.merged
+            assert a.tiers.cluster._head.entries["data"].deleted == deleted > 0
             lists = b.tiers.capacity.stats.lists
             await b.tiers.cluster.follow_news(now=True)
             assert b.tiers.capacity.stats.lists - lists == 4  # the round's three, and the prune's
@@ -491,7 +491,6 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
         try:
             await a.objects.create_bucket("data")
             await put(a, "data", "queued", b"flushed first")
-            await a.tiers.flush()
             gate = asyncio.Event()
 
             async def slow() -> AsyncIterator[bytes]:
@@ -499,8 +498,9 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
                 await gate.wait()
                 yield b"second half"
 
-            writing = asyncio.create_task(
+            writing = asyncio.create_task(  # under way before the bucket could be idle, however long the flush
                 a.objects.put("data", "slow", slow(), NewObject(), Integrity(expected_size=23)))
+            await a.tiers.flush()
             await asyncio.sleep(idle)
             assert a.tiers.cluster.status().writing == ["data"]  # a write under way
             gate.set()
