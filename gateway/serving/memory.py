@@ -14,7 +14,7 @@ first, while it still can choose what to give up:
    ``TRIM_EVERY`` seconds). Between ``RELAX_AT`` and ``SHED_AT``, malloc
    is trimmed too once a burst of buffers ends (they reached half their
    share of the budget since the last sample and hold a quarter of it
-   now), rather than at the next 15 s trim: the pages freed buffers leave
+   now), rather than at the next timed trim: the pages freed buffers leave
    inside the arenas go back while nothing new has filled them yet (a
    trim walks every arena, the other threads' included). Below
    ``RELAX_AT`` the bounds double back,
