@@ -294,16 +294,14 @@ class ByIdentity(Generic[K, V]):
     def get(self, record: K, derive: Callable[[K], V]) -> V:
         key = id(record)
         kept = self._kept.items.get(key)
-        if kept is not None:
-            held = kept[0]
-            if held is record or (type(held) is weakref.ref and held() is record):
-                return kept[1]
+        if kept is not None and kept[0]() is record:
+            return kept[1]
         value = derive(record)
         gone = self._gone
         try:
-            held = weakref.ref(record, lambda ref: gone.append((key, ref)))
-        except TypeError:  # no weak references to it: held strongly
-            held = record
+            held: Callable[[], Any] = weakref.ref(record, lambda ref: gone.append((key, ref)))
+        except TypeError:  # no weak references to it: held strongly, by a closure
+            held = _strongly(record)
         self._drop_gone()
         self._kept.put(key, (held, value))
         return value
@@ -318,10 +316,14 @@ class ByIdentity(Generic[K, V]):
         return len(self._kept)
 
 
+def _strongly(record: Any) -> Callable[[], Any]:
+    """A reference to ``record`` that holds it, called as a weak one is."""
+    return lambda: record
+
+
 def _weigh_derived(key: int, kept: tuple[Any, Any]) -> int:
-    """The derived value, and its record's reference (the record itself,
-    shallow, when it is held strongly): the record is the record cache's,
-    weighed there, and walking it on every miss (on the event loop) cost
-    several times the derivation."""
+    """The derived value and its record's reference (the record is the
+    record cache's, weighed there, and walking it on every miss, on the
+    event loop, cost several times the derivation)."""
     held, value = kept
     return _getsizeof(kept) + _getsizeof(held) + weigh(value) + _SLOT + 32  # the id key: an int
