@@ -29,6 +29,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any, Generic, TypeVar
@@ -168,6 +169,13 @@ class Kept(Generic[K, V]):
         with self._lock:
             self._pop(key)
 
+    def pop_if(self, key: K, test: Callable[[V], bool]) -> None:
+        """Drop ``key``'s entry if ``test`` says yes of its value."""
+        with self._lock:
+            value = self.items.get(key)
+            if value is not None and test(value):
+                self._pop(key)
+
     def clear(self) -> None:
         with self._lock:
             self.items.clear()
@@ -262,28 +270,60 @@ CACHES = Caches()
 class ByIdentity(Generic[K, V]):
     """Derived values of records, at most ``size`` of them (0: any
     number) and at most the bound of kind ``name`` in bytes, the oldest
-    going first. The record is held with its value, so an ``id()`` reused
-    by another object is never mistaken for it; it is weighed with the
-    value, as the memo may be what keeps it alive."""
+    going first, and none longer than its record lives.
+
+    The record is held by a weak reference: once the record cache (or the
+    request that had it) lets it go, its value goes too, rather than
+    keeping a dead version alive until the bound pushes it out. Strong
+    references made every overwrite leave its old record and value here:
+    under the hostile soak the heads, tar headers and batch places grew
+    by about 2 MiB a minute between them, on 150 live keys, until their
+    bounds (docs/reliability.md). An ``id()`` reused by another object
+    is never mistaken for the record: the reference must return it. A
+    record that takes no weak references is held as before, strongly,
+    and weighed with the value."""
 
     def __init__(self, size: int = 0, name: str = "memos") -> None:
-        self._kept: Kept[int, tuple[K, V]] = Kept(name, size, _weigh_derived)
+        self._kept: Kept[int, tuple[Any, V]] = Kept(name, size, _weigh_derived)
+        # (id, reference) of records gone: appended by the references'
+        # callbacks, which run on whichever thread dropped the record,
+        # maybe inside another cache's lock, so they take no lock; the
+        # next store drops their entries.
+        self._gone: deque[tuple[int, Any]] = deque()
 
     def get(self, record: K, derive: Callable[[K], V]) -> V:
-        kept = self._kept.items.get(id(record))
-        if kept is not None and kept[0] is record:
+        key = id(record)
+        kept = self._kept.items.get(key)
+        if kept is not None and kept[0]() is record:
             return kept[1]
         value = derive(record)
-        self._kept.put(id(record), (record, value))
+        gone = self._gone
+        try:
+            held: Callable[[], Any] = weakref.ref(record, lambda ref: gone.append((key, ref)))
+        except TypeError:  # no weak references to it: held strongly, by a closure
+            held = _strongly(record)
+        self._drop_gone()
+        self._kept.put(key, (held, value))
         return value
+
+    def _drop_gone(self) -> None:
+        gone = self._gone
+        while gone:
+            key, ref = gone.popleft()
+            self._kept.pop_if(key, lambda kept, ref=ref: kept[0] is ref)
 
     def __len__(self) -> int:
         return len(self._kept)
 
 
+def _strongly(record: Any) -> Callable[[], Any]:
+    """A reference to ``record`` that holds it, called as a weak one is."""
+    return lambda: record
+
+
 def _weigh_derived(key: int, kept: tuple[Any, Any]) -> int:
-    """The derived value, and its record shallow: the record is the record
-    cache's, weighed there, and walking it on every miss (on the event
-    loop) cost several times the derivation."""
-    record, value = kept
-    return _getsizeof(kept) + _getsizeof(record) + weigh(value) + _SLOT + 32  # the id key: an int
+    """The derived value and its record's reference (the record is the
+    record cache's, weighed there, and walking it on every miss, on the
+    event loop, cost several times the derivation)."""
+    held, value = kept
+    return _getsizeof(kept) + _getsizeof(held) + weigh(value) + _SLOT + 32  # the id key: an int

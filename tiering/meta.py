@@ -161,7 +161,7 @@ class Checksum(_Record):
     type: str = "FULL_OBJECT"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)  # memos refer to it weakly (tiering/memo.py)
 class ObjectMeta(_Record):
     """Everything the namespace knows about one object version."""
 
@@ -252,7 +252,7 @@ class Mount(_Record):
         return f"s3://{self.bucket}/{self.prefix}".rstrip("/")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)  # memos refer to it weakly (tiering/memo.py)
 class MountedObject(_Record):
     """An object of a mount as the source last described it."""
 

@@ -79,6 +79,20 @@ if _DIR:
 
         module._Connection.connection_lost = connection_lost
 
+    def _trim_every(seconds: float) -> None:
+        """TIERSTORE_EXPERIMENT_TRIM_EVERY=<s>: ``malloc_trim(0)`` that
+        often besides the gateway's own trims: does a shorter cadence keep
+        RSS down? An experiment, not the fix."""
+        trim = ctypes.CDLL(None).malloc_trim
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+        while True:
+            time.sleep(seconds)
+            trim(0)
+
+    if os.environ.get("TIERSTORE_EXPERIMENT_TRIM_EVERY"):
+        threading.Thread(target=_trim_every, args=(float(os.environ["TIERSTORE_EXPERIMENT_TRIM_EVERY"]),),
+                         daemon=True).start()
+
     if os.environ.get("TIERSTORE_EXPERIMENT_FREE_CONNECTIONS"):
         threading.Thread(target=_free_connections, daemon=True).start()
 
@@ -107,3 +121,27 @@ if _DIR:
             os.replace(path + ".tmp", path)
 
     threading.Thread(target=_dump, daemon=True, name="tracemalloc dumps").start()
+
+    # TIERSTORE_TRACEMALLOC_SPIKE=<MiB>: also a snapshot whenever RSS is
+    # at least that (polled every 0.1 s, at most one every 5 s), of the
+    # blocks of 256 KiB or more only: what a spike is made of
+    # (``soak.py --spikes DIR`` adds them up by allocation site).
+    _SPIKE = int(os.environ.get("TIERSTORE_TRACEMALLOC_SPIKE", "0")) << 20
+
+    def _spikes() -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        last = 0.0
+        while True:
+            time.sleep(0.1)
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            if rss < _SPIKE or time.monotonic() - last < 5 or not tracemalloc.is_tracing():
+                continue
+            last = time.monotonic()
+            snapshot = tracemalloc.take_snapshot()
+            snapshot.traces._traces = [t for t in snapshot.traces._traces if t[1] >= 256 << 10]
+            path = os.path.join(_DIR, f"spike-{time.monotonic() - _T0:05.0f}-{rss >> 20}.pickle")
+            snapshot.dump(path)
+
+    if _FRAMES and _SPIKE:
+        threading.Thread(target=_spikes, daemon=True, name="tracemalloc spikes").start()

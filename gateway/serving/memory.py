@@ -14,7 +14,7 @@ first, while it still can choose what to give up:
    ``TRIM_EVERY`` seconds). Between ``RELAX_AT`` and ``SHED_AT``, malloc
    is trimmed too once a burst of buffers ends (they reached half their
    share of the budget since the last sample and hold a quarter of it
-   now), rather than at the next 15 s trim: the pages freed buffers leave
+   now), rather than at the next timed trim: the pages freed buffers leave
    inside the arenas go back while nothing new has filled them yet (a
    trim walks every arena, the other threads' included). Below
    ``RELAX_AT`` the bounds double back,
@@ -22,7 +22,9 @@ first, while it still can choose what to give up:
 2. At ``REFUSE_AT``, new S3 requests that would allocate (any method but
    HEAD and DELETE) get 503 SlowDown with Retry-After, as a full disk's
    refusals do (gateway/app.py), which SDKs retry with backoff; below
-   ``RESUME_AT`` they are taken again. The admin API, ``/health`` and
+   ``RESUME_AT`` they are taken again, and also once RSS stops falling
+   while refusing (``STILL_SAMPLES``): refusing cannot shrink the
+   process below what it holds at rest. The admin API, ``/health`` and
    ``/metrics`` always answer: the operator must see why.
 
 RSS is read from ``/proc/self/statm`` (two integers, about 10 us) on the
@@ -61,6 +63,10 @@ SHED_AT = 0.85  # fractions of the budget
 RELAX_AT = 0.70
 REFUSE_AT = 0.95
 RESUME_AT = 0.90
+# Samples (5 s) of refusing in which RSS, between RESUME_AT and REFUSE_AT,
+# no longer falls, after which S3 requests are taken again: what is left
+# is the process at rest, which refusing does not shrink.
+STILL_SAMPLES = 10
 # Methods that never refused: HEAD answers no body, DELETE frees.
 UNREFUSED = frozenset({"HEAD", "DELETE"})
 # The least the buffers get, whatever the budget leaves them: four bodies.
@@ -123,6 +129,8 @@ class MemoryBudget:
         self.trims = 0
         self.refused = 0  # S3 requests answered 503 SlowDown for memory
         self._trimmed = 0.0
+        self._low = 0  # the lowest RSS since refusing began
+        self._still = 0  # samples since it last fell
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -169,10 +177,31 @@ class MemoryBudget:
             log.warning("RSS %d MiB is %.0f%% of the memory budget: refusing new S3 requests (503 SlowDown)",
                         self.rss >> 20, used * 100)
             self.refusing = True
+            self._low, self._still = self.rss, 0
         elif used < RESUME_AT and self.refusing:
             log.warning("RSS %d MiB is back under %.0f%% of the memory budget: taking S3 requests again",
                         self.rss >> 20, RESUME_AT * 100)
             self.refusing = False
+        elif self.refusing and used < REFUSE_AT and self._at_rest():
+            log.warning("RSS %d MiB no longer falls while refusing (%.0f%% of the memory budget): "
+                        "taking S3 requests again", self.rss >> 20, used * 100)
+            self.refusing = False
+
+    def _at_rest(self) -> bool:
+        """RSS has not fallen (by 1 MiB) for ``STILL_SAMPLES`` samples of
+        refusing. Under the hostile soak with a budget of half its peak
+        (160 MiB), a gateway refusing everything settled at 145-146 MiB,
+        above the 144 MiB mark where it would resume, and stayed there:
+        the requests in flight had ended, and what remained (the process,
+        its caches at their floor, malloc's slack) was not the requests'.
+        Refusing on would only fail every client; taken again, new work is
+        still bounded by the admission by bytes and refused at
+        ``REFUSE_AT``."""
+        if self.rss < self._low - (1 << 20):
+            self._low, self._still = self.rss, 0
+            return False
+        self._still += 1
+        return self._still >= STILL_SAMPLES
 
     async def _shed(self) -> None:
         self.sheds += 1

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from tiering.admission import ADMISSION
 from tiering.capacity.store import CapacityStats
 from tiering.errors import CapacityError, CapacityNotFound
 
@@ -21,6 +22,13 @@ MAX_PARTS = 10_000
 # which the store verifies: CRC32C, which botocore computes with awscrt at
 # about 0.16 ms per 8 MiB here, against 2.8 ms for its CRC32.
 UPLOAD_CHECKSUM = "CRC32C"
+# What a part in flight holds, in parts: its bytes and the copy the HTTP
+# client makes of them (aiohttp's BytesIOPayload takes the buffer of the
+# BytesIO botocore wraps the body in, which copies it). Seen in
+# tracemalloc snapshots of the soak's RSS spikes: the flusher's parts in
+# flight and their copies were most of each spike, and reserved by
+# no one (docs/reliability.md).
+PART_COPIES = 2
 
 
 def one_line(exc: BaseException) -> str:
@@ -57,7 +65,9 @@ class S3Upload:
 
     Writes gather into a buffer; each full ``part_size`` becomes a part upload
     task. At most ``concurrency`` parts are in flight: ``write`` waits for a
-    slot, so memory stays under about (concurrency + 1) x part_size. An object
+    slot, so memory stays under about (concurrency + 1) x part_size, and
+    each part in flight reserves what it holds (``PART_COPIES``) from the
+    process's admission by bytes. An object
     that never filled one part is sent with a single PUT at ``complete``.
     """
 
@@ -217,13 +227,23 @@ class S3Upload:
         if self._failure is not None:
             self._slots.release()
             await self._check()
+        # Reserved while the part is in flight (tiering/admission.py): work
+        # under way, so it waits its turn a while, then takes them anyway.
+        held = PART_COPIES * len(chunk)
+        try:
+            await ADMISSION.force(held)
+        except BaseException:
+            self._slots.release()
+            raise
         number = self._next_part
         self._next_part += 1
-        task = asyncio.create_task(self._send_part(number, chunk))
+        reserved = [held]  # given back once: with the slot, or if the task never ran (an abort)
+        task = asyncio.create_task(self._send_part(number, chunk, reserved))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _: _give(reserved))
 
-    async def _send_part(self, number: int, chunk: bytes) -> None:
+    async def _send_part(self, number: int, chunk: bytes, reserved: list[int]) -> None:
         store = self._store
         extra = {"ChecksumAlgorithm": self._checksum} if self._checksum else {}
         try:
@@ -251,3 +271,10 @@ class S3Upload:
                 self._failure = exc
         finally:
             self._slots.release()
+            _give(reserved)
+
+
+def _give(reserved: list[int]) -> None:
+    """Give back a part's reservation, if it was not yet."""
+    if reserved:
+        ADMISSION.give(reserved.pop())

@@ -66,6 +66,8 @@ MINIMUM = 512 * 1024
 # Blocks kept allocated past the end of the live log, topped up at half:
 # at a few hundred bytes to a few KiB a batch, a thousand writes or more.
 LOG_ROOM = 2 * MiB
+# RocksDB's write buffer (memory table), at most two held at once.
+MEMTABLE_BYTES = 8 * MiB
 # How long a reopen waits for the old handle to let its lock go: an
 # iterator a reader still runs keeps the old database (and its lock) alive
 # until it ends, which is microseconds for a point read and a page.
@@ -247,6 +249,13 @@ class Database:
         options.create_if_missing(True)
         # Each open starts a new info log, and a full disk can mean reopens.
         options.set_keep_log_file_num(10)
+        # The memory table: RocksDB's default of 64 MiB (two of them while
+        # one is written out) is anonymous memory that grows with every
+        # write until it is full; under the hostile soak it took 1.5 MiB a
+        # minute, most of the process's growth after its caches stopped
+        # (docs/reliability.md). With MEMTABLE_BYTES, RocksDB's background
+        # thread writes a table out every 8 MiB of records instead.
+        options.set_write_buffer_size(MEMTABLE_BYTES)
         self.room = room
         room.before_open()
         self._db, self.writable = open_database(path, options)

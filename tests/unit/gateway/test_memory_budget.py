@@ -122,3 +122,32 @@ def test_a_body_reserves_its_blocks_not_its_length() -> None:
     assert memory.body_bytes({"content-length": "junk"}) == 0
     assert memory.body_bytes({}) == 0
     assert memory.body_bytes({"content-length": "0", "x-amz-copy-source": "/b/k"}) == memory.BODY_HELD
+
+
+def test_refusing_ends_once_rss_no_longer_falls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process whose rest is above the resume mark is not left refusing
+    for good: once RSS has stopped falling for STILL_SAMPLES samples under
+    the refusal mark, S3 requests are taken again."""
+    rss = [0]
+    monkeypatch.setattr(memory, "resident", lambda: (rss[0], 0))
+    monkeypatch.setattr(memory, "trim_malloc", lambda: 1)
+    budget = MemoryBudget(1000 * MiB, Caches(), Admission())
+
+    async def at(mib: float) -> None:
+        rss[0] = int(mib * MiB)
+        await budget.sample()
+
+    async def run() -> None:
+        await at(970)
+        assert budget.refusing
+        for mib in (940, 930, 920):  # falling: the requests in flight end
+            await at(mib)
+            assert budget.refusing
+        for i in range(memory.STILL_SAMPLES):  # at rest above the resume mark (900)
+            assert budget.refusing, i
+            await at(920 - i % 2 * 0.5)
+        assert not budget.refusing
+        await at(955)  # at the refusal mark again: refusing
+        assert budget.refusing
+
+    asyncio.run(run())

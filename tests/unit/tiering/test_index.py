@@ -16,6 +16,7 @@ from tiering.errors import (
     PreconditionFailed,
 )
 from tiering.index.db import Index, successor
+from tiering.index.room import MEMTABLE_BYTES
 from tiering.meta import BucketInfo, Chunk, ObjectMeta, Part, Upload
 from tiering.model.conditions import WriteConditions
 
@@ -195,3 +196,12 @@ def test_successor_bounds_the_prefix(prefix: str) -> None:
     after = successor(prefix)
     assert after > prefix
     assert after > prefix + "\U0010ffff" * 3 or prefix.endswith("\U0010ffff")
+
+
+def test_the_memory_table_is_bounded(index: Index) -> None:
+    """RocksDB's write buffer is MEMTABLE_BYTES, not its default 64 MiB of
+    anonymous memory: past it, the writes go to a new memory table (the
+    full one is written out)."""
+    for i in range((MEMTABLE_BYTES >> 20) + 4):
+        index._db.put(b"zz-test-%d" % i, bytes(1 << 20))
+    assert index._db.property_int_value("rocksdb.cur-size-active-mem-table") <= MEMTABLE_BYTES + (2 << 20)

@@ -5,6 +5,7 @@ registry reports each kind and shrinks them all under memory pressure."""
 from __future__ import annotations
 
 import gc
+import weakref
 
 import pytest
 
@@ -86,14 +87,43 @@ def test_the_registry_lists_each_kind_and_squeezes_them_all(caches: Caches) -> N
     assert caches.stats()["records"]["caches"] == 1  # a cache gone is forgotten
 
 
-def test_by_identity_is_bounded_in_bytes_and_weighs_the_record(caches: Caches) -> None:
+def test_by_identity_is_bounded_in_bytes(caches: Caches) -> None:
     memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads")
     memo._kept = Kept("heads", registry=caches)  # in the test's registry
     records = [_meta(i) for i in range(200)]
     for record in records:
         assert memo.get(record, lambda r: r.key.encode() * 10) == record.key.encode() * 10
-    assert memo._kept.bytes <= 16 * KiB
-    assert memo._kept.bytes / len(memo) > weigh(records[0])  # the record it keeps alive counts
+    assert 0 < memo._kept.bytes <= 16 * KiB
+    assert len(memo) < len(records)
+
+
+def test_by_identity_keeps_no_record_alive(caches: Caches) -> None:
+    """A value goes with its record (an overwritten version the record
+    cache dropped), not when the bound pushes it out; the record itself
+    is not kept alive by the memo."""
+    memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads")
+    memo._kept = Kept("heads", registry=caches)
+    records = [_meta(i) for i in range(10)]
+    for record in records:
+        memo.get(record, lambda r: r.key.encode())
+    assert len(memo) == 10
+    gone = weakref.ref(records[3])
+    del records[:5], record
+    gc.collect()
+    assert gone() is None  # the memo held it weakly
+    kept = records[0]
+    assert memo.get(kept, lambda r: b"derived again") == kept.key.encode()  # a hit stays a hit
+    memo.get(_meta(99), lambda r: b"x")  # a store drops the entries of records gone
+    assert len(memo) == 6
+    assert memo._kept.bytes == sum(memo._kept._sizes.values())
+
+
+def test_by_identity_holds_what_takes_no_weak_reference(caches: Caches) -> None:
+    memo: ByIdentity[tuple[str, int], str] = ByIdentity(0, "memos")
+    memo._kept = Kept("memos", registry=caches)
+    record = ("key", 1)  # a tuple takes no weak reference
+    assert memo.get(record, lambda r: "value") == "value"
+    assert memo.get(record, lambda r: "derived again") == "value"
 
 
 def test_the_record_cache_is_bounded_in_bytes(caches: Caches, monkeypatch: pytest.MonkeyPatch) -> None:
