@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from tests.unit.tiering.test_cluster import get, node, put
+from tests.unit.tiering.cluster_nodes import get, node, put
 from tiering.capacity import LocalDirStore
 from tiering.cluster.head import NAME, Change, Entry, Head
 from tiering.cluster.news import Publisher
