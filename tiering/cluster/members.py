@@ -184,12 +184,6 @@ class Membership:
         """``callback(live)`` after every listing, with the live members by node id."""
         self._subscribers.append(callback)
 
-    @property
-    def members(self) -> dict[str, Member]:
-        """Every other node's entry as last listed, live or not, by node id."""
-        return {e.member.node: e.member for e in self._entries.values()
-                if e.member is not None and e.member.node != self.node}
-
     def live(self) -> dict[str, Member]:
         """The live members by node id, this node always among them: as of
         the last listing, when each entry's age was last known. (Judged on

@@ -16,12 +16,12 @@ refused (EntityTooLarge) before its body is read.
 
 from __future__ import annotations
 
-import asyncio
+import math
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
 
+from tiering.admission import Admission
 from tiering.errors import (
     AccessDenied,
     BadDigest,
@@ -62,33 +62,14 @@ _SAME_CODE: dict[str, type[TierstoreError]] = {
 }
 
 
-class _Memory:
-    """A byte budget shared by the parts being received."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._room = asyncio.Condition()
-
-    @asynccontextmanager
-    async def hold(self, size: int) -> AsyncIterator[None]:
-        async with self._room:
-            await self._room.wait_for(lambda: self.used + size <= self.limit)
-            self.used += size
-        try:
-            yield
-        finally:
-            async with self._room:
-                self.used -= size
-                self._room.notify_all()
-
-
 class MountUploads:
     """CreateMultipartUpload .. Complete on read-write mounts."""
 
     def __init__(self, mounts: Mounts, memory: int = PART_MEMORY) -> None:
         self._mounts = mounts
-        self._memory = _Memory(memory)
+        # Their own byte semaphore (not the process's admission: a part waits
+        # its turn here however long the parts before it take).
+        self._memory = Admission(memory)
 
     async def _ask(self, name: str, call: Any, *args: Any, upload_id: str | None = None) -> Any:
         """One source call; its refusal as the S3 error it names."""
@@ -129,7 +110,7 @@ class MountUploads:
                 f"Parts of uploads to a mounted bucket are limited to {self._memory.limit} bytes",
                 ProposedSize=size, MaxSizeAllowed=self._memory.limit,
             )
-        async with self._memory.hold(size if size is not None else self._memory.limit):
+        async with self._memory.hold(size if size is not None else self._memory.limit, wait=math.inf):
             data, checksum = await self._receive(body, integrity)
             sent = (checksum.algorithm, checksum.value) if checksum else None
             answer = await self._ask(

@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
 
 import pytest
 
+from tiering.admission import Admission
 from tiering.errors import EntityTooLarge
 from tiering.model.inputs import Integrity
-from tiering.mounts.uploads import MountUploads, _Memory
+from tiering.mounts.uploads import MountUploads
 
 
 def test_a_part_waits_for_room_and_gets_it_when_another_leaves() -> None:
     async def main() -> None:
-        memory = _Memory(100)
+        memory = Admission(100)
         order: list[str] = []
         first_in = asyncio.Event()
         release_first = asyncio.Event()
 
         async def first() -> None:
-            async with memory.hold(70):
+            async with memory.hold(70, wait=math.inf):
                 order.append("first in")
                 first_in.set()
                 await release_first.wait()
@@ -28,31 +30,31 @@ def test_a_part_waits_for_room_and_gets_it_when_another_leaves() -> None:
 
         async def second() -> None:
             await first_in.wait()
-            async with memory.hold(50):
+            async with memory.hold(50, wait=math.inf):
                 order.append("second in")
-                assert memory.used == 50
+                assert memory.held == 50
 
         tasks = [asyncio.create_task(first()), asyncio.create_task(second())]
         await first_in.wait()
         await asyncio.sleep(0.01)
-        assert order == ["first in"] and memory.used == 70, "70 + 50 > 100: the second part waits"
+        assert order == ["first in"] and memory.held == 70, "70 + 50 > 100: the second part waits"
         release_first.set()
         await asyncio.gather(*tasks)
-        assert order == ["first in", "first out", "second in"] and memory.used == 0
+        assert order == ["first in", "first out", "second in"] and memory.held == 0
 
     asyncio.run(main())
 
 
 def test_a_cancelled_waiter_takes_no_room() -> None:
     async def main() -> None:
-        memory = _Memory(10)
-        async with memory.hold(10):
-            waiter = asyncio.create_task(memory.hold(5).__aenter__())
+        memory = Admission(10)
+        async with memory.hold(10, wait=math.inf):
+            waiter = asyncio.create_task(memory.hold(5, wait=math.inf).__aenter__())
             await asyncio.sleep(0.01)
             waiter.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiter
-        assert memory.used == 0
+        assert memory.held == 0
 
     asyncio.run(main())
 
