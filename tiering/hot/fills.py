@@ -39,6 +39,15 @@ WRITER_BACKLOG = 64
 # it more system time than the two writes; at 10 ms it takes about five.
 POST_DELAY = 0.01
 POST_ITEMS = 16
+# A fill at least this large is posted to the writer at once and settled
+# as soon as it is written, not with its batch: its bytes (a large piece,
+# 8 MiB by default) are what a cold read's memory is made of, and a post
+# or a settle costs nothing beside writing them.
+LARGE = 1024 * 1024
+# Pieces a cold read lets the writer fall behind by before it fetches
+# another (Fills.room): with the pieces it keeps in flight, what bounds
+# its memory.
+BEHIND = 2
 
 
 async def _logged(name: str, fill: Awaitable[bool | None]) -> bool:
@@ -58,6 +67,8 @@ class Fills:
     def __init__(self) -> None:
         self._running: dict[str, tuple[bytes, asyncio.Future[Any]]] = {}
         self._writer = _Writer()
+        self.bytes = 0  # of the fills running now
+        self._room: list[asyncio.Future[None]] = []  # reads waiting for fills to end (room)
 
     def write(self, name: str, data: bytes, fill: Callable[[], bool]) -> asyncio.Future[bool]:
         """Have ``fill`` (which caches ``data`` as ``name``) run by the
@@ -66,12 +77,31 @@ class Fills:
         it ends, registered before the caller yields, so a reader right after
         finds them."""
         if self._writer.pending < WRITER_BACKLOG:
-            future: asyncio.Future[bool] = self._writer.submit(name, fill)
+            future: asyncio.Future[bool] = self._writer.submit(name, fill, len(data) >= LARGE)
         else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
             future = asyncio.ensure_future(_logged(name, pool.run(fill)))
+        if (running := self._running.get(name)) is not None:
+            self.bytes -= len(running[0])  # replaced: its _done finds another task and leaves the count
         self._running[name] = (data, future)
+        self.bytes += len(data)
         future.add_done_callback(functools.partial(self._done, name))
         return future
+
+    async def room(self, most: int) -> None:
+        """Until the fills running hold at most ``most`` bytes. A cold read
+        asks before it fetches a large piece: its pieces are written behind
+        the answer, and a client that takes bytes faster than the writer
+        writes them would otherwise leave a backlog of pieces in memory
+        (19 of 8 MiB were seen behind one 1 GiB read on a loaded node);
+        this way the read goes at the writer's pace instead."""
+        while self.bytes > most:
+            waiter = asyncio.get_running_loop().create_future()
+            self._room.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._room.remove(waiter)
 
     def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
         """Have the writer thread call ``call(head, *items)`` with ``item``
@@ -86,6 +116,10 @@ class Fills:
     def _done(self, name: str, task: asyncio.Future[Any]) -> None:
         if (running := self._running.get(name)) is not None and running[1] is task:
             del self._running[name]
+            self.bytes -= len(running[0])
+            for waiter in self._room:  # each looks again
+                if not waiter.done():
+                    waiter.set_result(None)
 
     def held(self, name: str) -> bytes | None:
         """The bytes a running fill of ``name`` is writing, or None."""
@@ -117,8 +151,15 @@ class _Gathered(NamedTuple):
     item: Any
 
 
-# A fill for the writer thread: the loop to tell, the name, the write, its future.
-_Fill = tuple[asyncio.AbstractEventLoop, str, Callable[[], bool], asyncio.Future[bool]]
+class _Fill(NamedTuple):
+    """A fill for the writer thread: the loop to tell, the name, the write,
+    its future, and whether it is settled on its own (a large one)."""
+
+    loop: asyncio.AbstractEventLoop
+    name: str
+    fill: Callable[[], bool]
+    future: asyncio.Future[bool]
+    alone: bool
 
 
 class _Writer:
@@ -137,10 +178,12 @@ class _Writer:
         self._queue: queue.SimpleQueue[list[_Fill | _Gathered] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def submit(self, name: str, fill: Callable[[], bool]) -> asyncio.Future[bool]:
+    def submit(self, name: str, fill: Callable[[], bool], large: bool = False) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        self._put(loop, (loop, name, fill, future))
+        self._put(loop, _Fill(loop, name, fill, future, large))
+        if large:
+            self._post()
         self.pending += 1
         future.add_done_callback(self._settled)
         return future
@@ -172,43 +215,58 @@ class _Writer:
             self._queue.put(None)
             self._thread = None
 
+    def _batch(self) -> list[_Fill | _Gathered | None]:
+        """What was posted, waited for, and what more is queued (None: stop).
+        The one list that holds the items, so a large one's bytes go once
+        its entry is cleared."""
+        posted = self._queue.get()
+        batch: list[_Fill | _Gathered | None] = posted if posted is not None else [None]
+        with contextlib.suppress(queue.Empty):
+            while len(batch) < 64:
+                more = self._queue.get_nowait()
+                batch.extend(more if more is not None else [None])
+        return batch
+
     def _run(self) -> None:
         while True:
-            posted = self._queue.get()
-            batch: list[_Fill | _Gathered | None] = [*posted] if posted is not None else [None]
-            with contextlib.suppress(queue.Empty):
-                while len(batch) < 64:
-                    more = self._queue.get_nowait()
-                    batch.extend(more if more is not None else [None])
+            batch = self._batch()
             done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool, BaseException | None]]] = {}
             gathered: dict[tuple[Callable[..., None], Any], list[Any]] = {}
             stop = False
-            for item in batch:
+            for at, item in enumerate(batch):
                 if item is None:
                     stop = True
                     continue
                 if isinstance(item, _Gathered):
                     gathered.setdefault((item.call, item.head), []).append(item.item)
                     continue
-                loop, name, fill, future = item
+                batch[at] = None  # a large fill's bytes go as soon as it is settled
                 try:
-                    outcome: tuple[bool, BaseException | None] = (bool(fill()), None)
+                    outcome: tuple[bool, BaseException | None] = (bool(item.fill()), None)
                 except OSError as exc:  # a full or failing disk costs the cache, not the read
-                    log.warning("could not cache %s: %s", name, exc)
+                    log.warning("could not cache %s: %s", item.name, exc)
                     outcome = (False, None)
                 except BaseException as exc:  # noqa: BLE001  handed to whoever awaits the fill
                     outcome = (False, exc)
-                done.setdefault(loop, []).append((future, *outcome))
+                if item.alone:
+                    _tell(item.loop, [(item.future, *outcome)])
+                else:
+                    done.setdefault(item.loop, []).append((item.future, *outcome))
+                del item
             for (call, head), items in gathered.items():
                 try:
                     call(head, *items)
                 except Exception as exc:  # noqa: BLE001  what a read learnt is not worth the thread
                     log.warning("could not write %d records behind their reads: %s", len(items), exc)
             for loop, results in done.items():
-                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                    loop.call_soon_threadsafe(_settle, results)
+                _tell(loop, results)
             if stop:
                 return
+
+
+def _tell(loop: asyncio.AbstractEventLoop, results: list[tuple[asyncio.Future[bool], bool, BaseException | None]]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(_settle, results)
 
 
 def _settle(results: list[tuple[asyncio.Future[bool], bool, BaseException | None]]) -> None:

@@ -42,7 +42,7 @@ from tiering import pool
 from tiering.admission import ADMISSION
 from tiering.capacity.store import pour
 from tiering.errors import CapacityError, CapacityNotFound, NoSuchKey, ServiceUnavailable
-from tiering.hot.fills import Fills
+from tiering.hot.fills import BEHIND, Fills
 from tiering.hot.tier import HotTier
 from tiering.meta import Mount, ObjectMeta
 from tiering.mounts.checks import whole
@@ -179,6 +179,7 @@ class MountPieces:
         meanwhile), then cache it behind the answer: the buffer readers
         sent slices of is what the fill writes."""
         start = index * self._settings.part_size
+        await self.fills.room(BEHIND * size)  # the pieces before it written, but for a few
         await ADMISSION.lend(arrival.data, size)  # while the buffer lives: sent on, then cached
         async with self.window.slot() as fetch:
             into = _Counted(arrival, fetch)

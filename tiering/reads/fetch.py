@@ -42,7 +42,7 @@ from tiering.admission import ADMISSION, UNDER_WAY_WAIT
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.errors import CapacityError
-from tiering.hot.fills import Fills
+from tiering.hot.fills import BEHIND, Fills
 from tiering.hot.open_files import Opened
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
@@ -241,6 +241,7 @@ class ExtentReader:
         """Read the extent into ``arrival``; its checked bytes (fetched
         again whole after a CRC mismatch), cached behind the answer."""
         self.misses += 1
+        await self._fills.room(BEHIND * ext.stored)  # the extents before it written, but for a few
         # Reserved while the buffer lives: readers send it on, the fill writes it.
         await ADMISSION.lend(arrival.data, ext.stored)
         async with self._gets:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tiering.hot import fills as fills_module
-from tiering.hot.fills import WRITER_BACKLOG, Fills
+from tiering.hot.fills import LARGE, WRITER_BACKLOG, Fills
 
 
 def held_fill(release: threading.Event, ran_in: list[str]):  # type: ignore[no-untyped-def]
@@ -161,3 +161,53 @@ def test_what_one_turn_of_the_loop_submits_reaches_the_writer_together() -> None
 
     for _ in range(20):  # the writer idle and waiting each time: never one item at a time
         asyncio.run(go())
+
+
+def test_room_waits_until_the_fills_behind_hold_at_most_the_bytes_asked() -> None:
+    """A cold read asks for room before it fetches a large piece: it goes on
+    once the writer has written all but ``most`` bytes of what it holds."""
+
+    async def go() -> None:
+        fills = Fills()
+        first, second = threading.Event(), threading.Event()
+        piece = b"x" * LARGE
+        one = fills.write("p0", piece, held_fill(first, []))
+        two = fills.write("p1", piece, held_fill(second, []))
+        assert fills.bytes == 2 * LARGE
+        await fills.room(2 * LARGE)  # at most two behind: at once
+        room = asyncio.ensure_future(fills.room(LARGE))
+        await asyncio.sleep(0.05)
+        assert not room.done()
+        first.set()
+        await asyncio.wait_for(room, 5)  # one written: room
+        assert await one is True and not two.done() and fills.bytes == LARGE
+        second.set()
+        await fills.drain()
+        assert fills.bytes == 0
+
+    asyncio.run(go())
+
+
+def test_a_large_fill_is_settled_when_written_not_with_its_batch() -> None:
+    """A large fill's bytes are let go as soon as it is written, while a
+    fill after it in the same batch still runs."""
+
+    async def go() -> None:
+        fills = Fills()
+        busy, release = threading.Event(), threading.Event()
+        running: list[str] = []
+        first = fills.write("first", b"x" * LARGE, held_fill(busy, running))  # keeps the writer busy
+        while not running:  # the writer took it alone
+            await asyncio.sleep(0.001)
+        large = fills.write("big", b"x" * LARGE, lambda: True)
+        small = fills.write("small", b"y", held_fill(release, []))
+        await asyncio.sleep(0.05)  # both posted while the writer is busy: its next batch
+        busy.set()
+        assert await asyncio.wait_for(first, 5) is True
+        assert await asyncio.wait_for(large, 5) is True
+        assert fills.held("big") is None and fills.bytes == 1
+        assert not small.done()
+        release.set()
+        await fills.drain()
+
+    asyncio.run(go())
