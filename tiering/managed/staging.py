@@ -31,9 +31,11 @@ from tiering.settings import TierSettings
 
 _ROOM_WAIT = 10.0  # seconds a small write waits for the flusher to free staging room
 # What a body streamed to the capacity tier holds beyond the block every
-# write holds (BODY_HELD), in parts: the part
-# being gathered, its copy, its encoded entry, and the store upload's buffer.
-_STREAM_PARTS = 4
+# write holds (BODY_HELD), in parts: the part being gathered, its copy and
+# its encoded entry. An S3 store's upload reserves its own parts in flight
+# (PART_COPIES in tiering/capacity/s3_upload.py), so they are not counted
+# here a second time; a local directory's writes each part at once.
+_STREAM_PARTS = 3
 # Seconds a body streamed to the capacity tier waits for those bytes: no
 # byte of it is read yet, so it is refused (SlowDown) rather than queued.
 _STREAM_WAIT = 1.0
