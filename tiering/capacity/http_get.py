@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
@@ -48,9 +49,24 @@ from tiering.capacity.store import Into, pour
 # Asked once an answer's head is in: (status, headers with lower-case names)
 # -> where its body goes as it arrives, or None to collect the body whole.
 OnHead = Callable[[int, Mapping[str, str]], "Into | None"]
-# Bytes the event loop reads at a time into a connection's own buffer (heads,
+# Bytes the event loop reads at a time into the read buffer (heads,
 # collected bodies, the body bytes that come with a head).
 _READ_BUFFER = 256 * 1024
+_buffers = threading.local()
+
+
+def _read_buffer() -> memoryview:
+    """The buffer every connection of this thread's event loop reads into.
+    One is enough: the loop reads into it and hands the bytes to the
+    connection's parser at once (``buffer_updated``), which copies what it
+    keeps before the next read. One buffer each cost 256 KiB a connection,
+    allocated when it opened and freed when it closed: under a hostile
+    mix, where the store closes connections often, that churn left holes
+    in the heap that it did not give back (docs/reliability.md)."""
+    view: memoryview | None = getattr(_buffers, "view", None)
+    if view is None:
+        view = _buffers.view = memoryview(bytearray(_READ_BUFFER))
+    return view
 
 
 class BadAnswer(ConnectionError):
@@ -67,7 +83,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     A buffered protocol: the event loop reads into a buffer this names
     (``get_buffer``), so no bytes object is made per read. Heads and
-    collected bodies go through httptools from a buffer of its own; a body
+    collected bodies go through httptools from the loop's read buffer
+    (:func:`_read_buffer`, shared by its connections); a body
     of known length that goes to an ``Into`` is read, past the bytes that
     came with the head, straight into the ``Into``'s buffer, without the
     parser (a new one takes the connection's next answer): no copy of it
@@ -76,7 +93,7 @@ class _Connection(asyncio.BufferedProtocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._parser = httptools.HttpResponseParser(self)
-        self._read = memoryview(bytearray(_READ_BUFFER))
+        self._read = _read_buffer()
         self._transport: asyncio.Transport | None = None
         self.closed = False
         self._waiter: asyncio.Future[None] | None = None
@@ -137,10 +154,8 @@ class _Connection(asyncio.BufferedProtocol):
             else:
                 self._fail(ConnectionResetError("the store closed the connection in the middle of its answer"))
         # The parser refers back to this connection: a cycle only the collector's rarely run
-        # older generations would free, with the 256 KiB read buffer in it (docs/reliability.md).
-        # Nothing reads either once the connection is gone.
+        # older generations would free (docs/reliability.md). Nothing reads once the connection is gone.
         self._parser = None  # type: ignore[assignment]
-        self._read = memoryview(b"")
 
     # -- httptools callbacks ------------------------------------------------
 
