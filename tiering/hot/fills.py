@@ -48,6 +48,8 @@ LARGE = 1024 * 1024
 # another (Fills.room): with the pieces it keeps in flight, what bounds
 # its memory.
 BEHIND = 2
+# Seconds a read waits for that (Fills.room) before it goes on regardless.
+ROOM_WAIT = 10.0
 
 
 async def _logged(name: str, fill: Awaitable[bool | None]) -> bool:
@@ -87,21 +89,35 @@ class Fills:
         future.add_done_callback(functools.partial(self._done, name))
         return future
 
-    async def room(self, most: int) -> None:
-        """Until the fills running hold at most ``most`` bytes. A cold read
-        asks before it fetches a large piece: its pieces are written behind
-        the answer, and a client that takes bytes faster than the writer
-        writes them would otherwise leave a backlog of pieces in memory
-        (19 of 8 MiB were seen behind one 1 GiB read on a loaded node);
-        this way the read goes at the writer's pace instead."""
+    async def room(self, most: int, wait: float = ROOM_WAIT) -> bool:
+        """Until the fills running hold at most ``most`` bytes (True), or
+        ``wait`` seconds went by (False). A cold read asks before it
+        fetches a large piece: its pieces are written behind the answer,
+        and a client that takes bytes faster than the writer writes them
+        would otherwise leave a backlog of pieces in memory (19 of 8 MiB
+        were seen behind one 1 GiB read on a loaded node); this way the
+        read goes at the writer's pace instead. A writer stuck that long
+        (a disk that hangs) does not stop the reads: they go on, holding
+        what they hold, and the admission by bytes still bounds them."""
+        if self.bytes <= most:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
         while self.bytes > most:
-            waiter = asyncio.get_running_loop().create_future()
+            left = deadline - loop.time()
+            if left <= 0:
+                log.warning("cache fills are %d bytes behind for %.0f s: reads go on", self.bytes, wait)
+                return False
+            waiter = loop.create_future()
             self._room.append(waiter)
             try:
-                await waiter
+                await asyncio.wait_for(waiter, left)
+            except TimeoutError:
+                pass
             finally:
                 with contextlib.suppress(ValueError):
                     self._room.remove(waiter)
+        return True
 
     def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
         """Have the writer thread call ``call(head, *items)`` with ``item``

@@ -211,3 +211,21 @@ def test_a_large_fill_is_settled_when_written_not_with_its_batch() -> None:
         await fills.drain()
 
     asyncio.run(go())
+
+
+def test_room_goes_on_after_its_wait_when_the_writer_is_stuck(caplog: pytest.LogCaptureFixture) -> None:
+    """A writer that hangs (a disk that does not answer) holds a read up
+    for ``wait`` seconds, not for ever: it goes on, and says so."""
+
+    async def go() -> None:
+        fills = Fills()
+        stuck = threading.Event()
+        fills.write("p0", b"x" * LARGE, held_fill(stuck, []))
+        with caplog.at_level(logging.WARNING, logger="tierstore.fills"):
+            assert await asyncio.wait_for(fills.room(0, wait=0.05), 5) is False
+        assert "behind" in caplog.text
+        stuck.set()
+        assert await fills.room(0) is True
+        await fills.drain()
+
+    asyncio.run(go())
