@@ -11,6 +11,11 @@ what is in the hot tier, waits for the write. Used for extents
 The same thread writes what such reads learnt behind their answers, many
 reads' worth in one call (:meth:`Fills.gather`: the index records of a
 batch of mounted misses in one database write).
+
+What the fills hold is bounded by the reads that make them: a cold read
+of a large object asks for room (:meth:`Fills.room`) before it fetches
+another piece, so the writer is never more than ``BEHIND`` pieces behind
+it (docs/benchmarks/large-objects.md).
 """
 
 from __future__ import annotations
@@ -180,7 +185,8 @@ class _Fill(NamedTuple):
 
 class _Writer:
     """A thread of its own that runs fills one after another, those queued
-    meanwhile together, and tells the loop once per batch. In the pool, a
+    meanwhile together, and tells the loop once per batch (a large fill at
+    once, as soon as it is written: its bytes go then). In the pool, a
     fill behind each answer cost about 185 us of CPU where the write itself
     costs 46: a thread woken for each, a second settling through the loop,
     a task around it (docs/performance.md)."""
