@@ -316,13 +316,20 @@ def serve(config: Config) -> None:
     Every flag is also TIERSTORE_<NAME> in the environment and <name> in the
     --config file; flags win over the environment over the file.
     """
-    from gateway import server  # imported here: uvicorn and FastAPI take a second to load
+    from gateway.serving.process import use_jemalloc
 
     try:
+        # Runs this command again on jemalloc when TIERSTORE_MALLOC asks for
+        # it: first of all, before a module is loaded or a thread started.
+        not_used = use_jemalloc()
         check_serving(config)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+    from gateway import server  # imported here: uvicorn and FastAPI take a second to load
+
     _configure_logging(config.log_level)
+    if not_used:
+        logging.getLogger("tierstore").warning("%s", not_used)
     try:
         server.run(config)
     except server.StartupError as exc:

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 from gateway.s3.errors import S3Error
-from gateway.serving.process import trim_malloc
+from gateway.serving.process import allocator, trim_malloc
 from tiering import pool
 from tiering.admission import ADMISSION, BODY_HELD, Admission
 from tiering.memo import CACHES, MIN_SQUEEZE, Caches
@@ -123,6 +123,7 @@ class MemoryBudget:
         self.caches = caches
         self.admission = admission
         self.started_rss = 0  # RSS when the budget started, before any traffic
+        self.allocator = allocator()  # glibc's malloc, or jemalloc (TIERSTORE_MALLOC)
         self.rss = self.file = self.peak = 0
         self.refusing = False
         self.sheds = 0  # samples that shrank the caches
@@ -261,6 +262,7 @@ class MemoryBudget:
             "trims": self.trims,
             "refused": self.refused,
             "started_rss": self.started_rss,
+            "allocator": self.allocator,
             "buffers": self.admission.stats(),
             "caches": self.caches.stats(),
         }
