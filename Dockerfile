@@ -18,6 +18,15 @@ RUN groupadd --gid 10001 tierstore \
     && mkdir /data \
     && chown 10001:10001 /data
 
+# jemalloc, the allocator the gateway runs on here (TIERSTORE_MALLOC below;
+# docs/configuration.md#memory), from the base's Debian packages. A base
+# without apt-get gets none: the gateway then says so and runs on glibc's.
+RUN if command -v apt-get >/dev/null; then \
+        apt-get update -qq \
+        && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libjemalloc2 \
+        && rm -rf /var/lib/apt/lists/* /var/cache/apt/*; \
+    fi
+
 WORKDIR /src
 # Dependencies first, read from pyproject.toml itself (no second list to keep
 # in step), so a change of the source rebuilds only the layers below.
@@ -41,7 +50,8 @@ WORKDIR /data
 # the ports on the host's loopback only.
 ENV TIERSTORE_HOST=0.0.0.0 \
     TIERSTORE_ADMIN_HOST=0.0.0.0 \
-    TIERSTORE_DATA_DIR=/data
+    TIERSTORE_DATA_DIR=/data \
+    TIERSTORE_MALLOC=jemalloc
 VOLUME ["/data"]
 EXPOSE 9100 9101
 # GET /health on the admin port is public: 503 while starting or stopping,

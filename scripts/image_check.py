@@ -69,8 +69,9 @@ def main() -> int:
     engine_note = "engine started here" if started else "running engine"
     print(f"image ok: {IMAGE} {facts['size']} MB on {facts['base']} ({engine_note}), built in "
           f"{facts['build']:.0f} s, S3 and /health in {facts['startup']:.1f} s, healthy, uid "
-          f"{facts['uid']}, object kept across a restart; compose: TLS, healthy, bucket made by the "
-          f"init step, {facts['flushed']} objects flushed to the S3 store, prometheus {facts['prometheus']}",
+          f"{facts['uid']}, on {facts['allocator']}, object kept across a restart; compose: TLS, healthy, "
+          f"bucket made by the init step, {facts['flushed']} objects flushed to the S3 store, "
+          f"prometheus {facts['prometheus']}",
           flush=True)
     return 0
 
@@ -235,6 +236,12 @@ def http_status(url: str, token: str | None = None, verify: Any = True) -> int:
     return httpx.get(url, headers=headers, timeout=5, verify=verify).status_code
 
 
+def admin_json(url: str, token: str) -> Any:
+    import httpx
+
+    return httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=5).json()
+
+
 def health_state(container: str) -> str:
     return docker("inspect", "--format", "{{if .State.Health}}{{.State.Health.Status}}{{end}}", container)
 
@@ -267,6 +274,9 @@ def check_container() -> dict[str, Any]:
         uid = docker("exec", name, "id", "-u")
         if uid in ("", "0"):
             raise CheckFailed(f"the gateway runs as uid {uid or '?'} (root)")
+        allocator = admin_json(f"{admin}/stats", token)["memory"]["allocator"]
+        if allocator != "jemalloc":
+            raise CheckFailed(f"the gateway runs on {allocator}, not the image's jemalloc (TIERSTORE_MALLOC)")
         logs = run("docker", "logs", name).stderr + run("docker", "logs", name).stdout
         if "hot tier:" not in logs or "serving S3 at http://127.0.0.1" not in logs:
             raise CheckFailed("the start-up banner (endpoint, hot-tier budget) is not in the log")
@@ -276,7 +286,7 @@ def check_container() -> dict[str, Any]:
         wait_for("GET /health after the restart", lambda: http_status(f"{admin}/health") == 200 or None, 120)
         if s3.get_object(Bucket="image-check", Key="kept/across/restart")["Body"].read() != body:
             raise CheckFailed("the object is not the same after a restart")
-        return {"startup": startup, "uid": uid}
+        return {"startup": startup, "uid": uid, "allocator": allocator}
     except CheckFailed:
         _show_logs(name)
         raise
