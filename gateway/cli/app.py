@@ -316,7 +316,7 @@ def serve(config: Config) -> None:
     Every flag is also TIERSTORE_<NAME> in the environment and <name> in the
     --config file; flags win over the environment over the file.
     """
-    from gateway.serving.process import use_jemalloc
+    from gateway.config.allocator import use_jemalloc
 
     try:
         # Runs this command again on jemalloc when TIERSTORE_MALLOC asks for

@@ -7,7 +7,8 @@ table of settings and how each raw value is checked and typed
 (``sources.py``), the secrets generated on first start
 (``credentials.py``), byte sizes (``sizes.py``), the cores a process may
 use (``cores.py``), the memory it may use and its caches' bounds
-(``memory.py``) and the start-up check of TLS files (``tls.py``).
+(``memory.py``), the allocator it runs on (``allocator.py``) and the
+start-up check of TLS files (``tls.py``).
 
 May import: ``gateway.client`` (the names, file format and defaults shared
 with clients), ``tiering.settings`` and ``tiering.memo`` (the kinds of cache).

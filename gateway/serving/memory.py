@@ -49,8 +49,9 @@ import os
 import time
 from pathlib import Path
 
+from gateway.config.allocator import allocator
 from gateway.s3.errors import S3Error
-from gateway.serving.process import allocator, trim_malloc
+from gateway.serving.process import trim_malloc
 from tiering import pool
 from tiering.admission import ADMISSION, BODY_HELD, Admission
 from tiering.memo import CACHES, MIN_SQUEEZE, Caches

@@ -1,5 +1,5 @@
 """The gateway on jemalloc (``TIERSTORE_MALLOC=jemalloc``): ``serve`` runs
-itself again with the library preloaded (gateway/serving/process.py), and
+itself again with the library preloaded (gateway/config/allocator.py), and
 serves S3 from that process, which says so in ``GET /stats``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.serving.process import _JEMALLOC_PATHS
+from gateway.config.allocator import _JEMALLOC_PATHS
 from tests.conftest import make_client
 from tests.servers import Gateway
 
