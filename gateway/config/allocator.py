@@ -47,8 +47,7 @@ def use_jemalloc(environ: dict[str, str] | None = None) -> str | None:
     preload = env.get("LD_PRELOAD", "")
     new = {**env, "LD_PRELOAD": f"{library} {preload}".strip()}
     new.setdefault("MALLOC_CONF", JEMALLOC_CONF)
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new)
-    return None  # not reached
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], new)  # does not return
 
 
 def allocator() -> str:

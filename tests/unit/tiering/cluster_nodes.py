@@ -29,9 +29,9 @@ def node(root: Path, name: str, **settings: object) -> Node:
 
 
 @contextlib.asynccontextmanager
-async def running(root: Path, *names: str) -> AsyncIterator[list[Node]]:
-    """Nodes started in order, closed at the end."""
-    services = [node(root, name) for name in names]
+async def running(root: Path, *names: str, **settings: object) -> AsyncIterator[list[Node]]:
+    """Nodes started in order (each with ``settings``), closed at the end."""
+    services = [node(root, name, **settings) for name in names]
     for svc in services:
         await svc.start()
     try:

@@ -39,10 +39,7 @@ from tiering.settings import TierSettings
 
 def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
     async def go() -> None:
-        a, b = node(tmp_path, "a"), node(tmp_path, "b")
-        await a.start()
-        await b.start()
-        try:
+        async with running(tmp_path, "a", "b") as (a, b):
             assert (a.tiers.cluster.status().role, b.tiers.cluster.status().role) == ("replica", "replica")
             await a.objects.create_bucket("data")  # a takes the lease of "data"
             await b.objects.create_bucket("more")  # and b that of "more", at the same time
@@ -120,9 +117,6 @@ def test_two_writers_of_two_buckets_follow_each_other(tmp_path: Path) -> None:
                 await b.objects.delete("data", "one")
             with pytest.raises(NotWriter):
                 await b.objects.set_policy(await b.objects.bucket("data"))
-        finally:
-            await a.close()
-            await b.close()
 
     asyncio.run(go())
 
@@ -276,10 +270,7 @@ def test_a_single_gateway_restarted_with_a_node_id_writes_its_buckets(tmp_path: 
         await alone.tiers.flush()
         await put(alone, "data", "staged", b"not flushed yet")
         await alone.close()
-        a, b = node(tmp_path, "a"), node(tmp_path, "b")
-        await a.start()
-        await b.start()
-        try:
+        async with running(tmp_path, "a", "b") as (a, b):
             assert a.tiers.cluster.status().writing == ["data"]
             assert term_of(await seal(a, 0)) == 0
             await a.tiers.flush()
@@ -290,9 +281,6 @@ def test_a_single_gateway_restarted_with_a_node_id_writes_its_buckets(tmp_path: 
             assert sorted({term_of(n) for n in await segment_names(a)}) == [0, term(a, "data")]
             await put(b, "quiet", "q2", b"b writes the other bucket")  # free: b takes it
             assert b.tiers.cluster.status().writing == ["quiet"]
-        finally:
-            await a.close()
-            await b.close()
 
     asyncio.run(go())
 

@@ -13,7 +13,6 @@ import pytest
 from tests.unit.tiering.cluster_nodes import (
     TTL,
     get,
-    node,
     pause,
     put,
     running,
@@ -40,14 +39,11 @@ from tiering.settings import TierSettings
 
 def test_a_writer_that_lost_a_lease_can_take_it_back(tmp_path: Path) -> None:
     async def go() -> None:
-        a, b = node(tmp_path, "a"), node(tmp_path, "b")
-        await a.start()
-        await b.start()
-        try:
+        async with running(tmp_path, "a", "b") as (a, b):
             await a.objects.create_bucket("data", write_through=True)
             await a.tiers.flush()
             first = term(a, "data")
-            running = list(a.tiers._tasks)
+            tasks = list(a.tiers._tasks)
             await pause(a)
             await wait_out_lease()
             await b.tiers.cluster.follow()
@@ -57,11 +53,8 @@ def test_a_writer_that_lost_a_lease_can_take_it_back(tmp_path: Path) -> None:
             await a.tiers.cluster.follow()
             await put(a, "data", "by-a", b"a")  # write-through: flushed under a's new term
             assert term(a, "data") > term(b, "data") > first
-            assert a.tiers._tasks == running  # the same flusher and compactor, not a second pair
+            assert a.tiers._tasks == tasks  # the same flusher and compactor, not a second pair
             assert await get(a, "data", "by-b") == b"b"
-        finally:
-            await a.close()
-            await b.close()
 
     asyncio.run(go())
 
@@ -135,11 +128,8 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
     writes are unflushed or a multipart upload is open."""
 
     async def go() -> None:
-        a, b = node(tmp_path, "a", lease_idle=1.0), node(tmp_path, "b", lease_idle=1.0)
-        await a.start()
-        await b.start()
-        idle = 1.0 + TTL / 6 + 0.3  # the idle time and one renewal tick
-        try:
+        async with running(tmp_path, "a", "b", lease_idle=1.0) as (a, b):
+            idle = 1.0 + TTL / 6 + 0.3  # the idle time and one renewal tick
             await a.objects.create_bucket("data")
             await put(a, "data", "queued", b"flushed first")
             gate = asyncio.Event()
@@ -173,9 +163,6 @@ def test_an_idle_lease_is_given_up_so_another_node_takes_the_bucket_at_once(tmp_
             assert await get(b, "data", "queued") == b"flushed first"
             with pytest.raises(NotWriter):
                 await put(a, "data", "back", b"b holds it now")
-        finally:
-            await a.close()
-            await b.close()
 
     asyncio.run(go())
 
