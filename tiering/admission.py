@@ -13,16 +13,18 @@ always granted when nothing else is held, so a buffer larger than the
 limit still gets its turn, alone ("alone" leaving out what the asker
 itself already holds: ``mine``, e.g. a request's body reservation).
 
-Three ways to reserve, by who is asking:
+The ways to reserve, by who is asking:
 
 - :meth:`Admission.take_now`: new work that has not started (a PUT's body
   not yet read). A few attribute operations, no await; False means
   "answer 503 SlowDown now", never allocate.
-- :meth:`Admission.take` with a wait: work already under way (a cold read
-  streaming its pieces) waits its turn a bounded time, first come first
-  served, before it gives up with :class:`~tiering.errors.SlowDown`
-  (:meth:`Admission.hold`).
-- :meth:`Admission.lend`: as :meth:`Admission.take`, for a buffer that
+- :meth:`Admission.take` with a wait: work already started whose answer
+  has not (a body streamed on to the store) waits its turn a bounded time,
+  first come first served, before it gives up with
+  :class:`~tiering.errors.SlowDown` (:meth:`Admission.hold`).
+- :meth:`Admission.under_way`: as :meth:`Admission.force`, for the block of
+  a read under way (an extent fetched and checked), which is never refused.
+- :meth:`Admission.lend`: as :meth:`Admission.force`, for a buffer that
   outlives the call that fills it (an extent arriving from the store,
   which readers send on and a cache fill writes): its bytes are given back
   when the buffer is freed, whoever held it last.
@@ -176,16 +178,34 @@ class Admission:
         finally:
             self.give(size)
 
-    async def lend(self, buffer: object, size: int, wait: float = UNDER_WAY_WAIT) -> None:
+    @contextlib.asynccontextmanager
+    async def under_way(self, size: int, wait: float = ROOM_WAIT) -> AsyncIterator[None]:
+        """``size`` bytes reserved for the block as :meth:`force` reserves
+        them, given back after it: for a read under way, which is never
+        refused (:meth:`lend` says why)."""
+        await self.force(size, wait)
+        try:
+            yield
+        finally:
+            self.give(size)
+
+    async def lend(self, buffer: object, size: int, wait: float = ROOM_WAIT) -> None:
         """Reserve ``size`` bytes for as long as ``buffer`` lives (it must
-        take weak references: an ``mmap``); SlowDown when they could not be
-        had within ``wait``. The last holder may free it on another thread
-        (a cache fill's writer): the bytes are given back on the loop."""
+        take weak references: an ``mmap``): in turn if they come within
+        ``wait`` seconds, else at once over the limit (:meth:`force`). The
+        last holder may free it on another thread (a cache fill's writer):
+        the bytes are given back on the loop.
+
+        Forced, not refused: a lent buffer is a read under way (the next
+        piece of an answer whose head, and maybe most of its body, has gone
+        out). Refusing it would cut that answer short, and the client would
+        read it again from its start, holding more than it saves. What
+        bounds these is the reads themselves: each holds a few pieces (its
+        window, the fills' writer ``BEHIND``), and new reads are refused at
+        the edge (gateway/serving/memory.py)."""
         if not size:
             return
-        if not await self.take(size, wait):
-            raise SlowDown("The gateway is at its memory budget for buffers in flight; retry shortly",
-                           cause="memory")
+        await self.force(size, wait)
         weakref.finalize(buffer, _give_on, asyncio.get_running_loop(), self, size)
 
     def stats(self) -> dict[str, int | None]:

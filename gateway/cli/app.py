@@ -33,6 +33,10 @@ from gateway.config.settings import COERCERS
 from gateway.config.values import Config, check_serving, load_config
 from gateway.version import VERSION
 
+# Set by main(): this process is the tierstore program (and serve may run
+# itself again on another allocator), not a caller of the CLI in its own.
+_PROGRAM = False
+
 app = typer.Typer(
     name="tierstore",
     help="S3-compatible gateway: training data hot on local NVMe, tiered to an object store.",
@@ -319,9 +323,10 @@ def serve(config: Config) -> None:
     from gateway.config.allocator import use_jemalloc
 
     try:
-        # Runs this command again on jemalloc when TIERSTORE_MALLOC asks for
-        # it: first of all, before a module is loaded or a thread started.
-        not_used = use_jemalloc()
+        # Runs this command again on jemalloc (TIERSTORE_MALLOC): first of
+        # all, before a module is loaded or a thread started; only as the
+        # program, never where the CLI is called in another's process.
+        not_used = use_jemalloc() if _PROGRAM else None
         check_serving(config)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
@@ -453,4 +458,6 @@ user_commands.register(app)
 
 def main() -> None:
     """Console-script entry point."""
+    global _PROGRAM
+    _PROGRAM = True
     app(prog_name="tierstore")

@@ -100,6 +100,13 @@ def buffer_budget(limit: int, rss: int, caches: int) -> int:
     return max(BUFFERS_FLOOR, int(limit * SHED_AT) - rss - caches)
 
 
+def lowest_budget(rss: int, caches: int) -> int:
+    """The smallest budget whose shedding mark holds the process as it
+    started (``rss``), its caches' bounds and the buffers' floor: under
+    it, the process is at its refusal mark as soon as it serves."""
+    return int((rss + caches + BUFFERS_FLOOR) / SHED_AT)
+
+
 def body_bytes(headers: dict[str, str]) -> int:
     """The bytes a request's body will hold while it is read: its length
     (the decoded length of an aws-chunked body), at most ``BODY_HELD``;
@@ -139,6 +146,11 @@ class MemoryBudget:
         await self.sample()
         self.started_rss = self.rss
         self.admission.configure(buffer_budget(self.limit, self.rss, self.caches.total()))
+        if self.limit and self.limit < (lowest := lowest_budget(self.rss, self.caches.total())):
+            log.warning("the memory budget (%d MiB) leaves too little above this process as it starts (%d MiB) "
+                        "and its caches (%d MiB): expect most S3 requests refused 503 SlowDown; the lowest "
+                        "sensible budget here is about %d MiB (docs/configuration.md#memory)",
+                        self.limit >> 20, self.rss >> 20, self.caches.total() >> 20, -(-lowest >> 20))
         self._task = asyncio.create_task(self._run(), name="tierstore memory budget")
 
     async def stop(self) -> None:

@@ -1,6 +1,8 @@
-"""The gateway on jemalloc (``TIERSTORE_MALLOC=jemalloc``): ``serve`` runs
-itself again with the library preloaded (gateway/config/allocator.py), and
-serves S3 from that process, which says so in ``GET /stats``."""
+"""The gateway on jemalloc (its default where the library is installed, or
+``TIERSTORE_MALLOC=jemalloc``): ``serve`` runs itself again with the
+library preloaded (gateway/config/allocator.py), and serves S3 from that
+process, which says so in ``GET /stats``; ``TIERSTORE_MALLOC=glibc`` keeps
+glibc's malloc."""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.allocator import _JEMALLOC_PATHS
+from gateway.config.allocator import jemalloc_library
 from tests.conftest import make_client
 from tests.servers import Gateway
 
-JEMALLOC = next((path for path in _JEMALLOC_PATHS if os.path.exists(path)), None)
+JEMALLOC = jemalloc_library()
 
 
 @pytest.mark.skipif(JEMALLOC is None, reason="libjemalloc2 is not installed (scripts/test installs it as root)")
@@ -37,8 +39,17 @@ def test_a_gateway_asked_for_jemalloc_serves_on_it(tmp_path: Path) -> None:
         gw.stop()
 
 
-def test_a_gateway_on_its_default_runs_on_glibc(gateway: Gateway) -> None:
-    assert gateway.admin("GET", "/stats").json()["memory"]["allocator"] == "glibc"
+def test_a_gateway_on_its_default_runs_on_jemalloc_where_it_is_installed(gateway: Gateway) -> None:
+    assert gateway.admin("GET", "/stats").json()["memory"]["allocator"] == ("glibc" if JEMALLOC is None else "jemalloc")
+
+
+def test_a_gateway_asked_for_glibc_runs_on_it(tmp_path: Path) -> None:
+    gw = Gateway(tmp_path / "data", extra_env={"TIERSTORE_MALLOC": "glibc"}).start()
+    try:
+        assert "libjemalloc" not in Path(f"/proc/{gw.proc.pid}/maps").read_text()  # type: ignore[union-attr]
+        assert gw.admin("GET", "/stats").json()["memory"]["allocator"] == "glibc"
+    finally:
+        gw.stop()
 
 
 def test_an_unknown_allocator_is_a_usage_error(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import asyncio
 from collections.abc import Awaitable
 
 from packer.format import Footer
-from tiering.capacity import CapacityStore
 from tiering import pool
+from tiering.capacity import CapacityStore
 from tiering.capacity.layout import list_segments, read_footer
 from tiering.index.db import Index
 

@@ -326,7 +326,7 @@ class ExtentReader:
         held = ext.stored + (ext.raw if ext.codec != codec.NONE else 0)
         for attempt in range(tried + 1, _ATTEMPTS + 1):
             try:
-                async with ADMISSION.hold(held):
+                async with ADMISSION.under_way(held):
                     async with gets:
                         if report is not None:
                             report.requests += 1

@@ -151,3 +151,23 @@ def test_refusing_ends_once_rss_no_longer_falls(monkeypatch: pytest.MonkeyPatch)
         assert budget.refusing
 
     asyncio.run(run())
+
+
+def test_a_budget_below_the_process_as_it_starts_is_warned_of(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(memory, "resident", lambda: (125 * MiB, 38 * MiB))
+    caches = Caches()
+    caches.configure({"records": 6 * MiB})
+
+    async def started(limit: int) -> None:
+        budget = MemoryBudget(limit, caches, Admission())
+        await budget.start()
+        await budget.stop()
+
+    assert memory.lowest_budget(125 * MiB, 6 * MiB) == int((125 + 6 + 16) * MiB / 0.85)  # 172.9 MiB
+    with caplog.at_level("WARNING", logger="tierstore.memory"):
+        asyncio.run(started(176 * MiB))
+        assert not caplog.records
+        asyncio.run(started(160 * MiB))
+    [warning] = caplog.records
+    assert "(160 MiB)" in warning.message and "(125 MiB)" in warning.message and "about 173 MiB" in warning.message
