@@ -68,8 +68,8 @@ from tiering.identity.directory import EMPTY, Directory
 from tiering.identity.sealing import Sealer, load_key
 from tiering.identity.state import State
 from tiering.index.generations import Generations, slot_of
-from tiering.meta import ObjectMeta, now_ms
 from tiering.memo import CACHES, Kept
+from tiering.meta import ObjectMeta, now_ms
 from tiering.model.names import check_key
 from tiering.reads.plan import (
     NOW_READ,
