@@ -29,6 +29,7 @@ from gateway.observability.accesslog import AccessLog
 from gateway.observability.metrics import tier_of
 from gateway.s3 import xml
 from gateway.s3.errors import S3Error, to_s3_error
+from gateway.s3.headers import decimal
 from gateway.s3.http import (
     CLIENT_HEADER,
     ClientDisconnected,
@@ -62,7 +63,8 @@ def _drainable(scope: dict[str, Any]) -> bool:
             return False
         if name == b"content-length":
             length = value.strip()
-    return length is not None and length.isdigit() and int(length) <= DRAIN_MAX
+    number = None if length is None else decimal(length.decode("latin-1"))
+    return number is not None and number <= DRAIN_MAX
 
 
 async def _drain(receive: Any) -> bool:

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from gateway.config.allocator import allocator
 from gateway.s3.errors import S3Error
+from gateway.s3.headers import decimal
 from gateway.serving.process import trim_malloc
 from tiering import pool
 from tiering.admission import ADMISSION, BODY_HELD, Admission
@@ -118,8 +119,8 @@ def body_bytes(headers: dict[str, str]) -> int:
     length = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
     if length is None:
         return BODY_HELD if "transfer-encoding" in headers else 0
-    length = length.strip()
-    return min(int(length), BODY_HELD) if length.isdigit() else 0
+    number = decimal(length.strip())  # not int(): thousands of digits, or "²", raise
+    return 0 if number is None else min(number, BODY_HELD)
 
 
 class MemoryBudget:

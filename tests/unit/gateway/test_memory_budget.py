@@ -171,3 +171,9 @@ def test_a_budget_below_the_process_as_it_starts_is_warned_of(monkeypatch: pytes
         asyncio.run(started(160 * MiB))
     [warning] = caplog.records
     assert "(160 MiB)" in warning.message and "(125 MiB)" in warning.message and "about 173 MiB" in warning.message
+
+
+def test_a_body_length_of_thousands_of_digits_or_other_digits_reserves_without_a_crash() -> None:
+    assert memory.body_bytes({"x-amz-decoded-content-length": "7" * 5000}) == memory.BODY_HELD
+    assert memory.body_bytes({"content-length": "\u00b2"}) == 0  # str.isdigit() says yes, int() raises
+    assert memory.body_bytes({"content-length": " 1024 "}) == 1024
