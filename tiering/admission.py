@@ -22,8 +22,9 @@ The ways to reserve, by who is asking:
   has not (a body streamed on to the store) waits its turn a bounded time,
   first come first served, before it gives up with
   :class:`~tiering.errors.SlowDown` (:meth:`Admission.hold`).
-- :meth:`Admission.under_way`: as :meth:`Admission.force`, for the block of
-  a read under way (an extent fetched and checked), which is never refused.
+- :meth:`Admission.hold` with ``force``: as :meth:`Admission.force`, for
+  the block of a read under way (an extent fetched and checked), which is
+  never refused.
 - :meth:`Admission.lend`: as :meth:`Admission.force`, for a buffer that
   outlives the call that fills it (an extent arriving from the store,
   which readers send on and a cache fill writes): its bytes are given back
@@ -50,8 +51,9 @@ from collections.abc import AsyncIterator
 
 from tiering.errors import SlowDown
 
-# Seconds work under way (a cold read's next piece) waits for its bytes
-# before it gives up with SlowDown.
+# Seconds a run of a prefetch or a batch read waits its turn before it
+# takes its bytes anyway, and what a held block waits by default before
+# it gives up with SlowDown. A read under way waits ROOM_WAIT (lend).
 UNDER_WAY_WAIT = 10.0
 # What a request's body holds while it is read, whatever its length: the
 # body gathered into 1 MiB blocks (tiering/model/digests.py: the block,
@@ -167,23 +169,17 @@ class Admission:
             future.set_result(True)
 
     @contextlib.asynccontextmanager
-    async def hold(self, size: int, wait: float = UNDER_WAY_WAIT, mine: int = 0) -> AsyncIterator[None]:
+    async def hold(self, size: int, wait: float = UNDER_WAY_WAIT, mine: int = 0, *,
+                   force: bool = False) -> AsyncIterator[None]:
         """``size`` bytes reserved for the block (:meth:`take`), given back
-        after it; SlowDown when they could not be had within ``wait``."""
-        if not await self.take(size, wait, mine):
+        after it; SlowDown when they could not be had within ``wait``.
+        With ``force``, taken anyway then (:meth:`force`): for a read under
+        way, which is never refused (:meth:`lend` says why)."""
+        if force:
+            await self.force(size, wait)
+        elif not await self.take(size, wait, mine):
             raise SlowDown("The gateway is at its memory budget for buffers in flight; retry shortly",
                            cause="memory")
-        try:
-            yield
-        finally:
-            self.give(size)
-
-    @contextlib.asynccontextmanager
-    async def under_way(self, size: int, wait: float = ROOM_WAIT) -> AsyncIterator[None]:
-        """``size`` bytes reserved for the block as :meth:`force` reserves
-        them, given back after it: for a read under way, which is never
-        refused (:meth:`lend` says why)."""
-        await self.force(size, wait)
         try:
             yield
         finally:

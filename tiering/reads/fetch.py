@@ -38,7 +38,7 @@ from packer import codec
 from packer import format as seg
 from packer.errors import FormatError
 from tiering import pool
-from tiering.admission import ADMISSION, UNDER_WAY_WAIT
+from tiering.admission import ADMISSION, ROOM_WAIT, UNDER_WAY_WAIT
 from tiering.capacity import CapacityStore
 from tiering.capacity.layout import segment_path
 from tiering.errors import CapacityError
@@ -326,7 +326,7 @@ class ExtentReader:
         held = ext.stored + (ext.raw if ext.codec != codec.NONE else 0)
         for attempt in range(tried + 1, _ATTEMPTS + 1):
             try:
-                async with ADMISSION.under_way(held):
+                async with ADMISSION.hold(held, ROOM_WAIT, force=True):  # a read under way: never refused
                     async with gets:
                         if report is not None:
                             report.requests += 1

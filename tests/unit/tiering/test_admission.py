@@ -176,11 +176,11 @@ def test_a_read_under_way_takes_its_bytes_after_its_wait_and_gives_them_back() -
     async def main() -> None:
         admission = Admission(8 * MiB)
         assert admission.take_now(8 * MiB)
-        async with admission.under_way(2 * MiB, wait=0.01):
+        async with admission.hold(2 * MiB, wait=0.01, force=True):
             assert admission.held == 10 * MiB and admission.forced == 1
         assert admission.held == 8 * MiB and admission.refused == 0
         admission.give(8 * MiB)
-        async with admission.under_way(2 * MiB):  # room: in turn, not forced
+        async with admission.hold(2 * MiB, force=True):  # room: in turn, not forced
             assert admission.held == 2 * MiB and admission.forced == 1
         assert admission.held == 0
 
