@@ -40,6 +40,7 @@ from tests.integration.helpers import wait_until
 from tests.integration.oracle import MiB, RawReader, blob, error_code, kill, tiers
 from tests.integration.test_capacity import CAPACITY_KEYS
 from tests.servers import ADMIN_TOKEN, Gateway
+from tiering.index.room import LOG_ROOM
 
 FS = 96 * MiB
 FLOOR = 16 * MiB
@@ -222,7 +223,11 @@ def test_data_not_yet_flushed_fills_the_disk(gw: Gateway, proxy: FaultProxy) -> 
     assert {(s, c) for s, c, _ in refused} == {(503, "SlowDown")}, refused
     assert all(after for _, _, after in refused), refused
     assert tiers(gw)["disk"]["refusals"]["floor"] >= len(refused)
-    assert smallfs.free(gw.data_dir) >= FLOOR - MiB  # the gateway stopped at the floor
+    # The gateway stopped at the floor; under it, only the room the space
+    # keeper allocates ahead of the index's log (LOG_ROOM at most, topped up
+    # once less than half is left, whatever free space there is: the index's
+    # room is inside the floor). A 1 MiB slack failed once, 1.06 MiB under.
+    assert smallfs.free(gw.data_dir) >= FLOOR - LOG_ROOM
     proxy.rates = Rates()
     _writes_again(gw)
     for key, data in acked.items():
