@@ -14,7 +14,7 @@ T = TypeVar("T")
 
 class SingleFlight(Generic[T]):
     def __init__(self) -> None:
-        self._inflight: dict[Hashable, asyncio.Future[T]] = {}
+        self._inflight: dict[Hashable, _Flight[T]] = {}
 
     def __contains__(self, key: Hashable) -> bool:
         """True while someone runs the work for ``key`` (a batch fetch
@@ -24,20 +24,20 @@ class SingleFlight(Generic[T]):
     async def run(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> tuple[T, bool]:
         """``work()``'s result, and True for the caller that ran it (the
         others got the same result, or the same exception)."""
-        pending = self._inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending), False
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_consume)
-        self._inflight[key] = future
+        flight = self._inflight.get(key)
+        if flight is not None:
+            return await asyncio.shield(flight.shared()), False
+        flight = self._inflight[key] = _Flight()
         try:
             value = await work()
         except BaseException as exc:
-            future.set_exception(exc)
+            if flight.future is not None:
+                flight.future.set_exception(exc)
             raise
         finally:
             del self._inflight[key]
-        future.set_result(value)
+        if flight.future is not None:
+            flight.future.set_result(value)
         return value, True
 
     def spawn(self, key: Hashable, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -46,15 +46,16 @@ class SingleFlight(Generic[T]):
         share its outcome (a cancelled task cancels theirs). The caller must
         not already run work for ``key``."""
         assert key not in self._inflight, key
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_consume)
-        self._inflight[key] = future
+        flight: _Flight[T] = _Flight()
+        future = flight.shared()
+        self._inflight[key] = flight
         task = asyncio.ensure_future(work)
-        task.add_done_callback(functools.partial(self._settle, key, future))
+        task.add_done_callback(functools.partial(self._settle, key, flight, future))
         return task
 
-    def _settle(self, key: Hashable, future: asyncio.Future[T], task: asyncio.Task[T]) -> None:
-        if self._inflight.get(key) is future:
+    def _settle(self, key: Hashable, flight: _Flight[T], future: asyncio.Future[T],
+                task: asyncio.Task[T]) -> None:
+        if self._inflight.get(key) is flight:
             del self._inflight[key]
         if task.cancelled():
             future.cancel()
@@ -62,6 +63,24 @@ class SingleFlight(Generic[T]):
             future.set_exception(exc)
         else:
             future.set_result(task.result())
+
+
+class _Flight(Generic[T]):
+    """One run of the work for a key. Its future, which the callers that
+    join it wait on, is made when the first of them joins: most runs (a
+    cold epoch's misses, each of its own object) have none, and a future
+    made, called back and settled for nobody cost a miss a few calls."""
+
+    __slots__ = ("future",)
+
+    def __init__(self) -> None:
+        self.future: asyncio.Future[T] | None = None
+
+    def shared(self) -> asyncio.Future[T]:
+        if self.future is None:
+            self.future = asyncio.get_running_loop().create_future()
+            self.future.add_done_callback(_consume)
+        return self.future
 
 
 def _consume(future: asyncio.Future[T]) -> None:
