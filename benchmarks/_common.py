@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -185,6 +185,32 @@ def process_cpu(pid: int) -> float:
     """CPU seconds (user + system, all threads) a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- cores ----------------------------------------------------------------------
+
+
+def server_core() -> tuple[set[int], set[int]]:
+    """(the core a server under test gets to itself, the cores left for
+    everything else): the last core this process may use, and the others.
+    On a machine of two cores, a gateway that shares its core with the
+    benchmark's readers and the store is preempted by them more than once
+    a request, which costs it CPU a node whose loader runs on other cores
+    does not pay (docs/benchmarks/cold-path.md, "A core of its own")."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SystemExit("--pin needs at least two cores")
+    return {cores[-1]}, set(cores[:-1])
+
+
+def pin(pids: Iterable[int], cores: set[int]) -> None:
+    """Every thread of each process in ``pids`` on ``cores``; threads they
+    start later inherit it from the thread that starts them."""
+    for pid in pids:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                    os.sched_setaffinity(int(tid), cores)
 
 
 # -- the capacity store's names ----------------------------------------------

@@ -38,7 +38,11 @@ filesystem costs 20 to 40 times what it costs on a new one).
 ``--uri-keys`` names every object ``s3://mounted/<key>`` (DLIO's way):
 with ``--hinted`` it shows hints taken literally for such keys.
 
-Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys]
+``--pin`` gives the servers under test a core of their own (the last),
+the readers and the store the others: the gateway's CPU per request
+without being preempted by the load (docs/benchmarks/cold-path.md).
+
+Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys] [--pin]
 """
 
 from __future__ import annotations
@@ -55,7 +59,9 @@ from _common import (
     data_filesystem,
     gateway,
     machine,
+    pin,
     process_cpu,
+    server_core,
     table,
     temp_dir,
     write_results,
@@ -131,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--uri-keys", action="store_true",
                     help="name every object by its whole URI, s3://mounted/<key>, as MLPerf Storage's DLIO does: "
                          "keys the gateway must take literally (hints included)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the servers under test (the gateway, nginx-local, bare) on the last core, the readers "
+                         "and the store on the others: each server's CPU per request without the preemptions "
+                         "by the load that shares its core (the cold epochs' ratios to the store read "
+                         "directly are then left out: that epoch had a core fewer)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
@@ -173,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         bare = stack.enter_context(bare_app(args.size))
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
+        if args.pin:
+            alone, rest = server_core()
+            pin([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else [])], alone)
+            pin([os.getpid(), moto.pid], rest)  # the readers and the delay proxy (threads of this process), the store
 
         def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
                 check=check, shared: bool = False, hinted: bool = False) -> dict:
@@ -220,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, f in results.items():
         r = name.rsplit(" ", 1)[-1]
         peer = results.get(f"nginx-local warm {r}")
-        if name.startswith("tierstore cold"):  # against the store read directly
-            peer = results["the store directly"]
+        if name.startswith("tierstore cold"):  # against the store read directly, which had a core fewer when pinned
+            peer = None if args.pin else results["the store directly"]
         ratio = (f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x"
                  if peer and name.startswith(("tierstore", "bare")) else "-")
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
@@ -232,11 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     print(machine())
     print(f"mounted data set of {objects:,} x {args.size:,} B, store {args.store} +{args.latency_ms:g} ms, "
           f"freshness {args.freshness} s, {args.readers} lean readers, a new shuffled order each epoch, "
-          f"hot tier on the {args.hot_fs} filesystem")
+          f"hot tier on the {args.hot_fs} filesystem"
+          + (", servers pinned to a core of their own (cold ratios left out)" if args.pin else ""))
     print(table(["epoch", "objects/s", "seconds", "p50 ms", "p99 ms", "x nginx-local (same round); cold: x the store",
                  "server CPU s / 1k GETs", "client CPU s / 1k GETs", "store requests"], rows))
     print(f"(gateway CPU over the run: {cpu:.1f} s)")
-    write_results(args, {"objects": objects, "freshness": args.freshness, "epochs": results})
+    write_results(args, {"objects": objects, "freshness": args.freshness, "pinned": args.pin, "epochs": results})
     return 0
 
 
