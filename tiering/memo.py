@@ -283,8 +283,13 @@ class ByIdentity(Generic[K, V]):
     record that takes no weak references is held as before, strongly,
     and weighed with the value."""
 
-    def __init__(self, size: int = 0, name: str = "memos") -> None:
-        self._kept: Kept[int, tuple[Any, V]] = Kept(name, size, _weigh_derived)
+    def __init__(self, size: int = 0, name: str = "memos", weigh_value: Callable[[V], int] = weigh) -> None:
+        """``weigh_value``: the bytes a derived value keeps alive that its
+        record does not (by default :func:`weigh` of the whole value). A
+        value built of its record's own strings and dicts is weighed by
+        what it adds: walking it all cost a miss more than deriving it."""
+        self._weigh_value = weigh_value
+        self._kept: Kept[int, tuple[Any, V]] = Kept(name, size, self._weigh_derived)
         # (id, reference) of records gone: appended by the references'
         # callbacks, which run on whichever thread dropped the record,
         # maybe inside another cache's lock, so they take no lock; the
@@ -315,15 +320,14 @@ class ByIdentity(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._kept)
 
+    def _weigh_derived(self, key: int, kept: tuple[Any, V]) -> int:
+        """The derived value and its record's reference (the record is the
+        record cache's, weighed there, and walking it on every miss, on the
+        event loop, cost several times the derivation)."""
+        held, value = kept
+        return _getsizeof(kept) + _getsizeof(held) + self._weigh_value(value) + _SLOT + 32  # the id key: an int
+
 
 def _strongly(record: Any) -> Callable[[], Any]:
     """A reference to ``record`` that holds it, called as a weak one is."""
     return lambda: record
-
-
-def _weigh_derived(key: int, kept: tuple[Any, Any]) -> int:
-    """The derived value and its record's reference (the record is the
-    record cache's, weighed there, and walking it on every miss, on the
-    event loop, cost several times the derivation)."""
-    held, value = kept
-    return _getsizeof(kept) + _getsizeof(held) + weigh(value) + _SLOT + 32  # the id key: an int

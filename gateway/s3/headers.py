@@ -8,7 +8,9 @@ Metadata: x-amz-meta-* and the stored representation headers.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
+import sys
 from datetime import UTC, datetime
 from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import unquote_plus
@@ -259,7 +261,16 @@ def _encoded_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
     return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in object_headers(meta))
 
 
-_HEADS: ByIdentity[ObjectMeta, tuple[tuple[bytes, bytes], ...]] = ByIdentity(8192, "heads")
+def _head_weight(head: tuple[tuple[bytes, bytes], ...]) -> int:
+    """What ``tiering.memo.weigh`` says of a head, without walking it
+    object by object: the tuple, a pair and two bytes objects a header,
+    and the bytes themselves (a cold GET's head is made, weighed and
+    kept once; the walk cost more than building it)."""
+    return sys.getsizeof(head) + len(head) * _HEADER_SHELL + sum(map(len, itertools.chain.from_iterable(head)))
+
+
+_HEADER_SHELL = sys.getsizeof((b"", b"")) + 2 * sys.getsizeof(b"")
+_HEADS: ByIdentity[ObjectMeta, tuple[tuple[bytes, bytes], ...]] = ByIdentity(8192, "heads", _head_weight)
 
 
 def _override(param: str, value: str) -> str:

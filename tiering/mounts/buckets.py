@@ -37,6 +37,7 @@ import contextlib
 import functools
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -100,7 +101,7 @@ class Mounts:
         # The pieces of mounted objects: cached, held, arriving or fetched.
         self.pieces = MountPieces(hot, settings, self.owners, self.client, self._mounts.__getitem__, unreachable)
         # Each record's ObjectMeta built once (a response head is kept by its identity).
-        self._metas: ByIdentity[MountedObject, ObjectMeta] = ByIdentity(8192)
+        self._metas: ByIdentity[MountedObject, ObjectMeta] = ByIdentity(8192, weigh_value=_meta_weight)
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -478,6 +479,13 @@ def _described(found: SourceObject) -> MountedObject:
         validated_ms=now_ms(), content_type=found.content_type, headers=found.headers,
         user_meta=found.user_meta,
     )
+
+
+def _meta_weight(meta: ObjectMeta) -> int:
+    """What a mounted object's ``ObjectMeta`` (``_as_meta``) keeps alive
+    beside its record: itself and the tags dict it makes. Its strings,
+    numbers and other dicts are the record's, weighed in the record cache."""
+    return sys.getsizeof(meta) + sys.getsizeof(meta.tags)
 
 
 def _as_meta(name: str, obj: MountedObject) -> ObjectMeta:

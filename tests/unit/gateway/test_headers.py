@@ -41,3 +41,14 @@ def test_the_kept_heads_are_bounded_and_never_mistaken_for_another_record() -> N
     assert len(kept) == 4
     for m in metas:  # the oldest went first; asked again, each is right
         assert kept.get(m, encoded) == encoded(m)
+
+
+def test_a_head_weighs_what_the_walk_of_it_would_say() -> None:
+    """The heads memo weighs a head by its lengths (``_head_weight``), not
+    by walking it: the two must agree, or the bound means something else."""
+    from tiering.memo import weigh
+
+    for m in (meta(), meta(headers={"cache-control": "no-cache", "content-language": "fr"},
+                           user_meta={"owner": "été", "run": "7"}, tags={"a": "1"}, version="v1")):
+        head = headers.object_head(m)
+        assert headers._head_weight(head) == weigh(head)

@@ -118,6 +118,25 @@ def test_by_identity_keeps_no_record_alive(caches: Caches) -> None:
     assert memo._kept.bytes == sum(memo._kept._sizes.values())
 
 
+def test_by_identity_weighs_a_value_by_what_it_adds(caches: Caches) -> None:
+    """A derived value made of its record's own strings (a mounted object's
+    ObjectMeta) is weighed by the weigher it is given, not walked whole."""
+    weighed: list[bytes] = []
+
+    def shell(value: bytes) -> int:
+        weighed.append(value)
+        return 100
+
+    memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads", shell)
+    memo._kept = Kept("heads", registry=caches, weigh=memo._weigh_derived)
+    records = [_meta(i) for i in range(3)]
+    for record in records:
+        memo.get(record, lambda r: r.key.encode() * 1000)
+    assert len(weighed) == 3  # once each, when kept
+    every = memo._kept.bytes // 3
+    assert 100 < every < 1000  # the value's 100, its reference and entry; not its 17,000 bytes
+
+
 def test_by_identity_holds_what_takes_no_weak_reference(caches: Caches) -> None:
     memo: ByIdentity[tuple[str, int], str] = ByIdentity(0, "memos")
     memo._kept = Kept("memos", registry=caches)
