@@ -196,7 +196,7 @@ def server_core() -> tuple[set[int], set[int]]:
     On a machine of two cores, a gateway that shares its core with the
     benchmark's readers and the store is preempted by them more than once
     a request, which costs it CPU a node whose loader runs on other cores
-    does not pay (docs/benchmarks/cold-path.md, "A core of its own")."""
+    does not pay (docs/benchmarks/cold-path.md, "Who takes the loop's core")."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         raise SystemExit("--pin needs at least two cores")

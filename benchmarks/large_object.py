@@ -47,6 +47,7 @@ and the gateway's CPU per GET; with ``--old``, new over old.
 
 Run:  .venv/bin/python benchmarks/large_object.py [--old ../old-checkout] [--rounds 5]
       .venv/bin/python benchmarks/large_object.py --mounted --size-mib 64 --objects 2
+      .venv/bin/python benchmarks/large_object.py --mounted --size-mib 1024 --pin   (hot GETs, servers on their own core)
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from _common import REGION, gateway, machine, process_cpu, table, temp_dir
+from _common import REGION, gateway, machine, pin, process_cpu, server_core, table, temp_dir
 from _compare_peers import NginxLocal, RcloneStore, wait_port
 from _moto import MOTO_KEY, moto_client
 from botocore.auth import S3SigV4Auth
@@ -274,6 +275,10 @@ def run(args: argparse.Namespace) -> dict:
         pids["direct"] = lambda: store_pids
         pids["nginx"] = nginx.pids
         store_and_proxy = lambda: [*store_pids, proxy_pid]  # noqa: E731
+        if args.pin:  # the servers on a core of their own, the readers, the store and the proxy on the rest
+            alone, rest = server_core()
+            pin([pid for name, gw in gateways.items() for pid in pids[name]()] + nginx.pids(), alone)
+            pin([os.getpid(), *store_and_proxy()], rest)
 
         def one_round() -> dict:
             figures: dict = {}
@@ -322,7 +327,8 @@ def report(args: argparse.Namespace, r: dict) -> str:
              f"{'mounted' if r['mounted'] else 'managed (PUT through the gateway)'}, "
              f"store {r['store']} +{r['latency_ms']:g} ms, "
              f"{len(rounds)} rounds (after one not counted), hot and nginx {args.hot_gets} GETs a round; "
-             "ratios within each round", ""]
+             "ratios within each round"
+             + ("; servers pinned to a core of their own (cold ratios left out)" if args.pin else ""), ""]
     rows = []
     for name in r["gateways"]:
         cold = [x[f"{name} cold"]["mib_s"] / x["direct"]["mib_s"] for x in rounds]
@@ -330,7 +336,7 @@ def report(args: argparse.Namespace, r: dict) -> str:
         rows.append([
             name,
             f"{statistics.median(x[f'{name} cold']['mib_s'] for x in rounds):,.0f}",
-            " / ".join(f"{c:.2f}x" for c in cold), f"**{statistics.median(cold):.2f}x**",
+            *(("-", "-") if args.pin else (" / ".join(f"{c:.2f}x" for c in cold), f"**{statistics.median(cold):.2f}x**")),
             f"{statistics.median(x[f'{name} cold']['cpu_s'] for x in rounds):.2f}",
             f"{statistics.median(x[f'{name} hot']['mib_s'] for x in rounds):,.0f}",
             " / ".join(f"{h:.2f}x" for h in hot), f"**{statistics.median(hot):.2f}x**",
@@ -370,6 +376,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="hot GETs (and nginx's) one after the other per round, timed together (3)")
     ap.add_argument("--mounted", action="store_true", help="read the store's object through a mount")
     ap.add_argument("--objects", type=int, default=1, help="objects read at once, one thread each (1)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the gateways and nginx on the last core, the readers, the store and the proxy on the "
+                         "others: each server's hot GETs without the readers' preemptions (cold ratios are then "
+                         "left out: the direct stream had a core fewer)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args(argv)
     return _common.run_and_report(args, run, report)
