@@ -190,20 +190,22 @@ def process_cpu(pid: int) -> float:
 # -- cores ----------------------------------------------------------------------
 
 
-def server_core() -> tuple[set[int], set[int]]:
-    """(the core a server under test gets to itself, the cores left for
-    everything else): the last core this process may use, and the others.
-    On a machine of two cores, a gateway that shares its core with the
-    benchmark's readers and the store is preempted by them more than once
-    a request, which costs it CPU a node whose loader runs on other cores
-    does not pay (docs/benchmarks/cold-path.md, "Who takes the loop's core")."""
+def pin_apart(servers: Iterable[int], others: Iterable[int]) -> None:
+    """``--pin``: the processes of ``servers`` (the servers under test) on
+    the last core this process may use, ``others`` (this process's readers,
+    the store, the proxy) on the rest. On a machine of two cores, a gateway
+    that shares its core with the benchmark's readers and the store is
+    preempted by them more than once a request, which costs it CPU a node
+    whose loader runs on other cores does not pay
+    (docs/benchmarks/cold-path.md, "Who takes the loop's core")."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         raise SystemExit("--pin needs at least two cores")
-    return {cores[-1]}, set(cores[:-1])
+    _pin(servers, {cores[-1]})
+    _pin(others, set(cores[:-1]))
 
 
-def pin(pids: Iterable[int], cores: set[int]) -> None:
+def _pin(pids: Iterable[int], cores: set[int]) -> None:
     """Every thread of each process in ``pids`` on ``cores``; threads they
     start later inherit it from the thread that starts them."""
     for pid in pids:

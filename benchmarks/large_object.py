@@ -66,7 +66,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
-from _common import REGION, gateway, machine, pin, process_cpu, server_core, table, temp_dir
+from _common import REGION, gateway, machine, pin_apart, process_cpu, table, temp_dir
 from _compare_peers import NginxLocal, RcloneStore, wait_port
 from _moto import MOTO_KEY, moto_client
 from botocore.auth import S3SigV4Auth
@@ -276,9 +276,7 @@ def run(args: argparse.Namespace) -> dict:
         pids["nginx"] = nginx.pids
         store_and_proxy = lambda: [*store_pids, proxy_pid]  # noqa: E731
         if args.pin:  # the servers on a core of their own, the readers, the store and the proxy on the rest
-            alone, rest = server_core()
-            pin([pid for name, gw in gateways.items() for pid in pids[name]()] + nginx.pids(), alone)
-            pin([os.getpid(), *store_and_proxy()], rest)
+            pin_apart([pid for name in gateways for pid in pids[name]()] + nginx.pids(), [os.getpid(), *store_and_proxy()])
 
         def one_round() -> dict:
             figures: dict = {}

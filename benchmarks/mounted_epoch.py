@@ -59,9 +59,8 @@ from _common import (
     data_filesystem,
     gateway,
     machine,
-    pin,
+    pin_apart,
     process_cpu,
-    server_core,
     table,
     temp_dir,
     write_results,
@@ -184,10 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         bare = stack.enter_context(bare_app(args.size))
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
-        if args.pin:
-            alone, rest = server_core()
-            pin([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else [])], alone)
-            pin([os.getpid(), moto.pid], rest)  # the readers and the delay proxy (threads of this process), the store
+        if args.pin:  # the others: the readers and the delay proxy (threads of this process), the store
+            pin_apart([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else [])],
+                      [os.getpid(), moto.pid])
 
         def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
                 check=check, shared: bool = False, hinted: bool = False) -> dict:

@@ -261,6 +261,10 @@ def _encoded_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
     return tuple((name.encode("latin-1"), value.encode("latin-1")) for name, value in object_headers(meta))
 
 
+# A header's pair and its two bytes objects, empty: what weigh() counts of one beside its bytes.
+_HEADER_SHELL = sys.getsizeof((b"", b"")) + 2 * sys.getsizeof(b"")
+
+
 def _head_weight(head: tuple[tuple[bytes, bytes], ...]) -> int:
     """What ``tiering.memo.weigh`` says of a head, without walking it
     object by object: the tuple, a pair and two bytes objects a header,
@@ -269,7 +273,6 @@ def _head_weight(head: tuple[tuple[bytes, bytes], ...]) -> int:
     return sys.getsizeof(head) + len(head) * _HEADER_SHELL + sum(map(len, itertools.chain.from_iterable(head)))
 
 
-_HEADER_SHELL = sys.getsizeof((b"", b"")) + 2 * sys.getsizeof(b"")
 _HEADS: ByIdentity[ObjectMeta, tuple[tuple[bytes, bytes], ...]] = ByIdentity(8192, "heads", _head_weight)
 
 

@@ -47,21 +47,22 @@ class SingleFlight(Generic[T]):
         not already run work for ``key``."""
         assert key not in self._inflight, key
         flight: _Flight[T] = _Flight()
-        future = flight.shared()
         self._inflight[key] = flight
         task = asyncio.ensure_future(work)
-        task.add_done_callback(functools.partial(self._settle, key, flight, future))
+        task.add_done_callback(functools.partial(self._settle, key, flight))
         return task
 
-    def _settle(self, key: Hashable, flight: _Flight[T], future: asyncio.Future[T],
-                task: asyncio.Task[T]) -> None:
+    def _settle(self, key: Hashable, flight: _Flight[T], task: asyncio.Task[T]) -> None:
         if self._inflight.get(key) is flight:
             del self._inflight[key]
+        future = flight.future  # None: nobody joined
         if task.cancelled():
-            future.cancel()
-        elif (exc := task.exception()) is not None:
-            future.set_exception(exc)
-        else:
+            if future is not None:
+                future.cancel()
+        elif (exc := task.exception()) is not None:  # retrieved here, joined or not
+            if future is not None:
+                future.set_exception(exc)
+        elif future is not None:
             future.set_result(task.result())
 
 
