@@ -33,10 +33,16 @@ from tiering import pool
 
 log = logging.getLogger("tierstore.fills")
 
-# Fills the writer thread may have queued before new ones go to the pool:
-# enough for the misses of a busy node to be written in batches, few enough
-# that a slow disk cannot hold more than about this many bodies in memory.
-WRITER_BACKLOG = 64
+# Bytes of fills the writer thread may have queued before new ones go to
+# the pool: enough for the misses of a busy node to be written in batches
+# and to ride out a writer slowed for a while, few enough that a slow disk
+# cannot hold more than this in memory. Counted in fills (64) it spilled
+# too soon: where new page-cache pages are dear (this machine past a few
+# GiB written: 150 us a 64 KiB write against 20), a hinted epoch's fills
+# went to the pool's 16 threads, whose wake-ups and GIL handoffs cost more
+# than the writes (0.83-0.88 against 0.74 ms of CPU an object, 1,040-1,100
+# against 1,170-1,180 objects/s; docs/benchmarks/cold-miss-whole-process.md).
+WRITER_BACKLOG = 32 * 1024 * 1024
 # What the loop submits is posted to the writer thread this long after the
 # first of it, or once POST_ITEMS wait: the misses of a few milliseconds
 # wake the writer once. At 4 ms a cold epoch's writer woke for two misses
@@ -83,8 +89,9 @@ class Fills:
         (False for a full or failing disk, logged). The bytes are held until
         it ends, registered before the caller yields, so a reader right after
         finds them."""
-        if self._writer.pending < WRITER_BACKLOG:
-            future: asyncio.Future[bool] = self._writer.submit(name, fill, len(data) >= LARGE)
+        writer = self._writer
+        if writer.pending_bytes + len(data) <= WRITER_BACKLOG or not writer.pending:
+            future: asyncio.Future[bool] = writer.submit(name, fill, len(data))
         else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
             future = asyncio.ensure_future(_logged(name, pool.run(fill)))
         if (running := self._running.get(name)) is not None:
@@ -193,6 +200,7 @@ class _Writer:
 
     def __init__(self) -> None:
         self.pending = 0  # submitted, not settled yet (the loop's count)
+        self.pending_bytes = 0  # their bytes
         # What the loop submitted since the first of it: posted to the thread
         # as one list POST_DELAY later, so the misses answered meanwhile
         # wake the writer once (woken for each, it took them one at a time).
@@ -200,14 +208,18 @@ class _Writer:
         self._queue: queue.SimpleQueue[list[_Fill | _Gathered] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def submit(self, name: str, fill: Callable[[], bool], large: bool = False) -> asyncio.Future[bool]:
+    def submit(self, name: str, fill: Callable[[], bool], size: int = 0) -> asyncio.Future[bool]:
+        """Queue ``fill`` (of ``size`` bytes; from LARGE on, posted at once
+        and settled alone) for the thread."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
+        large = size >= LARGE
         self._put(loop, _Fill(loop, name, fill, future, large))
         if large:
             self._post()
         self.pending += 1
-        future.add_done_callback(self._settled)
+        self.pending_bytes += size
+        future.add_done_callback(functools.partial(self._settled, size))
         return future
 
     def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
@@ -228,8 +240,9 @@ class _Writer:
             items, self._outbox = self._outbox, []
             self._queue.put(items)
 
-    def _settled(self, _: asyncio.Future[bool]) -> None:
+    def _settled(self, size: int, _: asyncio.Future[bool]) -> None:
         self.pending -= 1
+        self.pending_bytes -= size
 
     def stop(self) -> None:
         if self._thread is not None:

@@ -67,25 +67,38 @@ def test_a_failing_disk_costs_the_cache_not_the_read(caplog: pytest.LogCaptureFi
     assert "could not cache a" in caplog.text
 
 
-def test_fills_past_the_writers_backlog_go_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fills_past_the_writers_backlog_of_bytes_go_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer takes fills while their bytes fit its backlog; those past
+    it go to the pool's threads. One larger than the whole backlog still
+    goes to the writer when it has nothing else queued."""
     monkeypatch.setattr(fills_module, "WRITER_BACKLOG", 4)
 
-    async def go() -> list[str]:
+    async def go() -> tuple[list[str], list[str]]:
         fills = Fills()
         release, ran_in = threading.Event(), []
         fill = held_fill(release, ran_in)
-        futures = [fills.write(f"p{i}", b"x", fill) for i in range(6)]
+        futures = [fills.write(f"p{i}", b"xx", fill) for i in range(4)]  # 2 + 2 fit, the two after do not
         await asyncio.sleep(0.1)  # the two past the backlog run at once, beside the writer's first
         running = sorted(ran_in)
         release.set()
-        assert await asyncio.gather(*futures) == [True] * 6
+        assert await asyncio.gather(*futures) == [True] * 4
         await fills.drain()
-        return running
+        alone: list[str] = []
 
-    running = asyncio.run(go())
+        def big() -> bool:
+            alone.append(threading.current_thread().name)
+            return True
+
+        fills = Fills()
+        assert await fills.write("big", b"x" * 10, big) is True  # 10 bytes past a backlog of 4
+        await fills.drain()
+        return running, alone
+
+    running, alone = asyncio.run(go())
     assert running.count("tierstore-fills") == 1  # the writer: one at a time
     assert sum(name.startswith("tierstore-io") for name in running) == 2
-    assert WRITER_BACKLOG >= 16  # the default lets a busy node's misses batch
+    assert alone == ["tierstore-fills"]
+    assert WRITER_BACKLOG >= 64 * 64 * 1024  # the default lets a busy node's misses batch
 
 
 def test_drain_waits_for_every_fill_and_ends_the_writer() -> None:
