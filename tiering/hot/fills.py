@@ -33,8 +33,8 @@ from tiering import pool
 
 log = logging.getLogger("tierstore.fills")
 
-# Bytes of fills the writer thread may have queued before new ones go to
-# the pool: enough for the misses of a busy node to be written in batches
+# Bytes of fills not yet written (``Fills.bytes``) past which new ones go
+# to the pool instead of the writer thread: enough for the misses of a busy node to be written in batches
 # and to ride out a writer slowed for a while, few enough that a slow disk
 # cannot hold more than this in memory. Counted in fills (64) it spilled
 # too soon: where new page-cache pages are dear (this machine past a few
@@ -89,9 +89,8 @@ class Fills:
         (False for a full or failing disk, logged). The bytes are held until
         it ends, registered before the caller yields, so a reader right after
         finds them."""
-        writer = self._writer
-        if writer.pending_bytes + len(data) <= WRITER_BACKLOG or not writer.pending:
-            future: asyncio.Future[bool] = writer.submit(name, fill, len(data))
+        if self.bytes + len(data) <= WRITER_BACKLOG or not self._writer.pending:
+            future: asyncio.Future[bool] = self._writer.submit(name, fill, len(data) >= LARGE)
         else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
             future = asyncio.ensure_future(_logged(name, pool.run(fill)))
         if (running := self._running.get(name)) is not None:
@@ -200,7 +199,6 @@ class _Writer:
 
     def __init__(self) -> None:
         self.pending = 0  # submitted, not settled yet (the loop's count)
-        self.pending_bytes = 0  # their bytes
         # What the loop submitted since the first of it: posted to the thread
         # as one list POST_DELAY later, so the misses answered meanwhile
         # wake the writer once (woken for each, it took them one at a time).
@@ -208,18 +206,14 @@ class _Writer:
         self._queue: queue.SimpleQueue[list[_Fill | _Gathered] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def submit(self, name: str, fill: Callable[[], bool], size: int = 0) -> asyncio.Future[bool]:
-        """Queue ``fill`` (of ``size`` bytes; from LARGE on, posted at once
-        and settled alone) for the thread."""
+    def submit(self, name: str, fill: Callable[[], bool], large: bool = False) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
-        large = size >= LARGE
         self._put(loop, _Fill(loop, name, fill, future, large))
         if large:
             self._post()
         self.pending += 1
-        self.pending_bytes += size
-        future.add_done_callback(functools.partial(self._settled, size))
+        future.add_done_callback(self._settled)
         return future
 
     def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
@@ -240,9 +234,8 @@ class _Writer:
             items, self._outbox = self._outbox, []
             self._queue.put(items)
 
-    def _settled(self, size: int, _: asyncio.Future[bool]) -> None:
+    def _settled(self, _: asyncio.Future[bool]) -> None:
         self.pending -= 1
-        self.pending_bytes -= size
 
     def stop(self) -> None:
         if self._thread is not None:

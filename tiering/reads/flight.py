@@ -31,13 +31,11 @@ class SingleFlight(Generic[T]):
         try:
             value = await work()
         except BaseException as exc:
-            if flight.future is not None:
-                flight.future.set_exception(exc)
+            flight.fail(exc)
             raise
         finally:
             del self._inflight[key]
-        if flight.future is not None:
-            flight.future.set_result(value)
+        flight.succeed(value)
         return value, True
 
     def spawn(self, key: Hashable, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
@@ -55,15 +53,12 @@ class SingleFlight(Generic[T]):
     def _settle(self, key: Hashable, flight: _Flight[T], task: asyncio.Task[T]) -> None:
         if self._inflight.get(key) is flight:
             del self._inflight[key]
-        future = flight.future  # None: nobody joined
         if task.cancelled():
-            if future is not None:
-                future.cancel()
+            flight.cancel()
         elif (exc := task.exception()) is not None:  # retrieved here, joined or not
-            if future is not None:
-                future.set_exception(exc)
-        elif future is not None:
-            future.set_result(task.result())
+            flight.fail(exc)
+        else:
+            flight.succeed(task.result())
 
 
 class _Flight(Generic[T]):
@@ -82,6 +77,20 @@ class _Flight(Generic[T]):
             self.future = asyncio.get_running_loop().create_future()
             self.future.add_done_callback(_consume)
         return self.future
+
+    # The run's outcome, for those who joined (nothing when nobody did).
+
+    def succeed(self, value: T) -> None:
+        if self.future is not None:
+            self.future.set_result(value)
+
+    def fail(self, exc: BaseException) -> None:
+        if self.future is not None:
+            self.future.set_exception(exc)
+
+    def cancel(self) -> None:
+        if self.future is not None:
+            self.future.cancel()
 
 
 def _consume(future: asyncio.Future[T]) -> None:

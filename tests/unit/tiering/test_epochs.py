@@ -343,7 +343,7 @@ def _read_hinted(root: Path, pattern: str, step: float, hot_size: int, count: in
             queue = list(reversed(order))
             shares = [list(reversed(order[r::readers])) for r in range(readers)]
             hot = lead = done = 0
-            halfway = asyncio.Event()
+            half_read, halfway = asyncio.Event(), asyncio.Event()
 
             async def landed(enough: int) -> bool:
                 for _ in range(1000):
@@ -368,11 +368,12 @@ def _read_hinted(root: Path, pattern: str, step: float, hot_size: int, count: in
                     assert isinstance(plan.body, bytes | bytearray) and len(plan.body) == size
                     hot += plan.tally.hot == size and plan.tally.capacity == 0
                     done += 1
+                    if done == count // 2:
+                        half_read.set()
                     await asyncio.sleep(step)  # the training step
 
             async def pause() -> bool:
-                while done < count // 2:
-                    await asyncio.sleep(0.001)
+                await half_read.wait()
                 try:
                     return await landed(midway)
                 finally:
@@ -425,8 +426,8 @@ def test_readers_faster_than_the_store_wait_on_the_prefetch_and_the_status_says_
     misses; what the prefetch brought is counted as it lands, not once a
     whole batch has (which left the count at the first window, 64, until
     after the epoch): with the readers stopped halfway, the count reaches
-    all but a window of what they have read while the epoch is going; and it ends up bringing
-    nearly every object. (How far the count has got when the last read
+    all but a window of what they have read while the epoch is going; and
+    it ends up bringing nearly every object. (How far the count has got when the last read
     ends depends on the pace: readers take the bytes from the prefetch's
     GET before its fill lands, so a busy fills' writer leaves it behind.)"""
     count = 400
