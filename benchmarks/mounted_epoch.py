@@ -31,6 +31,15 @@ as in ab.py), through the same signed readers. It does nothing an S3 app
 must do, so its ratio to nginx-local in the same round is the most any
 app on this stack can reach in this epoch on this machine.
 
+``--floor`` reads the cold epoch a second time, right after the gateway's,
+through ``floor``: an ASGI app on uvicorn that verifies each reader's
+SigV4, fetches the object with one signed ranged GET over the gateway's
+own lean getter (through the same proxy), hands its bytes to a writer
+thread that appends them to a file, and answers
+(benchmarks/_cold_floor.py). It keeps no index, no record, no hot tier,
+no log and no metrics: its CPU per GET is the least a gateway written on
+this stack spends on a cold miss, on this machine, in this run.
+
 ``--hot-fs ext4`` puts the gateway's data dir on an ext4 made for the
 run (``_common.data_filesystem``: creating a file on this machine's root
 filesystem costs 20 to 40 times what it costs on a new one).
@@ -49,7 +58,7 @@ on a small machine every process's CPU per request moves with the load
 (``--readers``), the store's as much as the gateway's
 (docs/benchmarks/cold-miss-whole-process.md).
 
-Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys] [--pin]
+Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys] [--pin] [--floor]
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import _common  # first: puts the repo root on sys.path
+from _cold_floor import cold_floor
 from _common import (
     data_filesystem,
     gateway,
@@ -148,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                          "and the store on the others: each server's CPU per request without the preemptions "
                          "by the load that shares its core (the cold epochs' ratios to the store read "
                          "directly are then left out: that epoch had a core fewer)")
+    ap.add_argument("--floor", action="store_true",
+                    help="read the cold epoch again through the floor of a cold miss (benchmarks/_cold_floor.py)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     _common.exit_cleanly_on_sigterm()
@@ -188,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         })
         local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www")) if nginx else None
         bare = stack.enter_context(bare_app(args.size))
+        floor = stack.enter_context(cold_floor(moto.proxy.endpoint, SOURCE, PREFIX, tmp / "floor")) if args.floor else None
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
         if args.pin:  # the others: the readers and the delay proxy (threads of this process), the store
-            pin_apart([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else [])],
+            pin_apart([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else []),
+                       *([floor.proc.pid] if floor else [])],
                       [os.getpid(), moto.pid])
 
         def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
@@ -216,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid, *children(moto.pid)]}, seed=0,
             bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
+        if floor is not None:  # the same order: the store's side as warm as it was for the gateway's, or warmer
+            run("floor cold", SignedClient(floor.port), {"server": lambda: [floor.proc.pid], "moto": lambda: [moto.pid]},
+                seed=0)
         for r in range(1, args.warm + 1):
             pair = [("tierstore", lean, gw_pids, check)]
             if local is not None:
@@ -240,10 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, f in results.items():
         r = name.rsplit(" ", 1)[-1]
         peer = results.get(f"nginx-local warm {r}")
-        if name.startswith("tierstore cold"):  # against the store read directly, which had a core fewer when pinned
+        if name.startswith(("tierstore cold", "floor cold")):  # against the store read directly, which had a core fewer when pinned
             peer = None if args.pin else results["the store directly"]
         ratio = (f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x"
-                 if peer and name.startswith(("tierstore", "bare")) else "-")
+                 if peer and name.startswith(("tierstore", "bare", "floor")) else "-")
         # The store's CPU for the same epoch: its own GETs' cost beside the gateway's (per 1k objects read).
         store_cpu = f.get("moto_cpu_per_1k", f["server_cpu_per_1k"] if name == "the store directly" else None)
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
