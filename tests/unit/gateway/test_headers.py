@@ -33,6 +33,18 @@ def test_a_version_keeps_its_head_and_a_new_version_gets_its_own() -> None:
     assert head == encoded(rewritten) and head != headers.object_head(first)
 
 
+def test_a_head_not_kept_is_built_each_time_and_leaves_no_entry() -> None:
+    """The answer of a read that fetched its bytes just now (a cold
+    mounted miss, whose ``ObjectMeta`` is its own) builds its head without
+    keeping it; a hot read of the same version keeps its own."""
+    cold = meta(etag="2" * 32)
+    first, again = headers.object_head(cold, keep=False), headers.object_head(cold, keep=False)
+    assert first == again == encoded(cold) and first is not again
+    kept = headers.object_head(cold)  # had the first been kept, this would be it
+    assert kept == first and kept is not first and kept is not again
+    assert headers.object_head(cold) is kept and headers.object_head(cold, keep=False) is not kept
+
+
 def test_the_kept_heads_are_bounded_and_never_mistaken_for_another_record() -> None:
     kept: ByIdentity[ObjectMeta, object] = ByIdentity(size=4)
     metas = [meta(etag=f"{i:032x}") for i in range(10)]
