@@ -50,8 +50,11 @@ class _Record:
         return cls.from_plain(msgpack.unpackb(raw, raw=False))
 
     def to_plain(self) -> dict[str, Any]:
+        names = _layout(type(self))[0]
+        if not self._nested:  # every field plain (a tuple packs as the list it would become)
+            return {name: getattr(self, name) for name in names}
         out: dict[str, Any] = {}
-        for name in _layout(type(self))[0]:
+        for name in names:
             value = getattr(self, name)
             if isinstance(value, _Record):
                 value = value.to_plain()
