@@ -116,15 +116,18 @@ def make_app(store: str, bucket: str, prefix: str, path: str) -> Any:
 def cold_floor(store: str, bucket: str, prefix: str, directory: Path) -> Iterator[Floor]:
     """This floor as a process on a free loopback port, reading ``prefix``
     of the store's ``bucket`` at ``store``, its bytes appended under
-    ``directory``; stopped by its PID."""
+    ``directory``; stopped by its PID, its file then removed (with its
+    page-cache pages, which later epochs would find taken)."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, str(port), store, bucket, prefix, str(directory / "appended")])
+    appended = directory / "appended"
+    proc = subprocess.Popen([sys.executable, __file__, str(port), store, bucket, prefix, str(appended)])
     try:
         wait_http(f"http://127.0.0.1:{port}/", timeout=60, proc=proc)
         yield Floor(port, proc)
     finally:
         stop_process(proc, timeout=15)
+        appended.unlink(missing_ok=True)
 
 
 class Floor(NamedTuple):

@@ -200,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
         })
         local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www")) if nginx else None
         bare = stack.enter_context(bare_app(args.size))
-        floor = stack.enter_context(cold_floor(moto.proxy.endpoint, SOURCE, PREFIX, tmp / "floor")) if args.floor else None
+        floor_stack = stack.enter_context(contextlib.ExitStack())  # closed after its epoch: its file's pages go
+        floor = floor_stack.enter_context(cold_floor(moto.proxy.endpoint, SOURCE, PREFIX, tmp / "floor")) if args.floor else None
         gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
         if args.pin:  # the others: the readers and the delay proxy (threads of this process), the store
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         if floor is not None:  # the same order: the store's side as warm as it was for the gateway's, or warmer
             run("floor cold", SignedClient(floor.port), {"server": lambda: [floor.proc.pid], "moto": lambda: [moto.pid]},
                 seed=0)
+            floor_stack.close()
         for r in range(1, args.warm + 1):
             pair = [("tierstore", lean, gw_pids, check)]
             if local is not None:
