@@ -27,7 +27,8 @@ def test_the_head_is_the_representation_headers_encoded() -> None:
 
 def test_a_version_keeps_its_head_and_a_new_version_gets_its_own() -> None:
     first = meta()
-    assert headers.object_head(first) is headers.object_head(first)  # built once
+    headers.object_head(first)  # built and remembered: kept when it is asked for again
+    assert headers.object_head(first) is headers.object_head(first)
     rewritten = meta(etag="1" * 32, seq=2, content_type="text/plain")  # an equal-looking record, another version
     head = headers.object_head(rewritten)
     assert head == encoded(rewritten) and head != headers.object_head(first)
@@ -40,6 +41,7 @@ def test_a_head_not_kept_is_built_each_time_and_leaves_no_entry() -> None:
     cold = meta(etag="2" * 32)
     first, again = headers.object_head(cold, keep=False), headers.object_head(cold, keep=False)
     assert first == again == encoded(cold) and first is not again
+    headers.object_head(cold)
     kept = headers.object_head(cold)  # had the first been kept, this would be it
     assert kept == first and kept is not first and kept is not again
     assert headers.object_head(cold) is kept and headers.object_head(cold, keep=False) is not kept
@@ -48,7 +50,7 @@ def test_a_head_not_kept_is_built_each_time_and_leaves_no_entry() -> None:
 def test_the_kept_heads_are_bounded_and_never_mistaken_for_another_record() -> None:
     kept: ByIdentity[ObjectMeta, object] = ByIdentity(size=4)
     metas = [meta(etag=f"{i:032x}") for i in range(10)]
-    for m in metas:
+    for m in metas * 2:
         assert kept.get(m, encoded) == encoded(m)
     assert len(kept) == 4
     for m in metas:  # the oldest went first; asked again, each is right

@@ -91,7 +91,7 @@ def test_by_identity_is_bounded_in_bytes(caches: Caches) -> None:
     memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads")
     memo._kept = Kept("heads", registry=caches)  # in the test's registry
     records = [_meta(i) for i in range(200)]
-    for record in records:
+    for record in records * 2:  # kept from the second derivation on
         assert memo.get(record, lambda r: r.key.encode() * 10) == record.key.encode() * 10
     assert 0 < memo._kept.bytes <= 16 * KiB
     assert len(memo) < len(records)
@@ -104,7 +104,7 @@ def test_by_identity_keeps_no_record_alive(caches: Caches) -> None:
     memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads")
     memo._kept = Kept("heads", registry=caches)
     records = [_meta(i) for i in range(10)]
-    for record in records:
+    for record in records * 2:
         memo.get(record, lambda r: r.key.encode())
     assert len(memo) == 10
     gone = weakref.ref(records[3])
@@ -113,7 +113,9 @@ def test_by_identity_keeps_no_record_alive(caches: Caches) -> None:
     assert gone() is None  # the memo held it weakly
     kept = records[0]
     assert memo.get(kept, lambda r: b"derived again") == kept.key.encode()  # a hit stays a hit
-    memo.get(_meta(99), lambda r: b"x")  # a store drops the entries of records gone
+    new = _meta(99)
+    memo.get(new, lambda r: b"x")
+    memo.get(new, lambda r: b"x")  # a store drops the entries of records gone
     assert len(memo) == 6
     assert memo._kept.bytes == sum(memo._kept._sizes.values())
 
@@ -130,7 +132,7 @@ def test_by_identity_weighs_a_value_by_what_it_adds(caches: Caches) -> None:
     memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads", shell)
     memo._kept = Kept("heads", registry=caches, weigh=memo._weigh_derived)
     records = [_meta(i) for i in range(3)]
-    for record in records:
+    for record in records * 3:
         memo.get(record, lambda r: r.key.encode() * 1000)
     assert len(weighed) == 3  # once each, when kept
     every = memo._kept.bytes // 3
@@ -141,8 +143,30 @@ def test_by_identity_holds_what_takes_no_weak_reference(caches: Caches) -> None:
     memo: ByIdentity[tuple[str, int], str] = ByIdentity(0, "memos")
     memo._kept = Kept("memos", registry=caches)
     record = ("key", 1)  # a tuple takes no weak reference
+    assert memo.get(record, lambda r: "derived once") == "derived once"
     assert memo.get(record, lambda r: "value") == "value"
     assert memo.get(record, lambda r: "derived again") == "value"
+
+
+def test_by_identity_keeps_a_value_from_its_second_derivation(caches: Caches) -> None:
+    """An epoch reads each object once: a record derived once is only
+    remembered, and its value kept when it is derived again."""
+    memo: ByIdentity[ObjectMeta, bytes] = ByIdentity(0, "heads")
+    memo._kept = Kept("heads", registry=caches)
+    once, twice = _meta(1), _meta(2)
+    derived: list[str] = []
+
+    def derive(record: ObjectMeta) -> bytes:
+        derived.append(record.key)
+        return record.key.encode()
+
+    memo.get(once, derive)
+    memo.get(twice, derive)
+    assert len(memo) == 0 and memo._kept.bytes == 0
+    assert memo.get(twice, derive) == twice.key.encode()
+    assert len(memo) == 1
+    assert memo.get(twice, derive) == twice.key.encode()  # kept: not derived again
+    assert derived == [once.key, twice.key, twice.key]
 
 
 def test_the_record_cache_is_bounded_in_bytes(caches: Caches, monkeypatch: pytest.MonkeyPatch) -> None:
