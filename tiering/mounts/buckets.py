@@ -418,7 +418,9 @@ class Mounts:
         names = self.piece_names(name, meta)
         await self.pieces.fills.wait(names)  # a warm reports what is in the hot tier
         missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
-        if missing and meta.size > room:
+        if not missing:  # a small object: its one GET brought it whole, and it is written
+            return MountWarm(meta.size, True)
+        if meta.size > room:
             return MountWarm(meta.size, hot=False)
         part = self._settings.part_size
 
