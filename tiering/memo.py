@@ -301,7 +301,7 @@ class ByIdentity(Generic[K, V]):
     them). An epoch reads each object once, so a hinted or cold epoch's
     records are derived once each, and keeping their values cost a store,
     a weak reference and a drop with no hit to pay for them: a hinted
-    epoch's object cost the gateway 0.514-0.516 ms of CPU with nothing
+    epoch's object cost the gateway 0.512-0.516 ms of CPU with nothing
     kept against 0.522-0.571 with everything (three alternating pairs).
     An ``id()`` reused by a new record may have it kept at its first
     derivation: a value kept early, never a wrong one."""
