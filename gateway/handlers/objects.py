@@ -80,9 +80,8 @@ def _answer(req: S3Request, plan: ReadPlan) -> Response:
     if any(name in headers.RESPONSE_OVERRIDES for name in req.query):
         out = headers.object_headers(meta, req.query)
         head: tuple[tuple[bytes, bytes], ...] = ()
-    else:  # the usual GET: the version's head as built once (for a hot read)
-        tally = plan.tally
-        out, head = [], headers.object_head(meta, keep=not (tally.capacity or tally.peer))
+    else:  # the usual GET: the version's head as built once
+        out, head = [], headers.object_head(meta)
     if plan.parts_count is not None:
         out.append(("x-amz-mp-parts-count", str(plan.parts_count)))
     wanted = plan.wanted

@@ -249,15 +249,13 @@ def object_headers(meta: ObjectMeta, query: dict[str, str] | None = None) -> lis
     return out
 
 
-def object_head(meta: ObjectMeta, keep: bool = True) -> tuple[tuple[bytes, bytes], ...]:
+def object_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:
     """:func:`object_headers` of ``meta`` without overrides, encoded for the
-    wire: built once per object version and kept while its record is (the
+    wire: kept from the version's second read on, while its record is (the
     record cache hands out one ``ObjectMeta`` per version, so a hot object's
-    GETs find theirs by identity). Not kept unless ``keep``: the answer of
-    a read whose bytes were fetched just now (a cold mounted miss's
-    ``ObjectMeta`` is its own, never seen again; a cold epoch is read
-    once), where keeping it cost more than building it."""
-    return _HEADS.get(meta, _encoded_head) if keep else _encoded_head(meta)
+    GETs find theirs by identity; a cold mounted miss's ``ObjectMeta`` is
+    its own, read once, and its head is not kept: ``ByIdentity``)."""
+    return _HEADS.get(meta, _encoded_head)
 
 
 def _encoded_head(meta: ObjectMeta) -> tuple[tuple[bytes, bytes], ...]:

@@ -34,9 +34,9 @@ from tiering import pool
 log = logging.getLogger("tierstore.fills")
 
 # Bytes of fills not yet written (``Fills.bytes``) past which new ones go
-# to the pool instead of the writer thread: enough for the misses of a busy node to be written in batches
-# and to ride out a writer slowed for a while, few enough that a slow disk
-# cannot hold more than this in memory. Counted in fills (64) it spilled
+# to the pool instead of the writer thread: enough for the misses of a
+# busy node to be written in batches and to ride out a writer slowed for a
+# while, few enough that a slow disk cannot hold more than this in memory. Counted in fills (64) it spilled
 # too soon: where new page-cache pages are dear (this machine past a few
 # GiB written: 150 us a 64 KiB write against 20), a hinted epoch's fills
 # went to the pool's 16 threads, whose wake-ups and GIL handoffs cost more

@@ -419,7 +419,7 @@ class Mounts:
         await self.pieces.fills.wait(names)  # a warm reports what is in the hot tier
         missing = [i for i, piece in enumerate(names) if not self._hot.is_cached(piece)]
         if not missing:  # a small object: its one GET brought it whole, and it is written
-            return MountWarm(meta.size, True)
+            return MountWarm(meta.size, hot=True)
         if meta.size > room:
             return MountWarm(meta.size, hot=False)
         part = self._settings.part_size
