@@ -25,19 +25,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import queue
-import subprocess
 import sys
 import threading
 import zlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import uvicorn
-from _common import ACCESS_KEY, SECRET_KEY, free_port, stop_process, wait_http
+from _common import ACCESS_KEY, SECRET_KEY
 from _floor_relay import FloorRelay
 from _moto import MOTO_KEY
+from ab import Bare, served
 from awscrt.checksums import crc32c
 
 from gateway.auth import sigv4
@@ -96,26 +96,18 @@ class ServedFloor(FloorRelay):
         await send({"type": "http.response.body", "body": data})
 
 
-class Floor(NamedTuple):
-    port: int
-    proc: subprocess.Popen[bytes]
-
-
 @contextlib.contextmanager
-def cold_floor(store: str, bucket: str, prefix: str, directory: Path) -> Iterator[Floor]:
-    """This floor as a process on a free loopback port, reading ``prefix``
-    of the store's ``bucket`` at ``store``, its bytes appended under
-    ``directory``; stopped by its PID, its file then removed (with its
-    page-cache pages, which later epochs would find taken)."""
+def cold_floor(store: str, bucket: str, prefix: str, directory: Path) -> Iterator[Bare]:
+    """This floor as a process (``ab.served``), reading ``prefix`` of the
+    store's ``bucket`` at ``store``, its bytes appended under
+    ``directory``; once stopped, its file removed (with its page-cache
+    pages, which later epochs would find taken)."""
     directory.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     appended = directory / "appended"
-    proc = subprocess.Popen([sys.executable, __file__, str(port), store, bucket, prefix, str(appended)])
     try:
-        wait_http(f"http://127.0.0.1:{port}/", timeout=60, proc=proc)
-        yield Floor(port, proc)
+        with served(Path(__file__), store, bucket, prefix, str(appended)) as floor:
+            yield floor
     finally:
-        stop_process(proc, timeout=15)
         appended.unlink(missing_ok=True)
 
 

@@ -61,25 +61,31 @@ def fill(gw: Gateway, objects: int, size: int) -> None:
 
 @dataclasses.dataclass
 class Bare:
-    """benchmarks/_bare_app.py as a subprocess: what hot_round needs of a server."""
+    """A server script of benchmarks/ as a subprocess (the bare app, a
+    floor): what hot_round needs of a server."""
 
     port: int
     proc: subprocess.Popen
 
 
 @contextlib.contextmanager
-def bare_app(size: int, files: Path | None = None, batch: int = 0) -> Iterator[Bare]:
-    """The bare app answering ``size`` constant bytes, or with ``files``,
-    the floor of a hot batch of ``batch`` of them (benchmarks/_bare_app.py)."""
+def served(script: Path, *args: str) -> Iterator[Bare]:
+    """``script PORT *args`` on a free loopback port, once it answers ``/``;
+    stopped by its PID."""
     port = free_port()
-    script = Path(__file__).with_name("_bare_app.py")
-    floor = ["--files", str(files), "--batch", str(batch)] if files is not None else []
-    proc = subprocess.Popen([sys.executable, str(script), str(port), str(size), *floor])
+    proc = subprocess.Popen([sys.executable, str(script), str(port), *args])
     try:
         wait_http(f"http://127.0.0.1:{port}/", timeout=60, proc=proc)
         yield Bare(port, proc)
     finally:
         stop_process(proc, timeout=15)
+
+
+def bare_app(size: int, files: Path | None = None, batch: int = 0) -> contextlib.AbstractContextManager[Bare]:
+    """The bare app answering ``size`` constant bytes, or with ``files``,
+    the floor of a hot batch of ``batch`` of them (benchmarks/_bare_app.py)."""
+    floor = ["--files", str(files), "--batch", str(batch)] if files is not None else []
+    return served(Path(__file__).with_name("_bare_app.py"), str(size), *floor)
 
 
 def hot_round(gw: Gateway | Bare, gets: int, threads: int, objects: int,
