@@ -26,6 +26,9 @@ def running_gateway(data_dir: Path, *args: str) -> Iterator[Gateway]:
     gw = Gateway(data_dir, extra_args=list(args)).start()
     try:
         yield gw
+    except BaseException as exc:
+        exc.add_note(gw.post_mortem())
+        raise
     finally:
         gw.stop()
     assert_consistent(gw)

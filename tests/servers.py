@@ -188,3 +188,18 @@ class Gateway:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+
+    def post_mortem(self, lines: int = 40) -> str:
+        """Whether the process still runs (or how it ended) and the end of
+        its log: added to a failure seen while it served, so a report says
+        what the gateway went through, not only what the client saw."""
+        if self.proc is None:
+            state = "not running (stopped by the test)"
+        elif (code := self.proc.poll()) is None:
+            state = f"pid {self.proc.pid}, still running"
+        else:
+            how = f"by signal {-code}" if code < 0 else f"with exit code {code}"
+            state = f"pid {self.proc.pid}, ended {how} before the test stopped it"
+        tail = self.log().splitlines()[-lines:]
+        return "\n".join([f"gateway S3 {self.endpoint}, admin {self.admin_url}: {state}; "
+                          f"the last {len(tail)} lines of {self.log_path}:", *tail])
