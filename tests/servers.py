@@ -126,6 +126,9 @@ class Gateway:
             # One process whatever the machine's cores ("auto" would start
             # read workers on a large one); tests of workers ask for them.
             TIERSTORE_WORKERS="1",
+            # A crash in native code (a signal) leaves every thread's Python
+            # stack in the log, which post_mortem() shows.
+            PYTHONFAULTHANDLER="1",
         )
         env.update(self.extra_env)
         return env
@@ -189,7 +192,7 @@ class Gateway:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
-    def post_mortem(self, lines: int = 40) -> str:
+    def post_mortem(self, lines: int = 80) -> str:
         """Whether the process still runs (or how it ended) and the end of
         its log: added to a failure seen while it served, so a report says
         what the gateway went through, not only what the client saw."""
