@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old-workers", type=int, help="--workers of the --old gateway (default: --workers); "
                     "with --old ., one checkout's two settings side by side")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     checkouts = [("new", args.new)] + ([("old", args.old)] if args.old else [])
     names = [name for name, _ in checkouts] + ["bare"]
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in names}

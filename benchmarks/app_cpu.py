@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", choices=("GET", "HEAD"), default="GET",
                     help="--cold: the request each object gets (HEAD: a cold HEAD, as s3fs sends before a GET)")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     tune_malloc()  # as `tierstore serve` does
     tune_gc()
     stderr = sys.stderr

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-back", action="store_true", help="write-back buckets: a PUT is answered once staged")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     size = parse_size(args.size)
     with temp_dir("writers") as tmp, delayed_moto(args.latency_ms) as store, ExitStack() as stack:
         nodes = start_nodes(stack, tmp, store.proxy.endpoint)

@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     args.objects = args.objects or (1000 if quick else 10_000)
     args.dataset_size = args.dataset_size or (16 * MiB if quick else 64 * MiB)
     args.large_size = args.large_size or (256 * MiB if quick else GiB)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
 
     results, sections = {}, [f"Machine: {machine()}", ""]
     for name, (bench, report) in PARTS.items():

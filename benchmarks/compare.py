@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     args.objects = args.objects or (1000 if args.quick else 4000)
     args.large_mib = args.large_mib or (64 if args.quick else 256)
     args.nginx_workers = args.nginx_workers or args.workers
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     results = run(args)
     print(report(args, results))
     write_results(args, results)

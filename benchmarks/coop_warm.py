@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store-mib-s", type=float, default=0.0, help="store bandwidth shared by all nodes (0: unlimited)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     size = parse_size(args.size)
     with temp_dir("coop") as tmp, delayed_moto(0.0) as store, ExitStack() as stack:
         nodes = start_nodes(stack, tmp, store.proxy.endpoint)

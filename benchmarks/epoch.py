@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.objects is None:
         args.objects = 2000 if args.quick else 20_000
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     results = run(args)
     args.keep_logs = str(args.keep_logs) if args.keep_logs else None  # for the JSON
     text, targets = report(args, results)

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     args.hot_size = args.hot_size or args.objects * args.size // 2
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     results = run(args)
     print(report(results))
     write_results(args, results)

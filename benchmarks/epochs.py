@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clients", type=int, default=16, help="concurrent reader threads (default 16)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
 
     keys = [f"train/{i:07d}.jpg" for i in range(args.objects)]
     payload = random.Random(0).randbytes(args.size)

@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                          "datetime.fromisoformat (a client-side fix; adds a minute or so)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     n, per_dir = args.keys, args.per_dir
     n_dirs = -(-n // per_dir)
     middle = key_of(n // 2, per_dir)

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="read the cold epoch again through the floor of a cold miss (benchmarks/_cold_floor.py)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     objects = args.objects or (2000 if args.quick else 20000)
     keys = [(f"s3://{MOUNTED}/" if args.uri_keys else "") + key_of(i) for i in range(objects)]
     check = checker(args.size)

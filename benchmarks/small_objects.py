@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--targets", default="tierstore,moto", help="comma-separated: tierstore, tierstore-quiet (no access log), moto")
     ap.add_argument("--json", type=Path, help="also write the summaries as JSON here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
 
     results: dict[str, dict[str, dict[str, float]]] = {}
     for name in args.targets.split(","):

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                               ("hot_size", 256 * MiB, 96 * MiB), ("large_objects", 6, 2)):
         if getattr(args, name) is None:
             setattr(args, name, short if quick else full)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
 
     results = run(args)
     summary = summarise(results, args)

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=1, help="the gateway's --workers (1)")
     ap.add_argument("--json", type=_common.Path, help="write every number here")
     args = ap.parse_args(argv)
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     results: dict[str, list[tuple[float, float]]] = {"root": [], "user": []}
     with temp_dir("user-cpu") as tmp, gateway(tmp / "gw", extra_args=("--workers", str(args.workers))) as gw:
         fill(gw, args.objects, args.size)

@@ -484,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         args.shards = 16 if args.quick else 48
     if args.shard_mib is None:
         args.shard_mib = 4.0 if args.quick else 8.0
-    _common.exit_cleanly_on_sigterm()
+    _common.begin()
     results = run(args)
     print(report(args, results))
     write_results(args, results)
