@@ -45,10 +45,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator
 
+from tiering.buffers import BUFFERS
 from tiering.errors import SlowDown
 
 # Seconds a run of a prefetch or a batch read waits its turn before it
@@ -186,11 +188,13 @@ class Admission:
             self.give(size)
 
     async def lend(self, buffer: object, size: int, wait: float = ROOM_WAIT) -> None:
-        """Reserve ``size`` bytes for as long as ``buffer`` lives (it must
-        take weak references: an ``mmap``): in turn if they come within
-        ``wait`` seconds, else at once over the limit (:meth:`force`). The
-        last holder may free it on another thread (a cache fill's writer):
-        the bytes are given back on the loop.
+        """Reserve ``size`` bytes for as long as ``buffer`` is in use: a
+        piece's buffer from ``tiering.buffers.BUFFERS`` until nothing else
+        refers to it (the pool keeps it for the next piece), any other
+        until it dies (it must take weak references: an ``mmap``). In turn
+        if they come within ``wait`` seconds, else at once over the limit
+        (:meth:`force`). The last holder may let go on another thread (a
+        cache fill's writer): the bytes are given back on the loop.
 
         Forced, not refused: a lent buffer is a read under way (the next
         piece of an answer whose head, and maybe most of its body, has gone
@@ -202,7 +206,9 @@ class Admission:
         if not size:
             return
         await self.force(size, wait)
-        weakref.finalize(buffer, _give_on, asyncio.get_running_loop(), self, size)
+        # A piece's buffer is used again, not freed: its pool says when nothing holds it.
+        if not BUFFERS.when_free(buffer, functools.partial(self.give, size)):
+            weakref.finalize(buffer, _give_on, asyncio.get_running_loop(), self, size)
 
     def stats(self) -> dict[str, int | None]:
         """The ``admission`` part of ``GET /stats``'s ``memory``."""

@@ -30,6 +30,8 @@ What keeps that safe:
 - **Memory**: an arrival holds one extent (``part_size``, 8 MiB by
   default) until its cache fill has written it, as a fetched extent did;
   it is the same buffer the cache fill writes, and readers send slices of.
+  Once nothing refers to it, the next extent or piece of its size lands in
+  it (``tiering/buffers.py``).
 
 Compressed extents (zstd) keep the whole-extent path: their CRC covers the
 compressed bytes, so nothing decoded could be checked before the end
@@ -48,6 +50,7 @@ from typing import Any
 
 from packer.crc import extent_crc
 from tiering import pool
+from tiering.buffers import BUFFERS
 from tiering.errors import CapacityError
 
 # Bytes a CRC32 is carried over per pool call (2.8 GB/s here: about 0.4 ms).
@@ -85,11 +88,11 @@ class Arrival:
         self._crc = 0
         self._crc_at = 0  # the CRC covers the bytes before this
         self._checking: asyncio.Future[None] | None = None  # the pool carrying a CRC32 on
-        # Anonymous memory, not a bytearray: a bytearray is zeroed with a
-        # memset, which faults in every page only for the socket's bytes to
-        # overwrite them; the kernel zeroes these as the first bytes land.
-        # (Private: a shared mapping would be shmem, dearer to fault in and to free.)
-        self._buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) if size else bytearray()
+        # Anonymous memory, not a bytearray (zeroed with a memset only for
+        # the socket's bytes to overwrite it), used again once nothing
+        # refers to it (tiering/buffers.py): a new mapping per piece cost
+        # a fault and a zeroed page per 4 KiB.
+        self._buf = BUFFERS.take(size) if size else bytearray()
         self._view = memoryview(self._buf)
         self.received = 0
         self.checked = False  # all arrived, CRC matched
