@@ -46,48 +46,38 @@ REGION = "us-east-1"
 def begin() -> None:
     """A benchmark's start: SIGTERM becomes SystemExit, so the context
     managers below still stop their servers and remove their temp dirs when
-    the benchmark is killed; and the machine's memory is touched once since
-    its boot (:func:`touch_memory`)."""
+    the benchmark is killed; and with TIERSTORE_BENCH_TOUCH=1 the machine's
+    memory is touched first (:func:`touch_memory`)."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     touch_memory()
 
 
-# -- memory never touched since the boot ---------------------------------------
+# -- memory the host has taken back -------------------------------------------
 
-# On a virtual machine whose memory the hypervisor backs only when the guest
-# first writes a page (a microVM, this kind of machine), that first write
-# costs several times a later one: 2 GiB written to a new file took 0.81 ms
-# of system time a MiB, the same again after deleting it 0.21-0.24. A cold
-# read writes new page-cache pages (the hot tier's fills) and new anonymous
-# ones (the arrival buffers); the store's direct stream, reading files it
-# has cached, writes none. A node that has run a while has long touched its
-# memory, so each benchmark first writes the machine's free memory once,
-# leaving TOUCH_MARGIN of it, in a process of its own that then ends. Once a
-# boot: a marker holds the boot id. TIERSTORE_BENCH_TOUCH=0 skips it.
+# This kind of machine is a virtual machine whose balloon device reports
+# free guest memory to the host (virtio free page reporting), which then
+# drops it: the next write to such a page faults on the host as well. A
+# page freed minutes ago costs several times one freed just now: 2 GiB
+# written to a new file took 0.81-2.09 ms of system time a MiB, the same
+# again right after deleting it 0.21-0.25. Cold reads write new pages (the
+# hot tier's fills, the pieces' buffers); the store's direct stream, reading
+# files it has cached, writes none. A node that has run a while has a full
+# page cache, and takes its new pages from it, not from memory the host
+# took back. With TIERSTORE_BENCH_TOUCH=1 a benchmark first writes the
+# machine's available memory but TOUCH_MARGIN, in a process of its own that
+# then ends: for the next few minutes (the host takes free memory back a
+# little at a time) its pages cost what they cost on such a node. Off by
+# default: it takes about a minute, and its effect fades during a long run.
 TOUCH_MARGIN = 3 * 1024**3
 _TOUCH_CHUNK = 64 * 1024**2
-_TOUCHED = Path("/dev/shm/tierstore-bench-memory-touched")
-
-
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def memory_touched() -> bool:
-    """Whether the free memory was touched since this boot (the marker's)."""
-    try:
-        return bool(_boot_id()) and _TOUCHED.read_text().strip() == _boot_id()
-    except OSError:
-        return False
+_touched_at: float | None = None
 
 
 def touch_memory() -> None:
-    """Write every page of the machine's available memory but TOUCH_MARGIN
-    once since the boot (see above); says so on stderr."""
-    if os.environ.get("TIERSTORE_BENCH_TOUCH") == "0" or memory_touched() or not _boot_id():
+    """With TIERSTORE_BENCH_TOUCH=1: write every page of the machine's
+    available memory but TOUCH_MARGIN once (see above); says so on stderr."""
+    global _touched_at
+    if os.environ.get("TIERSTORE_BENCH_TOUCH") != "1":
         return
     try:
         meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
@@ -95,15 +85,15 @@ def touch_memory() -> None:
     except (OSError, KeyError, ValueError):
         return
     size = (available - TOUCH_MARGIN) // _TOUCH_CHUNK * _TOUCH_CHUNK
-    if size > 0:
-        started = time.monotonic()
-        # A process of its own: whatever happens, its memory is given back when it ends.
-        subprocess.run([sys.executable, "-c", f"from benchmarks._common import _touch; _touch({size})"],
-                       cwd=ROOT, check=True)
-        print(f"[bench] touched {size / 1024**3:.1f} GiB of memory once since the boot in "
-              f"{time.monotonic() - started:.0f} s (benchmarks/_common.py: touch_memory)", file=sys.stderr)
-    with contextlib.suppress(OSError):
-        _TOUCHED.write_text(_boot_id() + "\n")
+    if size <= 0:
+        return
+    started = time.monotonic()
+    # A process of its own: whatever happens, its memory is given back when it ends.
+    subprocess.run([sys.executable, "-c", f"from benchmarks._common import _touch; _touch({size})"],
+                   cwd=ROOT, check=True)
+    _touched_at = time.monotonic()
+    print(f"[bench] touched {size / 1024**3:.1f} GiB of memory in {_touched_at - started:.0f} s "
+          "(TIERSTORE_BENCH_TOUCH=1)", file=sys.stderr)
 
 
 def _touch(size: int) -> None:
@@ -329,9 +319,10 @@ def machine() -> str:
     load = ""
     with contextlib.suppress(OSError):
         load = ", load avg " + " ".join(f"{x:.2f}" for x in os.getloadavg())
-    touched = "memory touched since the boot" if memory_touched() else "memory not touched since the boot"
+    if _touched_at is not None:
+        mem += f", memory touched {time.monotonic() - _touched_at:.0f} s before this line"
     return (
-        f"{os.cpu_count()} CPUs ({cpu}){mem}, {touched}; Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs ({cpu}){mem}; Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()}{load}; "
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -54,11 +53,8 @@ def run_soak(json_path: Path) -> subprocess.CompletedProcess[str]:
             # The hostile mix: batch GETs, copies, aborted uploads, broken
             # clients and an operator flushing and evicting.
             "--hostile", "--operator-every", "3", "--rate", "200"]
-    # Not the benchmark's first step of a boot: writing the machine's free
-    # memory (benchmarks/_common.py: touch_memory) beside the other tests.
-    env = {**os.environ, "TIERSTORE_BENCH_TOUCH": "0"}
     proc = subprocess.Popen([sys.executable, str(BENCHMARKS / "soak.py"), *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
