@@ -48,9 +48,8 @@ import contextlib
 import functools
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
-from tiering.buffers import BUFFERS
 from tiering.errors import SlowDown
 
 # Seconds a run of a prefetch or a batch read waits its turn before it
@@ -187,11 +186,13 @@ class Admission:
         finally:
             self.give(size)
 
-    async def lend(self, buffer: object, size: int, wait: float = ROOM_WAIT) -> None:
-        """Reserve ``size`` bytes for as long as ``buffer`` is in use: a
-        piece's buffer from ``tiering.buffers.BUFFERS`` until nothing else
-        refers to it (the pool keeps it for the next piece), any other
-        until it dies (it must take weak references: an ``mmap``). In turn
+    async def lend(self, buffer: object, size: int, wait: float = ROOM_WAIT,
+                   when_free: Callable[[object, Callable[[], None]], bool] | None = None) -> None:
+        """Reserve ``size`` bytes for as long as ``buffer`` is in use: until
+        ``when_free`` says nothing else refers to it (a pool's, which keeps
+        the buffer for its next use: ``tiering/reads/buffers.py``; it
+        returns False for a buffer not its own), else until it dies (it
+        must take weak references: an ``mmap``). In turn
         if they come within ``wait`` seconds, else at once over the limit
         (:meth:`force`). The last holder may let go on another thread (a
         cache fill's writer): the bytes are given back on the loop.
@@ -206,8 +207,7 @@ class Admission:
         if not size:
             return
         await self.force(size, wait)
-        # A piece's buffer is used again, not freed: its pool says when nothing holds it.
-        if not BUFFERS.when_free(buffer, functools.partial(self.give, size)):
+        if when_free is None or not when_free(buffer, functools.partial(self.give, size)):
             weakref.finalize(buffer, _give_on, asyncio.get_running_loop(), self, size)
 
     def stats(self) -> dict[str, int | None]:

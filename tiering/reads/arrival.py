@@ -31,7 +31,7 @@ What keeps that safe:
   default) until its cache fill has written it, as a fetched extent did;
   it is the same buffer the cache fill writes, and readers send slices of.
   Once nothing refers to it, the next extent or piece of its size lands in
-  it (``tiering/buffers.py``).
+  it (``tiering/reads/buffers.py``).
 
 Compressed extents (zstd) keep the whole-extent path: their CRC covers the
 compressed bytes, so nothing decoded could be checked before the end
@@ -50,8 +50,8 @@ from typing import Any
 
 from packer.crc import extent_crc
 from tiering import pool
-from tiering.buffers import BUFFERS
 from tiering.errors import CapacityError
+from tiering.reads.buffers import BUFFERS
 
 # Bytes a CRC32 is carried over per pool call (2.8 GB/s here: about 0.4 ms).
 CRC_STEP = 1024 * 1024
@@ -90,7 +90,7 @@ class Arrival:
         self._checking: asyncio.Future[None] | None = None  # the pool carrying a CRC32 on
         # Anonymous memory, not a bytearray (zeroed with a memset only for
         # the socket's bytes to overwrite it), used again once nothing
-        # refers to it (tiering/buffers.py): a new mapping per piece cost
+        # refers to it (tiering/reads/buffers.py): a new mapping per piece cost
         # a fault and a zeroed page per 4 KiB.
         self._buf = BUFFERS.take(size) if size else bytearray()
         self._view = memoryview(self._buf)

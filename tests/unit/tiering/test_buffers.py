@@ -8,9 +8,9 @@ import asyncio
 import mmap
 import threading
 
-from tiering import buffers
 from tiering.admission import Admission
-from tiering.buffers import Buffers
+from tiering.reads import buffers
+from tiering.reads.buffers import Buffers
 
 MiB = 1024 * 1024
 
@@ -82,7 +82,7 @@ def test_admission_lends_a_pieces_bytes_while_its_buffer_is_used_not_while_it_is
     async def main() -> None:
         admission = Admission(32 * MiB)
         buffer = buffers.BUFFERS.take(8 * MiB)
-        await admission.lend(buffer, 8 * MiB)
+        await admission.lend(buffer, 8 * MiB, when_free=buffers.BUFFERS.when_free)
         assert admission.held == 8 * MiB
         sent = memoryview(buffer)[: MiB]  # a slice a transport still holds
         del buffer
