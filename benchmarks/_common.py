@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -98,8 +99,6 @@ def touch_memory() -> None:
 
 def _touch(size: int) -> None:
     """Write ``size`` bytes of fresh anonymous memory, then let it go."""
-    import mmap
-
     chunk = b"\1" * _TOUCH_CHUNK
     with mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS) as memory:
         for offset in range(0, size, _TOUCH_CHUNK):

@@ -36,12 +36,13 @@ log = logging.getLogger("tierstore.fills")
 # Bytes of fills not yet written (``Fills.bytes``) past which new ones go
 # to the pool instead of the writer thread: enough for the misses of a
 # busy node to be written in batches and to ride out a writer slowed for a
-# while, few enough that a slow disk cannot hold more than this in memory. Counted in fills (64) it spilled
-# too soon: where new page-cache pages are dear (this machine past a few
-# GiB written: 150 us a 64 KiB write against 20), a hinted epoch's fills
-# went to the pool's 16 threads, whose wake-ups and GIL handoffs cost more
-# than the writes (0.83-0.88 against 0.74 ms of CPU an object, 1,040-1,100
-# against 1,170-1,180 objects/s; docs/benchmarks/cold-miss-whole-process.md).
+# while, few enough that a slow disk cannot hold more than this in memory.
+# Counted in fills (64) it spilled too soon: where new page-cache pages
+# are dear (this machine past a few GiB written: 150 us a 64 KiB write
+# against 20), a hinted epoch's fills went to the pool's 16 threads,
+# whose wake-ups and GIL handoffs cost more than the writes (0.83-0.88
+# against 0.74 ms of CPU an object, 1,040-1,100 against 1,170-1,180
+# objects/s; docs/benchmarks/cold-miss-whole-process.md).
 WRITER_BACKLOG = 32 * 1024 * 1024
 # What the loop submits is posted to the writer thread this long after the
 # first of it, or once POST_ITEMS wait: the misses of a few milliseconds

@@ -39,7 +39,6 @@ from typing import Any
 
 from packer.ranges import ByteRange, split_over
 from tiering import pool
-from tiering.admission import ADMISSION
 from tiering.capacity.store import pour
 from tiering.errors import CapacityError, CapacityNotFound, NoSuchKey, ServiceUnavailable
 from tiering.hot.fills import BEHIND, Fills
@@ -49,7 +48,6 @@ from tiering.mounts.checks import whole
 from tiering.mounts.owners import MountOwners, PeerRefused
 from tiering.mounts.source import SourceBucket
 from tiering.reads.arrival import Arrival
-from tiering.reads.buffers import BUFFERS
 from tiering.reads.fetch import LIVE_READ
 from tiering.reads.flight import SingleFlight
 from tiering.reads.plan import Block, ReadTally
@@ -181,8 +179,7 @@ class MountPieces:
         sent slices of is what the fill writes."""
         start = index * self._settings.part_size
         await self.fills.room(BEHIND * size)  # the pieces before it written, but for a few
-        # Reserved while the buffer is used: readers send it on, the fill writes it.
-        await ADMISSION.lend(arrival.data, size, when_free=BUFFERS.when_free)
+        await arrival.reserve()
         async with self.window.slot() as fetch:
             into = _Counted(arrival, fetch)
             await self._source_call(meta, lambda client: client.get_range_into(

@@ -50,6 +50,7 @@ from typing import Any
 
 from packer.crc import extent_crc
 from tiering import pool
+from tiering.admission import ADMISSION
 from tiering.errors import CapacityError
 from tiering.reads.buffers import BUFFERS
 
@@ -103,6 +104,12 @@ class Arrival:
         # the error that ended the fetch. Set by ExtentReader.
         self.outcome: asyncio.Future[bytes | bytearray] = asyncio.get_running_loop().create_future()
         self.outcome.add_done_callback(_retrieve)
+
+    async def reserve(self) -> None:
+        """Reserve the buffer's bytes in the memory budget's admission for
+        as long as it is in use: readers send it on, the fill writes it,
+        and its pool tells the admission once nothing holds it."""
+        await ADMISSION.lend(self._buf, self.size, when_free=BUFFERS.when_free)
 
     # -- the store's side (an Into) ------------------------------------------
 

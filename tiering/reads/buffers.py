@@ -122,7 +122,6 @@ class Buffers:
             for freed in lent.freed:
                 freed()
             self._put(lent.buffer)
-            lent.buffer = None  # type: ignore[assignment]
         self._lent = held
         if any(lent.freed for lent in held):
             self._look_soon()

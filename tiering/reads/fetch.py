@@ -47,7 +47,6 @@ from tiering.hot.open_files import Opened
 from tiering.hot.tier import HotTier
 from tiering.meta import Extent
 from tiering.reads.arrival import Arrival
-from tiering.reads.buffers import BUFFERS
 from tiering.reads.flight import SingleFlight
 
 log = logging.getLogger("tierstore.fetch")
@@ -243,8 +242,7 @@ class ExtentReader:
         again whole after a CRC mismatch), cached behind the answer."""
         self.misses += 1
         await self._fills.room(BEHIND * ext.stored)  # the extents before it written, but for a few
-        # Reserved while the buffer is used: readers send it on, the fill writes it.
-        await ADMISSION.lend(arrival.data, ext.stored, when_free=BUFFERS.when_free)
+        await arrival.reserve()
         async with self._gets:
             await self._capacity.get_range_into(segment_path(ext.segment), ext.offset, ext.offset + ext.stored,
                                                 arrival)
