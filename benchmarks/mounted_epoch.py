@@ -58,7 +58,7 @@ on a small machine every process's CPU per request moves with the load
 (``--readers``), the store's as much as the gateway's
 (docs/benchmarks/cold-miss-whole-process.md).
 
-Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys] [--pin] [--floor]
+Run:  .venv/bin/python benchmarks/mounted_epoch.py [--quick] [--freshness 5] [--hot-fs ext4] [--hinted --uri-keys] [--pin] [--floor] [--old ../other-checkout --pairs 3]
 """
 
 from __future__ import annotations
@@ -160,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                          "directly are then left out: that epoch had a core fewer)")
     ap.add_argument("--floor", action="store_true",
                     help="read the cold epoch again through the floor of a cold miss (benchmarks/_cold_floor.py)")
+    ap.add_argument("--old", type=Path,
+                    help="another checkout: its gateway beside this one's, and --pairs rounds of a cold epoch "
+                         "on each (a new mount of the same source each time, the order alternating), so two "
+                         "versions' cold misses are compared in the same run by the same harness")
+    ap.add_argument("--pairs", type=int, default=3, help="rounds of cold epochs with --old (3)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     _common.begin()
@@ -194,10 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         gw = stack.enter_context(gateway(hot_fs / "data"))
         admin = Admin(gw.admin_url)
         stack.callback(admin.close)
-        admin("POST", "/mounts", json={
-            "name": MOUNTED, "source": f"s3://{SOURCE}/{PREFIX}", "endpoint": moto.proxy.endpoint,
-            "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
-        })
+
+        def mount(admin: Admin, name: str) -> None:
+            admin("POST", "/mounts", json={
+                "name": name, "source": f"s3://{SOURCE}/{PREFIX}", "endpoint": moto.proxy.endpoint,
+                "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
+            })
+
+        mount(admin, MOUNTED)
+        old = stack.enter_context(gateway(hot_fs / "data-old", root=args.old.resolve())) if args.old else None
         local = stack.enter_context(NginxLocal(tmp / "nginx-local", tmp / "www")) if nginx else None
         bare = stack.enter_context(bare_app(args.size))
         floor_stack = stack.enter_context(contextlib.ExitStack())  # closed after its epoch: its file's pages go
@@ -231,6 +241,16 @@ def main(argv: list[str] | None = None) -> int:
         run("the store directly", SignedClient(moto.proxy.port), {"server": lambda: [moto.pid, *children(moto.pid)]}, seed=0,
             bucket=SOURCE, prefix=f"{PREFIX}/")
         run("tierstore cold", lean, gw_pids, seed=0)
+        if old is not None:
+            old_admin = Admin(old.admin_url)
+            stack.callback(old_admin.close)
+            sides = [("new", admin, lean, gw_pids),
+                     ("old", old_admin, SignedClient(old.port),
+                      {"server": lambda: [old.proc.pid, *children(old.proc.pid)], "moto": lambda: [moto.pid]})]
+            for r in range(1, args.pairs + 1):
+                for side, side_admin, client, pids in sides if r % 2 else sides[::-1]:
+                    mount(side_admin, f"{MOUNTED}-c{r}")  # a new mount: every object cold again
+                    run(f"{side} cold {r}", client, pids, seed=100 + r, bucket=f"{MOUNTED}-c{r}")
         if floor is not None:  # the same order: the store's side as warm as it was for the gateway's, or warmer
             run("floor cold", SignedClient(floor.port), {"server": lambda: [floor.proc.pid], "moto": lambda: [moto.pid]},
                 seed=0)
@@ -248,10 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, shared in (("tierstore cold hinted, shared queue", True),
                                  ("tierstore cold hinted, interleaved", False)):
                 bucket = MOUNTED + ("-hq" if shared else "-hi")
-                admin("POST", "/mounts", json={
-                    "name": bucket, "source": f"s3://{SOURCE}/{PREFIX}", "endpoint": moto.proxy.endpoint,
-                    "access_key": MOTO_KEY, "secret_key": MOTO_KEY, "freshness": args.freshness,
-                })
+                mount(admin, bucket)
                 run(name, lean, gw_pids, seed=0, bucket=bucket, shared=shared, hinted=True)
         cpu = process_cpu(gw.proc.pid)
 
@@ -259,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, f in results.items():
         r = name.rsplit(" ", 1)[-1]
         peer = results.get(f"nginx-local warm {r}")
-        if name.startswith(("tierstore cold", "floor cold")):  # against the store read directly, which had a core fewer when pinned
+        if name.startswith(("tierstore cold", "floor cold", "new cold", "old cold")):  # against the store read directly, which had a core fewer when pinned
             peer = None if args.pin else results["the store directly"]
         ratio = (f"{f['objects_per_s'] / peer['objects_per_s']:.2f}x"
-                 if peer and name.startswith(("tierstore", "bare", "floor")) else "-")
+                 if peer and name.startswith(("tierstore", "bare", "floor", "new", "old")) else "-")
         # The store's CPU for the same epoch: its own GETs' cost beside the gateway's (per 1k objects read).
         store_cpu = f.get("moto_cpu_per_1k", f["server_cpu_per_1k"] if name == "the store directly" else None)
         rows.append([name, f"{f['objects_per_s']:,.0f}", f"{f['wall_s']:.1f}", f"{f['p50_ms']:.1f}",
@@ -280,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
                  "server CPU s / 1k GETs", "store CPU s / 1k GETs", "client CPU s / 1k GETs", "store requests"],
                 rows))
     print(f"(gateway CPU over the run: {cpu:.1f} s)")
+    if args.old:
+        for side in ("new", "old"):
+            ms = [results[f"{side} cold {r}"]["server_cpu_per_1k"] for r in range(1, args.pairs + 1)]
+            print(f"{side} ({'this checkout' if side == 'new' else args.old}): gateway ms per cold miss, round by round: "
+                  + ", ".join(f"{m:.3f}" for m in ms) + f"; mean {sum(ms) / len(ms):.3f}")
     write_results(args, {"objects": objects, "freshness": args.freshness, "pinned": args.pin, "epochs": results})
     return 0
 
