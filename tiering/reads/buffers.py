@@ -18,15 +18,6 @@ buffer still referenced is never handed out. A free buffer is then kept
 (at most ``KEEP`` of them, for ``QUIET`` seconds of no use) for the next
 piece of its size, or unmapped.
 
-A new buffer asks the kernel for transparent huge pages
-(``MADV_HUGEPAGE``): its first write then faults once and zeroes once
-each 2 MiB instead of each 4 KiB. Filling a new 8 MiB buffer cost 1.8-2.6
-ms with them against 6.4-9.5 ms without on this machine (most of it
-system time), which the pool cannot save for the first pieces of a read
-after a quiet spell. Where the kernel has them off (``never``), the
-advice is ignored; where it keeps them for madvised ranges (the common
-default), it is what turns them on.
-
 The memory budget's admission (``tiering/admission.py``) lends a piece's
 bytes for as long as its buffer is in use: :meth:`Buffers.when_free` tells
 it when that ended. While buffers are lent, they are looked at every
@@ -39,7 +30,6 @@ thread (the fills' writer) is seen at the next look.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import mmap
 import sys
 from collections.abc import Callable
@@ -49,9 +39,6 @@ from collections.abc import Callable
 KEEP = 4
 # Seconds a free buffer is kept while no piece asks for one.
 QUIET = 5.0
-# A transparent huge page: buffers smaller than one could not use one.
-_HUGE_PAGE = 2 << 20
-_MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", None)  # Linux only
 # Seconds between looks at the buffers in use while a lender waits to hear.
 LOOK_EVERY = 0.02
 
@@ -96,9 +83,6 @@ class Buffers:
         else:
             # Private: a shared mapping would be shmem, dearer to fault in and to free.
             buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            if size >= _HUGE_PAGE and _MADV_HUGEPAGE is not None:
-                with contextlib.suppress(OSError):  # a kernel built without them: EINVAL
-                    buffer.madvise(_MADV_HUGEPAGE)
             self.made += 1
         self._lent.append(_Lent(buffer))
         return buffer

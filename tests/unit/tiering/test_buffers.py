@@ -5,12 +5,8 @@ told then, and what is kept bounded in number and in time."""
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import mmap
 import threading
-from pathlib import Path
-
-import pytest
 
 from tiering.admission import Admission
 from tiering.reads import buffers
@@ -95,33 +91,5 @@ def test_admission_lends_a_pieces_bytes_while_its_buffer_is_used_not_while_it_is
         del sent
         await asyncio.sleep(3 * buffers.LOOK_EVERY)
         assert admission.held == 0  # given back, though the pool keeps the buffer for the next piece
-
-    asyncio.run(main())
-
-
-def _advised_huge(buffer: mmap.mmap) -> bool:
-    """Whether the mapping holding ``buffer`` carries MADV_HUGEPAGE (``hg``
-    among its VmFlags in /proc/self/smaps)."""
-    start = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
-    mapping = None
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split(maxsplit=1)[0]
-        if "-" in head and not head.endswith(":"):  # a mapping's first line: its address range
-            low, high = (int(part, 16) for part in head.split("-"))
-            mapping = low <= start < high
-        elif mapping and head == "VmFlags:":
-            return "hg" in line.split()[1:]
-    raise AssertionError("the buffer's mapping is not in /proc/self/smaps")
-
-
-@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE") or not Path("/proc/self/smaps").exists(),
-                    reason="transparent huge pages are Linux's")
-def test_a_piece_sized_buffer_asks_for_huge_pages_a_small_one_does_not() -> None:
-    async def main() -> None:
-        pool = Buffers()
-        piece, small = pool.take(8 * MiB), pool.take(MiB)
-        assert _advised_huge(piece)
-        assert not _advised_huge(small)  # under one huge page: the advice would be for nothing
-        del piece, small
 
     asyncio.run(main())
