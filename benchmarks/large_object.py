@@ -45,8 +45,15 @@ Reported per gateway: cold against the direct stream of the same round,
 hot against nginx of the same round (each round's ratio, and the median),
 and the gateway's CPU per GET; with ``--old``, new over old.
 
+``--ceiling`` adds to each round the objects read straight from the
+store the way a gateway's cold read fetches them (``--ceiling-mib`` ranges,
+8 by default, every one at once, a connection each, through the proxy)
+with no gateway in between, against the direct stream of the same round:
+what the store, the proxy and a reader make of this machine's cores when
+nothing else runs, the most any gateway could deliver cold here.
+
 Run:  .venv/bin/python benchmarks/large_object.py [--old ../old-checkout] [--rounds 5]
-      .venv/bin/python benchmarks/large_object.py --mounted --size-mib 64 --objects 2
+      .venv/bin/python benchmarks/large_object.py --mounted --size-mib 64 --objects 2 [--ceiling [--ceiling-mib 8]]
       .venv/bin/python benchmarks/large_object.py --mounted --size-mib 1024 --pin   (hot GETs, servers on their own core)
 """
 
@@ -80,6 +87,7 @@ BUCKET = "bench"  # in the store: each gateway's segments under its prefix, and 
 KEY = "large.bin"
 MOUNT = "mnt"  # the gateway bucket that mounts the store's BUCKET, with --mounted
 HERE = Path(__file__).resolve().parent
+PIECE_MIB = 8  # a mounted object's piece (the gateway's default): --ceiling's ranges unless told
 
 
 def log(message: str) -> None:
@@ -90,23 +98,27 @@ class Reader:
     """Whole GETs over one keep-alive connection into one buffer; SigV4
     (botocore's signer, a millisecond a request) unless ``signed`` is False."""
 
-    def __init__(self, port: int, size: int, signed: bool = True, keys: tuple[str, str] = (ACCESS_KEY, SECRET_KEY)):
+    def __init__(self, port: int, size: int, signed: bool = True, keys: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+                 buffer: bytearray | None = None):
         self.port = port
-        self.buffer = bytearray(size)
+        self.buffer = bytearray(size) if buffer is None else buffer
         self._signer = S3SigV4Auth(Credentials(*keys), "s3", REGION) if signed else None
         self._conn: HTTPConnection | None = None
         self.first_s = 0.0
 
-    def get(self, bucket: str, key: str) -> tuple[float, int]:
-        """(seconds, CRC-32 of the body) of one GET of the whole object;
-        ``first_s``: seconds to its head (sent with the first body bytes)."""
+    def get(self, bucket: str, key: str, part: tuple[int, int] | None = None) -> tuple[float, int]:
+        """(seconds, CRC-32 of the body) of one GET of the whole object, or
+        with ``part`` (start, end exclusive) of that range, read into the
+        same place of the buffer; ``first_s``: seconds to its head (sent
+        with the first body bytes)."""
         path = f"/{bucket}/{key}"
-        headers: dict[str, str] = {}
+        start, end = part or (0, len(self.buffer))
+        headers = {"Range": f"bytes={start}-{end - 1}"} if part else {}
         if self._signer is not None:
-            request = AWSRequest(method="GET", url=f"http://127.0.0.1:{self.port}{path}")
+            request = AWSRequest(method="GET", url=f"http://127.0.0.1:{self.port}{path}", headers=headers)
             self._signer.add_auth(request)
             headers = dict(request.headers.items())
-        view, size = memoryview(self.buffer), len(self.buffer)
+        view, size = memoryview(self.buffer)[start:end], end - start
         for attempt in (1, 2):
             if self._conn is None:
                 self._conn = HTTPConnection("127.0.0.1", self.port, timeout=600)
@@ -121,7 +133,7 @@ class Reader:
                 self._conn = None
                 if attempt == 2:
                     raise
-        if response.status != 200:
+        if response.status not in ((200, 206) if part else (200,)):  # rclone answers a range with 200
             raise RuntimeError(f"GET {path} on :{self.port}: {response.status} {response.read()[:300]!r}")
         got = 0
         while got < size and (n := response.readinto(view[got:])):
@@ -208,6 +220,42 @@ def timed(readers: list[Reader], bucket: str, keys: list[str], pids: Callable[[]
     return {"s": size / MiB / mib_s, "mib_s": mib_s, "cpu_s": cpu, "first_s": statistics.median(firsts)}
 
 
+def timed_pieces(readers: list[list[Reader]], keys: list[str], store_pids: list[int], proxy_pid: int, crc: int,
+                 size: int, piece: int) -> dict:
+    """Each object of ``keys`` read straight from the store in ``piece``-sized
+    ranged GETs, every piece of every object at once (reader [i][p] reads
+    piece p of ``keys[i]`` into object i's buffer), as a gateway's cold
+    read fetches them: the median object's MiB/s (its last piece's end),
+    the store's CPU, the proxy's and this process's (the readers'), per
+    round."""
+    done = [[0.0] * len(row) for row in readers]
+    errors: list[Exception] = []
+    t0 = time.perf_counter()
+
+    def read(i: int, p: int) -> None:
+        try:
+            readers[i][p].get(BUCKET, keys[i], (p * piece, min(size, (p + 1) * piece)))
+            done[i][p] = time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001  reported by the caller's thread
+            errors.append(exc)
+
+    processes = {"store": lambda: store_pids, "proxy": lambda: [proxy_pid], "client": lambda: [os.getpid()]}
+    before = {name: cpu_of(pids) for name, pids in processes.items()}
+    threads = [threading.Thread(target=read, args=(i, p)) for i, row in enumerate(readers) for p in range(len(row))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    cpu = {f"{name}_cpu_s": cpu_of(pids) - before[name] for name, pids in processes.items()}
+    for i, row in enumerate(readers):
+        if zlib.crc32(row[0].buffer) != crc:
+            raise RuntimeError(f"ranged GETs of {keys[i]} from the store returned other bytes")
+    mib_s = statistics.median(size / MiB / max(row) for row in done)
+    return {"s": size / MiB / mib_s, "mib_s": mib_s, "wall_s": max(map(max, done)), **cpu}
+
+
 def settled(gw: Gateway, size: int, timeout: float = 10.0) -> None:
     """Until the cold GET's cache fills are written (a hot GET reads files)."""
     deadline = time.monotonic() + timeout
@@ -236,7 +284,7 @@ def run(args: argparse.Namespace) -> dict:
     crc = zlib.crc32(data)
     checkouts = [("new", Path(args.new).resolve())] + ([("old", Path(args.old).resolve())] if args.old else [])
     results: dict = {"rounds": [], "size": size, "store": args.store, "latency_ms": args.latency_ms,
-                     "objects": args.objects, "mounted": args.mounted}
+                     "objects": args.objects, "mounted": args.mounted, "ceiling_mib": args.ceiling_mib}
     with temp_dir("large") as tmp, contextlib.ExitStack() as stack:
         store_port, store_pids, root = stack.enter_context(store(args.store, tmp))
         proxy_port, proxy_pid = stack.enter_context(delay_proxy(store_port, args.latency_ms))
@@ -270,6 +318,12 @@ def run(args: argparse.Namespace) -> dict:
         readers = {name: [Reader(gw.port, size) for _ in keys] for name, gw in gateways.items()}
         readers["direct"] = [Reader(proxy_port, size, keys=(MOTO_KEY, MOTO_KEY))]
         readers["nginx"] = [Reader(nginx.port, size, signed=False) for _ in keys]
+        pieces: list[list[Reader]] = []
+        if args.ceiling:  # per object, one buffer and a reader (a connection) per piece
+            for _ in keys:
+                buffer = bytearray(size)
+                pieces.append([Reader(proxy_port, size, keys=(MOTO_KEY, MOTO_KEY), buffer=buffer)
+                               for _ in range(-(-size // (args.ceiling_mib * MiB)))])
         pids: dict[str, Callable[[], list[int]]] = {
             name: (lambda gw=gw: [gw.proc.pid, *children(gw.proc.pid)]) for name, gw in gateways.items()}
         pids["direct"] = lambda: store_pids
@@ -280,11 +334,11 @@ def run(args: argparse.Namespace) -> dict:
 
         def one_round() -> dict:
             figures: dict = {}
-            order = [*gateways, "direct", "nginx"]
+            order = [*gateways, "direct", "nginx", *(["ceiling"] if args.ceiling else [])]
             if len(results["rounds"]) % 2:
                 order.reverse()
             for name in order:
-                reader = readers[name]
+                reader = readers.get(name, [])
                 os.sync()  # no GET pays for the writeback of another's files
                 if name in gateways:
                     if args.mounted:
@@ -297,6 +351,8 @@ def run(args: argparse.Namespace) -> dict:
                     settled(gateways[name], size * len(keys))
                     os.sync()  # as a later epoch finds them: cached files written back, clean
                     figures[f"{name} hot"] = timed(reader, bucket, keys, pids[name], crc, size, args.hot_gets)
+                elif name == "ceiling":
+                    figures[name] = timed_pieces(pieces, keys, store_pids, proxy_pid, crc, size, args.ceiling_mib * MiB)
                 elif name == "direct":
                     before = cpu_of(store_and_proxy)
                     figures[name] = timed(reader, BUCKET, keys[:1], pids[name], crc, size)
@@ -311,7 +367,7 @@ def run(args: argparse.Namespace) -> dict:
             figures = one_round()
             results["rounds"].append(figures)
             log(f"[large] round {n + 1}: " + ", ".join(f"{k} {v['mib_s']:,.0f} MiB/s" for k, v in figures.items()))
-        for group in readers.values():
+        for group in [*readers.values(), *pieces]:
             for reader in group:
                 reader.close()
     results["gateways"] = list(gateways)
@@ -352,6 +408,15 @@ def report(args: argparse.Namespace, r: dict) -> str:
         ["nginx, sendfile", f"{statistics.median(x['nginx']['mib_s'] for x in rounds):,.0f}",
          f"{statistics.median(x['nginx']['cpu_s'] for x in rounds):.3f}"],
     ])]
+    if "ceiling" in rounds[0]:
+        ceiling = [x["ceiling"]["mib_s"] / x["direct"]["mib_s"] for x in rounds]
+        lines += ["", f"Ceiling: the {r['objects']} object(s) read straight from the store in {r['ceiling_mib']} MiB "
+                      "ranges, every piece at once, no gateway: x one direct stream, each round "
+                      + " / ".join(f"{c:.2f}x" for c in ceiling) + f" (median **{statistics.median(ceiling):.2f}x**); "
+                      "CPU a round (medians): " + ", ".join(
+                          f"{who} {statistics.median(x['ceiling'][f'{who}_cpu_s'] for x in rounds):.3f} s"
+                          for who in ("store", "proxy", "client"))
+                      + f" in {statistics.median(x['ceiling']['wall_s'] for x in rounds):.3f} s"]
     if "old" in r["gateways"]:
         def med(key: str, field: str) -> float:
             return statistics.median(x[key][field] for x in rounds)
@@ -378,6 +443,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="the gateways and nginx on the last core, the readers, the store and the proxy on the "
                          "others: each server's hot GETs without the readers' preemptions (cold ratios are then "
                          "left out: the direct stream had a core fewer)")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="each round also reads the objects straight from the store as a gateway's cold read "
+                         "fetches them (8 MiB ranges, all at once) with no gateway in the way: the most any "
+                         "gateway could deliver on this machine, against the direct stream")
+    ap.add_argument("--ceiling-mib", type=int, default=PIECE_MIB,
+                    help=f"the ranges of --ceiling, MiB ({PIECE_MIB}, the gateway's pieces; the object's size: "
+                         "one stream an object)")
     ap.add_argument("--json", type=Path, help="write every figure here")
     args = ap.parse_args(argv)
     return _common.run_and_report(args, run, report)
