@@ -61,14 +61,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection
 from pathlib import Path
 
@@ -186,35 +187,34 @@ def cpu_of(pids: Callable[[], list[int]]) -> float:
     return sum(process_cpu(pid) for pid in pids())
 
 
+def at_once(calls: list[Callable[[], object]]) -> None:
+    """Run ``calls`` each on a thread of its own, all at once; the first
+    error raised by one of them is raised here once all have ended."""
+    with ThreadPoolExecutor(len(calls)) as threads:
+        for running in [threads.submit(call) for call in calls]:
+            running.result()
+
+
 def timed(readers: list[Reader], bucket: str, keys: list[str], pids: Callable[[], list[int]], crc: int,
           size: int, gets: int = 1) -> dict:
     """``gets`` whole GETs one after the other by each reader, the readers
     at once (reader i reads ``keys[i]``): the median reader's MiB/s over
     its GETs, the server's CPU seconds and the time to the first head, per
     GET."""
-    rates, firsts, errors = [0.0] * len(readers), [0.0] * len(readers), []
+    rates, firsts = [0.0] * len(readers), [0.0] * len(readers)
 
     def read(i: int) -> None:
         seconds = 0.0
-        try:
-            for _ in range(gets):
-                took, got = readers[i].get(bucket, keys[i])
-                if got != crc:
-                    raise RuntimeError(f"GET {bucket}/{keys[i]} on :{readers[i].port} returned other bytes")
-                seconds += took
-                firsts[i] = firsts[i] or readers[i].first_s
-        except Exception as exc:  # noqa: BLE001  reported by the caller's thread
-            errors.append(exc)
+        for _ in range(gets):
+            took, got = readers[i].get(bucket, keys[i])
+            if got != crc:
+                raise RuntimeError(f"GET {bucket}/{keys[i]} on :{readers[i].port} returned other bytes")
+            seconds += took
+            firsts[i] = firsts[i] or readers[i].first_s
         rates[i] = gets * size / MiB / seconds if seconds else 0.0
 
     before = cpu_of(pids)
-    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(readers))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    at_once([functools.partial(read, i) for i in range(len(readers))])
     cpu = (cpu_of(pids) - before) / gets / len(readers)
     mib_s = statistics.median(rates)
     return {"s": size / MiB / mib_s, "mib_s": mib_s, "cpu_s": cpu, "first_s": statistics.median(firsts)}
@@ -229,25 +229,15 @@ def timed_pieces(readers: list[list[Reader]], keys: list[str], store_pids: list[
     the store's CPU, the proxy's and this process's (the readers'), per
     round."""
     done = [[0.0] * len(row) for row in readers]
-    errors: list[Exception] = []
     t0 = time.perf_counter()
 
     def read(i: int, p: int) -> None:
-        try:
-            readers[i][p].get(BUCKET, keys[i], (p * piece, min(size, (p + 1) * piece)))
-            done[i][p] = time.perf_counter() - t0
-        except Exception as exc:  # noqa: BLE001  reported by the caller's thread
-            errors.append(exc)
+        readers[i][p].get(BUCKET, keys[i], (p * piece, min(size, (p + 1) * piece)))
+        done[i][p] = time.perf_counter() - t0
 
     processes = {"store": lambda: store_pids, "proxy": lambda: [proxy_pid], "client": lambda: [os.getpid()]}
     before = {name: cpu_of(pids) for name, pids in processes.items()}
-    threads = [threading.Thread(target=read, args=(i, p)) for i, row in enumerate(readers) for p in range(len(row))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
+    at_once([functools.partial(read, i, p) for i, row in enumerate(readers) for p in range(len(row))])
     cpu = {f"{name}_cpu_s": cpu_of(pids) - before[name] for name, pids in processes.items()}
     for i, row in enumerate(readers):
         if zlib.crc32(row[0].buffer) != crc:

@@ -244,13 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         if old is not None:
             old_admin = Admin(old.admin_url)
             stack.callback(old_admin.close)
-            sides = [("new", admin, lean, gw_pids),
-                     ("old", old_admin, SignedClient(old.port),
-                      {"server": lambda: [old.proc.pid, *children(old.proc.pid)], "moto": lambda: [moto.pid]})]
+            old_client = SignedClient(old.port)
+            old_pids = {"server": lambda: [old.proc.pid, *children(old.proc.pid)], "moto": lambda: [moto.pid]}
+            sides = [("new", admin, lean, gw_pids), ("old", old_admin, old_client, old_pids)]
             # The old gateway reads the first cold epoch too: both hold as much
             # (hot tier, index, caches) when the pairs begin.
             mount(old_admin, MOUNTED)
-            run("old cold 0", sides[1][2], sides[1][3], seed=0)
+            run("old cold 0", old_client, old_pids, seed=0)
             for r in range(1, args.pairs + 1):
                 for side, side_admin, client, pids in sides if r % 2 else sides[::-1]:
                     mount(side_admin, f"{MOUNTED}-c{r}")  # a new mount: every object cold again
