@@ -216,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         lean = SignedClient(gw.port)
         if args.pin:  # the others: the readers and the delay proxy (threads of this process), the store
             pin_apart([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else []),
-                       *([floor.proc.pid] if floor else [])],
+                       *([floor.proc.pid] if floor else []),
+                       *([old.proc.pid, *children(old.proc.pid)] if old else [])],
                       [os.getpid(), moto.pid])
 
         def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
