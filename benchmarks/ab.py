@@ -42,7 +42,7 @@ import _common  # first: puts the repo root on sys.path
 from _common import client, gateway, machine, process_cpu, table, temp_dir
 from _compare_client import SignedClient
 
-from tests.servers import Gateway, children, free_port, stop_process, wait_http
+from tests.servers import Gateway, free_port, stop_process, wait_http
 
 BUCKET = "ab-hot"
 
@@ -107,7 +107,7 @@ def hot_round(gw: Gateway | Bare, gets: int, threads: int, objects: int,
                 failures.append(f"{key}: {status}")
 
     workers = [threading.Thread(target=run, args=(c, k)) for c, k in zip(clients, chunks, strict=True)]
-    pids = [gw.proc.pid, *children(gw.proc.pid)]  # the writer and its read workers
+    pids = gw.pids()  # the writer and its read workers
     cpu, start = sum(map(process_cpu, pids)), time.perf_counter()
     for w in workers:
         w.start()

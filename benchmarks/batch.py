@@ -90,7 +90,6 @@ from delay_proxy import DelayProxy
 
 from gateway.client.batch import BatchClient, BatchDataset
 from gateway.client.order import shuffled
-from tests.servers import children
 
 KiB, MiB = 1024, 1024**2
 BUCKET = "data"
@@ -278,12 +277,11 @@ class Run:
                      aws_secret_access_key="testing", region_name=REGION).create_bucket(Bucket=BUCKET)
 
     def gw_pids(self) -> list[int]:
-        assert self.gw.proc is not None
-        return [self.gw.proc.pid, *children(self.gw.proc.pid)]
+        return self.gw.pids()
 
     def old_pids(self) -> list[int]:
-        assert self.old is not None and self.old.proc is not None
-        return [self.old.proc.pid, *children(self.old.proc.pid)]
+        assert self.old is not None
+        return self.old.pids()
 
     def put_all(self, port: int, items: Sequence[tuple[str, bytes]]) -> None:
         lean = SignedClient(port)

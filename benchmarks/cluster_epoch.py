@@ -57,7 +57,7 @@ from _epoch_workload import Admin, body_of, checker, key_of
 from _moto import MOTO_KEY, delayed_moto, moto_client, s3_capacity_args
 from delay_proxy import DelayProxy
 
-from tests.servers import children, free_ports
+from tests.servers import free_ports
 
 SOURCE = "cluster-source"
 MOUNT = "data"
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> dict:
         shares = [order[n * share:(n + 1) * share] for n in range(len(nodes))]
         results: dict = {"nodes": len(nodes), "readers": per_node * len(nodes), "objects": len(keys)}
 
-        groups = {"gateways": lambda: [pid for gw in nodes for pid in (gw.proc.pid, *children(gw.proc.pid))],
+        groups = {"gateways": lambda: [pid for gw in nodes for pid in gw.pids()],
                   args.store: lambda: [store_pid], "benchmark": lambda: [os.getpid()]}
 
         proxy.reset()

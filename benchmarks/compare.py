@@ -72,7 +72,7 @@ from delay_proxy import DelayProxy
 
 from gateway.client.hints import Hints
 from gateway.client.order import shuffled
-from tests.servers import ADMIN_TOKEN, children
+from tests.servers import ADMIN_TOKEN
 
 KiB, MiB = 1024, 1024**2
 BUCKET = "data"  # in tierstore, in moto (moto direct, nginx-cache, rclone), in JuiceFS
@@ -182,8 +182,7 @@ class Run:
 
     def gw_pids(self) -> list[int]:
         """The gateway and its read workers."""
-        assert self.gw.proc is not None
-        return [self.gw.proc.pid, *children(self.gw.proc.pid)]
+        return self.gw.pids()
 
     def evict(self) -> None:
         self.admin.job("evict")

@@ -81,7 +81,7 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, children, free_port, stop_process
+from tests.servers import ACCESS_KEY, SECRET_KEY, Gateway, free_port, stop_process
 
 MiB = 1024 * 1024
 BUCKET = "bench"  # in the store: each gateway's segments under its prefix, and the direct object
@@ -315,7 +315,7 @@ def run(args: argparse.Namespace) -> dict:
                 pieces.append([Reader(proxy_port, size, keys=(MOTO_KEY, MOTO_KEY), buffer=buffer)
                                for _ in range(-(-size // (args.ceiling_mib * MiB)))])
         pids: dict[str, Callable[[], list[int]]] = {
-            name: (lambda gw=gw: [gw.proc.pid, *children(gw.proc.pid)]) for name, gw in gateways.items()}
+            name: gw.pids for name, gw in gateways.items()}
         pids["direct"] = lambda: store_pids
         pids["nginx"] = nginx.pids
         store_and_proxy = lambda: [*store_pids, proxy_pid]  # noqa: E731

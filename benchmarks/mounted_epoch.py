@@ -212,12 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         bare = stack.enter_context(bare_app(args.size))
         floor_stack = stack.enter_context(contextlib.ExitStack())  # closed after its epoch: its file's pages go
         floor = floor_stack.enter_context(cold_floor(moto.proxy.endpoint, SOURCE, PREFIX, tmp / "floor")) if args.floor else None
-        gw_pids = {"server": lambda: [gw.proc.pid, *children(gw.proc.pid)], "moto": lambda: [moto.pid]}
+        gw_pids = {"server": gw.pids, "moto": lambda: [moto.pid]}
         lean = SignedClient(gw.port)
         if args.pin:  # the others: the readers and the delay proxy (threads of this process), the store
-            pin_apart([gw.proc.pid, *children(gw.proc.pid), bare.proc.pid, *(local.pids() if local else []),
+            pin_apart([*gw.pids(), bare.proc.pid, *(local.pids() if local else []),
                        *([floor.proc.pid] if floor else []),
-                       *([old.proc.pid, *children(old.proc.pid)] if old else [])],
+                       *(old.pids() if old else [])],
                       [os.getpid(), moto.pid])
 
         def run(name: str, client, pids, seed: int, bucket: str = MOUNTED, prefix: str = "",  # type: ignore[no-untyped-def]
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             old_admin = Admin(old.admin_url)
             stack.callback(old_admin.close)
             old_client = SignedClient(old.port)
-            old_pids = {"server": lambda: [old.proc.pid, *children(old.proc.pid)], "moto": lambda: [moto.pid]}
+            old_pids = {"server": old.pids, "moto": lambda: [moto.pid]}
             sides = [("new", admin, lean, gw_pids), ("old", old_admin, old_client, old_pids)]
             # The old gateway reads the first cold epoch too: both hold as much
             # (hot tier, index, caches) when the pairs begin.

@@ -51,7 +51,7 @@ from _compare_client import SignedClient
 from _moto import delayed_moto, moto_client, s3_capacity_args
 
 from gateway.config.sizes import parse_size
-from tests.servers import Gateway, children, free_ports
+from tests.servers import Gateway, free_ports
 from tiering.cluster.peers import owner
 
 SOURCE = "peer-source"
@@ -60,9 +60,8 @@ NODES = ("a", "b")
 
 
 def cpu(gw: Gateway) -> float:
-    assert gw.proc is not None
     total = 0.0
-    for pid in (gw.proc.pid, *children(gw.proc.pid)):
+    for pid in gw.pids():
         try:
             total += process_cpu(pid)
         except OSError:

@@ -117,6 +117,12 @@ class Gateway:
     def admin_url(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.admin_port}"
 
+    def pids(self) -> list[int]:
+        """The gateway's process and its children (its read workers), for
+        their CPU from /proc."""
+        assert self.proc is not None
+        return [self.proc.pid, *children(self.proc.pid)]
+
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(
