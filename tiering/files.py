@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 # CPython's constructor of a bytearray, which leaves its bytes as malloc
@@ -33,6 +34,28 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+# Buffers one pwritev takes (the kernel refuses more than IOV_MAX).
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 1024
+
+
+def pwritev_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> None:
+    """os.pwritev of ``buffers``, one after another, at ``offset``, until
+    every byte is written (it may write less); one system call for them
+    all where it can."""
+    views = [memoryview(buffer).cast("B") for buffer in buffers if len(buffer)]
+    first = 0  # of the views not wholly written yet
+    while first < len(views):
+        written = os.pwritev(fd, views[first:first + _IOV_MAX], offset)
+        if not written:
+            raise OSError(errno.EIO, "pwritev wrote nothing")
+        offset += written
+        while written and written >= len(views[first]):
+            written -= len(views[first])
+            first += 1
+        if written:
+            views[first] = views[first][written:]
 
 
 def sync_dir(path: Path) -> None:

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from tiering import pool
 
@@ -64,42 +63,74 @@ BEHIND = 2
 ROOM_WAIT = 10.0
 
 
-async def _logged(name: str, fill: Awaitable[bool | None]) -> bool:
-    """Await a hot-tier write of ``name``: True when it cached the bytes.
-    A full or failing disk (OSError) costs the cache, not the read that
-    fetched them: logged, False."""
-    try:
-        return bool(await fill)
-    except OSError as exc:
-        log.warning("could not cache %s: %s", name, exc)
-        return False
+class FillTarget(Protocol):
+    """Where fills are written: the hot tier (``HotTier``)."""
+
+    def fill(self, name: str, data: bytes, pin: bool = False) -> bool: ...
+
+    def fill_many(self, fills: Sequence[tuple[str, bytes, bool]]) -> list[bool | BaseException]: ...
+
+
+# What a fill came to: True cached, False not (no room, a full or failing
+# disk), or what it raised.
+Outcome = bool | BaseException
+
+
+class _Running:
+    """A fill running now: its bytes, held for readers meanwhile, and the
+    future of its outcome, made only once someone asks to wait for it (most
+    fills, behind a cold read's answer, have no waiter)."""
+
+    __slots__ = ("name", "data", "pin", "by_writer", "future")
+
+    def __init__(self, name: str, data: bytes, pin: bool, by_writer: bool) -> None:
+        self.name = name
+        self.data = data
+        self.pin = pin
+        self.by_writer = by_writer  # else by the pool's threads
+        self.future: asyncio.Future[bool] | None = None
 
 
 class Fills:
-    """The fills running now, by hot-tier name: their bytes and tasks."""
+    """The fills running now, by hot-tier name, and their writer."""
 
-    def __init__(self) -> None:
-        self._running: dict[str, tuple[bytes, asyncio.Future[Any]]] = {}
-        self._writer = _Writer()
+    def __init__(self, target: FillTarget) -> None:
+        self._target = target
+        self._running: dict[str, _Running] = {}
+        self._writer = _Writer(target, self._ended)
+        self._pooled: set[asyncio.Task[None]] = set()
         self.bytes = 0  # of the fills running now
+        self._queued = 0  # fills handed to the writer, not ended yet
         self._room: list[asyncio.Future[None]] = []  # reads waiting for fills to end (room)
 
-    def write(self, name: str, data: bytes, fill: Callable[[], bool]) -> asyncio.Future[bool]:
-        """Have ``fill`` (which caches ``data`` as ``name``) run by the
-        fills' writer thread; its future holds True when it cached the bytes
-        (False for a full or failing disk, logged). The bytes are held until
-        it ends, registered before the caller yields, so a reader right after
+    def write(self, name: str, data: bytes, pin: bool = False) -> None:
+        """Cache ``data`` as ``name`` (pinned with ``pin``) behind the
+        caller, by the fills' writer thread; ``task`` gives a future of the
+        outcome to whoever must wait for it. The bytes are held until it
+        ends, registered before the caller yields, so a reader right after
         finds them."""
-        if self.bytes + len(data) <= WRITER_BACKLOG or not self._writer.pending:
-            future: asyncio.Future[bool] = self._writer.submit(name, fill, len(data) >= LARGE)
-        else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
-            future = asyncio.ensure_future(_logged(name, pool.run(fill)))
-        if (running := self._running.get(name)) is not None:
-            self.bytes -= len(running[0])  # replaced: its _done finds another task and leaves the count
-        self._running[name] = (data, future)
+        running = _Running(name, data, pin, self.bytes + len(data) <= WRITER_BACKLOG or not self._queued)
+        if (replaced := self._running.get(name)) is not None:
+            self.bytes -= len(replaced.data)  # it ends uncounted
+        self._running[name] = running
         self.bytes += len(data)
-        future.add_done_callback(functools.partial(self._done, name))
-        return future
+        if running.by_writer:
+            self._queued += 1
+            self._writer.submit(running)
+        else:  # the writer falls behind (a slow disk): the pool's threads write in parallel
+            task = asyncio.ensure_future(self._in_pool(running))
+            self._pooled.add(task)
+            task.add_done_callback(self._pooled.discard)
+
+    async def _in_pool(self, running: _Running) -> None:
+        try:
+            outcome: Outcome = await pool.run(self._target.fill, running.name, running.data, running.pin)
+        except asyncio.CancelledError as exc:
+            self._ended([(running, exc)])
+            raise
+        except Exception as exc:  # noqa: BLE001  the fill's outcome, to whoever waits for it
+            outcome = exc
+        self._ended([(running, outcome)])
 
     async def room(self, most: int, wait: float = ROOM_WAIT) -> bool:
         """Until the fills running hold at most ``most`` bytes (True), or
@@ -141,26 +172,38 @@ class Fills:
     def __contains__(self, name: str) -> bool:
         return name in self._running
 
-    def _done(self, name: str, task: asyncio.Future[Any]) -> None:
-        if (running := self._running.get(name)) is not None and running[1] is task:
-            del self._running[name]
-            self.bytes -= len(running[0])
-            for waiter in self._room:  # each looks again
-                if not waiter.done():
-                    waiter.set_result(None)
+    def _ended(self, results: list[tuple[_Running, Outcome]]) -> None:
+        """Fills ended (a batch of the writer's, or one of the pool's): their
+        bytes go, their waiters learn the outcome, reads waiting for room
+        look again."""
+        for running, outcome in results:
+            if running.by_writer:
+                self._queued -= 1
+            if self._running.get(running.name) is running:
+                del self._running[running.name]
+                self.bytes -= len(running.data)
+            if isinstance(outcome, OSError):  # a full or failing disk costs the cache, not the read
+                log.warning("could not cache %s: %s", running.name, outcome)
+                outcome = False
+            _settle(running, outcome)
+        for waiter in self._room:  # each looks again
+            if not waiter.done():
+                waiter.set_result(None)
 
     def held(self, name: str) -> bytes | None:
         """The bytes a running fill of ``name`` is writing, or None."""
         running = self._running.get(name)
-        return running[0] if running is not None else None
+        return running.data if running is not None else None
 
-    def task(self, name: str) -> asyncio.Future[Any] | None:
+    def task(self, name: str) -> asyncio.Future[bool] | None:
+        """A future of the outcome of the fill of ``name`` running now
+        (True: cached; what it raised), or None when none runs."""
         running = self._running.get(name)
-        return running[1] if running is not None else None
+        return _future(running) if running is not None else None
 
     async def wait(self, names: Iterable[str]) -> None:
         """Until the running fills of any of ``names`` have ended."""
-        tasks = [running[1] for name in names if (running := self._running.get(name)) is not None]
+        tasks = [_future(running) for name in names if (running := self._running.get(name)) is not None]
         if tasks:
             await asyncio.gather(*(asyncio.shield(task) for task in tasks), return_exceptions=True)
 
@@ -168,9 +211,32 @@ class Fills:
         """Until no fill runs and every gathered call ran (at shutdown); the
         writer thread then ends."""
         while self._running:
-            await asyncio.gather(*[task for _, task in self._running.values()], return_exceptions=True)
-        await self._writer.submit("", lambda: True)  # after what was queued before it
+            await asyncio.gather(*[_future(running) for running in self._running.values()],
+                                 return_exceptions=True)
+        await self._writer.flushed()
         self._writer.stop()
+
+
+def _future(running: _Running) -> asyncio.Future[bool]:
+    if running.future is None:
+        running.future = asyncio.get_running_loop().create_future()
+    return running.future
+
+
+def _settle(running: _Running, outcome: Outcome) -> None:
+    future = running.future
+    if future is None:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            log.error("cache fill of %s failed", running.name, exc_info=outcome)
+    elif future.done():
+        pass
+    elif isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+        future.exception()  # retrieved: a caller that waits sees it; none that does not
+    else:
+        future.set_result(outcome)
 
 
 class _Gathered(NamedTuple):
@@ -180,26 +246,29 @@ class _Gathered(NamedTuple):
 
 
 class _Fill(NamedTuple):
-    """A fill for the writer thread: the loop to tell, the name, the write,
-    its future, and whether it is settled on its own (a large one)."""
+    """A fill for the writer thread: the loop to tell, the fill, and
+    whether it is written and told on its own (a large one)."""
 
     loop: asyncio.AbstractEventLoop
-    name: str
-    fill: Callable[[], bool]
-    future: asyncio.Future[bool]
+    running: _Running
     alone: bool
 
 
-class _Writer:
-    """A thread of its own that runs fills one after another, those queued
-    meanwhile together, and tells the loop once per batch (a large fill at
-    once, as soon as it is written: its bytes go then). In the pool, a
-    fill behind each answer cost about 185 us of CPU where the write itself
-    costs 46: a thread woken for each, a second settling through the loop,
-    a task around it (docs/performance.md)."""
+Ended = Callable[[list[tuple[_Running, Outcome]]], None]
 
-    def __init__(self) -> None:
-        self.pending = 0  # submitted, not settled yet (the loop's count)
+
+class _Writer:
+    """A thread of its own that writes fills, those queued meanwhile
+    together (``fill_many``: one write for a batch's log records), and
+    tells the loop once per batch (a large fill at once, as soon as it is
+    written: its bytes go then). In the pool, a fill behind each answer
+    cost about 185 us of CPU where the write itself costs 46: a thread
+    woken for each, a second settling through the loop, a task around it
+    (docs/performance.md)."""
+
+    def __init__(self, target: FillTarget, ended: Ended) -> None:
+        self._target = target
+        self._ended = ended
         # What the loop submitted since the first of it: posted to the thread
         # as one list POST_DELAY later, so the misses answered meanwhile
         # wake the writer once (woken for each, it took them one at a time).
@@ -207,18 +276,22 @@ class _Writer:
         self._queue: queue.SimpleQueue[list[_Fill | _Gathered] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
-    def submit(self, name: str, fill: Callable[[], bool], large: bool = False) -> asyncio.Future[bool]:
+    def submit(self, running: _Running) -> None:
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
-        self._put(loop, _Fill(loop, name, fill, future, large))
+        large = len(running.data) >= LARGE
+        self._put(loop, _Fill(loop, running, large))
         if large:
             self._post()
-        self.pending += 1
-        future.add_done_callback(self._settled)
-        return future
 
     def gather(self, call: Callable[..., None], head: Any, item: Any) -> None:
         self._put(asyncio.get_running_loop(), _Gathered(call, head, item))
+
+    async def flushed(self) -> None:
+        """Until what was queued before this call ran (its gathered calls too)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self.gather(_wake, (loop, future), None)  # its own key: the batch's last call
+        await future
 
     def _put(self, loop: asyncio.AbstractEventLoop, item: _Fill | _Gathered) -> None:
         if self._thread is None:
@@ -234,9 +307,6 @@ class _Writer:
         if self._outbox:
             items, self._outbox = self._outbox, []
             self._queue.put(items)
-
-    def _settled(self, _: asyncio.Future[bool]) -> None:
-        self.pending -= 1
 
     def stop(self) -> None:
         if self._thread is not None:
@@ -259,51 +329,58 @@ class _Writer:
     def _run(self) -> None:
         while True:
             batch = self._batch()
-            done: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[bool], bool, BaseException | None]]] = {}
+            small: list[_Fill] = []
             gathered: dict[tuple[Callable[..., None], Any], list[Any]] = {}
             stop = False
             for at, item in enumerate(batch):
                 if item is None:
                     stop = True
-                    continue
-                if isinstance(item, _Gathered):
+                elif isinstance(item, _Gathered):
                     gathered.setdefault((item.call, item.head), []).append(item.item)
-                    continue
-                batch[at] = None  # a large fill's bytes go as soon as it is settled
-                try:
-                    outcome: tuple[bool, BaseException | None] = (bool(item.fill()), None)
-                except OSError as exc:  # a full or failing disk costs the cache, not the read
-                    log.warning("could not cache %s: %s", item.name, exc)
-                    outcome = (False, None)
-                except BaseException as exc:  # noqa: BLE001  handed to whoever awaits the fill
-                    outcome = (False, exc)
-                if item.alone:
-                    _tell(item.loop, [(item.future, *outcome)])
+                elif item.alone:
+                    batch[at] = None  # a large fill's bytes go as soon as it is told
+                    _tell(item.loop, self._ended, [(item.running, self._fill(item.running))])
                 else:
-                    done.setdefault(item.loop, []).append((item.future, *outcome))
+                    small.append(item)
                 del item
+            outcomes = self._fill_many([fill.running for fill in small]) if small else []
             for (call, head), items in gathered.items():
                 try:
                     call(head, *items)
                 except Exception as exc:  # noqa: BLE001  what a read learnt is not worth the thread
                     log.warning("could not write %d records behind their reads: %s", len(items), exc)
+            done: dict[asyncio.AbstractEventLoop, list[tuple[_Running, Outcome]]] = {}
+            for fill, outcome in zip(small, outcomes, strict=True):
+                done.setdefault(fill.loop, []).append((fill.running, outcome))
             for loop, results in done.items():
-                _tell(loop, results)
+                _tell(loop, self._ended, results)
             if stop:
                 return
 
+    def _fill(self, running: _Running) -> Outcome:
+        try:
+            return bool(self._target.fill(running.name, running.data, running.pin))
+        except Exception as exc:  # noqa: BLE001  handed to whoever waits for the fill
+            return exc
 
-def _tell(loop: asyncio.AbstractEventLoop, results: list[tuple[asyncio.Future[bool], bool, BaseException | None]]) -> None:
+    def _fill_many(self, fills: list[_Running]) -> list[Outcome]:
+        try:
+            return self._target.fill_many([(running.name, running.data, running.pin) for running in fills])
+        except Exception as exc:  # noqa: BLE001  handed to whoever waits for the fills
+            return [exc] * len(fills)
+
+
+def _tell(loop: asyncio.AbstractEventLoop, ended: Ended, results: list[tuple[_Running, Outcome]]) -> None:
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-        loop.call_soon_threadsafe(_settle, results)
+        loop.call_soon_threadsafe(ended, results)
 
 
-def _settle(results: list[tuple[asyncio.Future[bool], bool, BaseException | None]]) -> None:
-    for future, cached, exc in results:
-        if future.done():
-            continue
-        if exc is not None:
-            future.set_exception(exc)
-            future.exception()  # retrieved: a caller that waits sees it; none that does not
-        else:
-            future.set_result(cached)
+def _wake(head: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]], *_: Any) -> None:
+    loop, future = head
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(_set_none, future)
+
+
+def _set_none(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tiering.hot.logs import KEY, Log, Logs
+from tiering.hot.logs import KEY, Append, Log, Logs
 
 if TYPE_CHECKING:
     from tiering.hot.open_files import OpenFiles
@@ -37,30 +37,48 @@ class PackedPieces:
     def _append(self, name: str, data: bytes) -> bool:
         """Blocking: append the piece to the open log, its room already
         reserved (``HotTier.fill``); readable once the write returned."""
+        return self._append_many([(name, data)])[0]
+
+    def _append_many(self, pieces: Sequence[tuple[str, bytes]]) -> list[bool]:
+        """Blocking: ``_append`` for several pieces, their room reserved
+        (``HotTier.fill_many``): reserved under one hold of the lock, so
+        they follow on in the open log, written together
+        (``Logs.write_many``), published under one more. A failed write
+        (a full disk) ends every piece's fill, none cached, and raises."""
         logs = self.logs
         assert logs is not None
-        size = len(data)
+        appends: list[Append] = []
         with self._lock:
-            append, idle = logs.reserve(name, data)
-            gone = self._queue_logs(idle)
+            gone: list[Log] = []
+            for name, data in pieces:
+                append, idle = logs.reserve(name, data)
+                appends.append(append)
+                gone += self._queue_logs(idle)
         self._unlink_logs(gone)
+        gone = []
         try:
-            Logs.write(append, data)
+            Logs.write_many(appends, [data for _, data in pieces])
         except BaseException:
             with self._lock:
-                self._filled(name, size)
-                gone = self._queue_logs(logs.abandon(append))
+                for (name, data), append in zip(pieces, appends, strict=True):
+                    self._filled(name, len(data))
+                    gone += self._queue_logs(logs.abandon(append))
             self._unlink_logs(gone)
             raise
+        cached: list[bool] = []
+        pinned: list[str] = []
         with self._lock:
-            pin = self._filled(name, size)
-            gained, idle = logs.publish(name, append, size)
-            self.cached += gained
-            gone = self._queue_logs(idle)
+            for (name, data), append in zip(pieces, appends, strict=True):
+                if self._filled(name, len(data)):
+                    pinned.append(name)
+                gained, idle = logs.publish(name, append, len(data))
+                self.cached += gained
+                gone += self._queue_logs(idle)
+                cached.append(bool(gained))
         self._unlink_logs(gone)
-        if pin:
+        for name in pinned:
             self._copy_out(name)
-        return bool(gained)
+        return cached
 
     def _queue_logs(self, idle: list[Log]) -> list[Log]:
         """Logs now sealed with nothing left to write join the queue as one

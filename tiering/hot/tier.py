@@ -31,12 +31,12 @@ import zlib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tiering.files import write_all
 from tiering.hot.eviction import CacheEviction
+from tiering.hot.filling import CacheFilling
 from tiering.hot.logs import LOGS, Logs, log_bytes
 from tiering.hot.open_files import Opened, OpenFiles, capacity, read_files_now
 from tiering.hot.packed import PackedPieces
-from tiering.hot.restart import FANOUT, TMP, Restart
+from tiering.hot.restart import FANOUT, Restart
 from tiering.hot.sieve import EvictionAdvisor, Sieve
 from tiering.hot.space import Floor
 from tiering.hot.staged import StagingWriter
@@ -44,14 +44,16 @@ from tiering.meta import Chunk
 from tiering.model.digests import Digests
 
 
-class HotTier(CacheEviction, Restart, PackedPieces):
+class HotTier(CacheFilling, CacheEviction, Restart, PackedPieces):
     """Staged and cached bytes under ``root`` within a byte budget.
 
     Eviction passes (``evict``) are ``CacheEviction``'s, in
     ``tiering.hot.eviction``; this class decides when one runs. Start and
     stop (the clean-shutdown marker, the sweep) are ``Restart``'s, in
-    ``tiering.hot.restart``. With ``logs``, small cached pieces share
-    append-only files (``PackedPieces``, ``tiering.hot.logs``)."""
+    ``tiering.hot.restart``. Fills (``fill``, ``fill_many``) are
+    ``CacheFilling``'s, in ``tiering.hot.filling``. With ``logs``, small
+    cached pieces share append-only files (``PackedPieces``,
+    ``tiering.hot.logs``)."""
 
     def __init__(self, root: Path, budget: int, high: float = 0.9, low: float = 0.8, floor: int = 0,
                  logs: bool = False) -> None:
@@ -338,84 +340,6 @@ class HotTier(CacheEviction, Restart, PackedPieces):
         if data is None or not all(self.touch_cached(name) for _, name, _ in pieces if name is not None):
             return None
         return data
-
-    def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
-        """Cache a piece's raw bytes (pinned: never evicted); False when
-        they do not fit beside the staged and pinned data. A small unpinned
-        piece is appended to a log (``PackedPieces``); any other is written
-        to a file of its own under a temp name and renamed, so a reader never
-        sees a partial file. Not fsynced: see ``resume``. The room is
-        reserved before the write, so concurrent fills cannot together pass
-        the high watermark."""
-        size = len(data)
-        if pin and name in self._slots:
-            self._copy_out(name)
-            return True
-        with self._lock:
-            if name in self._sieve or name in self._pinned or name in self._slots:
-                if pin:
-                    self._pin(name)
-                return True
-            if name in self._filling:  # another thread is writing the same bytes
-                if pin:
-                    self._pin_when_filled.add(name)
-                return True
-            if self.fixed + size > self.high:
-                return False
-            self.reserved += size
-            self._filling.add(name)
-        try:
-            short = self.disk.short(self.reserved, recent=True)  # a statvfs per READING_AGE, unless it evicts
-            # over_high's, but for the floor: free space below it leaves this
-            # fill short too (its bytes are reserved), and short asked already.
-            if self.staged + self.reserved + self.cached > self.high or short:
-                # Down to the low watermark, not just below the high one: one
-                # eviction pass (a hinted one sorts the future) serves the
-                # next ~10% of the tier's fills instead of one.
-                self._evict_to(self._target())
-                short = self.disk.short(self.reserved)
-            if short:
-                # Not cached: the disk has no room for it above the floor
-                # (the read that fetched the bytes is answered all the same).
-                self.disk.fills_skipped += 1
-                with self._lock:
-                    self._filled(name, size)
-                return False
-            if not pin and self.logs is not None and self.logs.fits(size):
-                return self._append(name, data)
-            self._write_file(name, data)
-        except BaseException:
-            with self._lock:
-                self._filled(name, size)
-            raise
-        with self._lock:
-            pin = self._filled(name, size) or pin
-            self._insert(name, size, pin)
-        return True
-
-    def _write_file(self, name: str, data: bytes) -> None:
-        """Blocking: ``data`` as the cache file of ``name``, whole or not at all."""
-        path = self.cache_path(name)
-        tmp = path.with_name(name + TMP)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            write_all(fd, memoryview(data))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-
-    def _filled(self, name: str, size: int) -> bool:
-        """End a fill's reservation (lock held); True if a pin waited for it."""
-        self.reserved -= size
-        self.disk.landed(size)
-        self._filling.discard(name)
-        if name in self._pin_when_filled:
-            self._pin_when_filled.discard(name)
-            return True
-        return False
-
-    def is_filling(self, name: str) -> bool:
-        return name in self._filling
 
     def pin(self, names: Iterable[str]) -> int:
         """Make cached pieces unevictable; bytes newly pinned (names not

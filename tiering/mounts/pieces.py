@@ -87,7 +87,7 @@ class MountPieces:
         # Pieces fetched from the source and being written to the hot tier
         # behind the answer that brought them: a read meanwhile takes the
         # bytes from here rather than asking the source again.
-        self.fills = Fills()
+        self.fills = Fills(hot)
 
     async def close(self) -> None:
         for task in list(self._arrivals):
@@ -104,7 +104,7 @@ class MountPieces:
         that fetched it (a file write and a rename, by the fills' writer);
         on a node that does not own the object, keep nothing: its owner does."""
         if self.owner(name, key) is None:
-            self.fills.write(piece, data, functools.partial(self._hot.fill, piece, data))
+            self.fills.write(piece, data)
 
     async def read(self, meta: ObjectMeta, wanted: ByteRange, tally: ReadTally,
                    ask_peers: bool = True, blocks: bool = False) -> AsyncIterator[Block]:

@@ -168,7 +168,7 @@ class ExtentReader:
         # are verified and cached, and a corrupt one is refetched with a GET.
         self._runs = asyncio.Semaphore(concurrency)
         self._flight: SingleFlight[tuple[bytes, asyncio.Future[bool] | None]] = SingleFlight()
-        self._fills = Fills()  # cache name -> the verified bytes a fill is writing
+        self._fills = Fills(hot)  # cache name -> the verified bytes a fill is writing
         self._live: dict[tuple[str, int, int], Arrival] = {}  # extents being read as they arrive
         self._arrivals: set[asyncio.Task[tuple[bytes, asyncio.Future[bool] | None]]] = set()
         self.hits = 0
@@ -265,11 +265,18 @@ class ExtentReader:
             del self._live[place]
         arrival.failed_with(task, "extent")
 
-    def _start_fill(self, ext: Extent, data: bytes, pin: bool) -> asyncio.Future[bool]:
+    def _start_fill(self, ext: Extent, data: bytes, pin: bool) -> None:
         """Cache the extent (pinned when ``pin``) in the background, by the
         fills' writer. Registered before the caller yields, so a follower of
         the same fetch finds it (``warm`` waits for it)."""
-        return self._fills.write(ext.cache_name, data, functools.partial(self._hot.fill, ext.cache_name, data, pin))
+        self._fills.write(ext.cache_name, data, pin)
+
+    async def _filled(self, ext: Extent, data: bytes, pin: bool) -> bool:
+        """Cache the extent (pinned when ``pin``) by the fills' writer, and
+        wait for it: True once cached."""
+        self._start_fill(ext, data, pin)
+        fill = self._fills.task(ext.cache_name)
+        return bool(await asyncio.shield(fill)) if fill is not None else self._hot.is_cached(ext.cache_name)
 
     async def settled(self, names: Iterable[str]) -> None:
         """Until the background fills of ``names`` running now have ended:
@@ -297,7 +304,7 @@ class ExtentReader:
         gateway), already checked by the caller; True once cached."""
         if self._hot.is_cached(ext.cache_name):
             return True
-        return await asyncio.shield(self._start_fill(ext, data, False))
+        return await self._filled(ext, data, False)
 
     async def _fetch(
         self, ext: Extent, pin: bool, peer: PeerSource | None = None, peered: list[bool] | None = None,
@@ -547,7 +554,7 @@ class ExtentReader:
             await self._skip(ext, pin, report)
             return
         report.extents += 1
-        if not await asyncio.shield(filling if filling is not None else self._start_fill(ext, data, pin)):
+        if not await (asyncio.shield(filling) if filling is not None else self._filled(ext, data, pin)):
             report.failed += 1
             return
         if on_filled is not None:

@@ -1,6 +1,7 @@
 """Fills written behind the answers (tiering/hot/fills.py): by the writer
-thread in batches, their bytes held until written, a failing disk logged as
-False, and the pool's threads once the writer falls behind."""
+thread in batches (one ``fill_many`` a batch), their bytes held until
+written, a failing disk logged as False, and the pool's threads once the
+writer falls behind."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -15,39 +17,76 @@ from tiering.hot import fills as fills_module
 from tiering.hot.fills import LARGE, WRITER_BACKLOG, Fills
 
 
-def held_fill(release: threading.Event, ran_in: list[str]):  # type: ignore[no-untyped-def]
-    """A fill that says which thread ran it and waits for ``release``."""
+class Target:
+    """A hot tier's stand-in: the fill of a name does what ``does`` holds
+    for it (True by default); ``ran_in`` says which thread ran each,
+    ``batches`` what each ``fill_many`` was given."""
+
+    def __init__(self) -> None:
+        self.does: dict[str, Callable[[], bool]] = {}
+        self.ran_in: list[str] = []
+        self.batches: list[list[str]] = []
+
+    def fill(self, name: str, data: bytes, pin: bool = False) -> bool:
+        self.ran_in.append(threading.current_thread().name)
+        return self.does.get(name, lambda: True)()
+
+    def fill_many(self, fills: Sequence[tuple[str, bytes, bool]]) -> list[bool | BaseException]:
+        self.batches.append([name for name, _, _ in fills])
+        outcomes: list[bool | BaseException] = []
+        for name, data, pin in fills:
+            try:
+                outcomes.append(self.fill(name, data, pin))
+            except Exception as exc:  # noqa: BLE001  each its own, as HotTier.fill_many
+                outcomes.append(exc)
+        return outcomes
+
+
+def held(release: threading.Event, ran: list[str] | None = None) -> Callable[[], bool]:
+    """A fill that waits for ``release`` (noting that it started in ``ran``)."""
 
     def fill() -> bool:
-        ran_in.append(threading.current_thread().name)
+        if ran is not None:
+            ran.append("started")
         release.wait(10)
         return True
 
     return fill
 
 
+def written(fills: Fills, name: str) -> asyncio.Future[bool]:
+    future = fills.task(name)
+    assert future is not None
+    return future
+
+
 def test_a_fill_is_written_by_the_writer_thread_its_bytes_held_until_then() -> None:
     async def go() -> None:
-        fills = Fills()
-        release, ran_in = threading.Event(), []
-        fill = held_fill(release, ran_in)
-        future = fills.write("piece", b"bytes", fill)
+        target = Target()
+        fills = Fills(target)
+        release = threading.Event()
+        target.does["piece"] = held(release)
+        fills.write("piece", b"bytes")
         assert fills.held("piece") == b"bytes" and "piece" in fills
+        future = written(fills, "piece")
         await asyncio.sleep(0.05)
         assert not future.done()
         release.set()
         assert await future is True
-        await asyncio.sleep(0)
-        assert fills.held("piece") is None and fills.task("piece") is None
-        assert ran_in == ["tierstore-fills"]
+        assert fills.held("piece") is None and fills.task("piece") is None and fills.bytes == 0
+        assert target.ran_in == ["tierstore-fills"]
         await fills.drain()
 
     asyncio.run(go())
 
 
 def test_a_failing_disk_costs_the_cache_not_the_read(caplog: pytest.LogCaptureFixture) -> None:
+    """A full disk: False and a warning. Any other error goes to whoever
+    waits for the fill, or is logged when nobody does."""
+
     async def go() -> list[object]:
-        fills = Fills()
+        target = Target()
+        fills = Fills(target)
 
         def full() -> bool:
             raise OSError(28, "No space left on device")
@@ -55,8 +94,10 @@ def test_a_failing_disk_costs_the_cache_not_the_read(caplog: pytest.LogCaptureFi
         def broken() -> bool:
             raise ValueError("a bug")
 
-        results = await asyncio.gather(fills.write("a", b"x", full), fills.write("b", b"y", broken),
-                                       return_exceptions=True)
+        target.does.update(a=full, b=broken, c=broken)
+        for name in "abc":
+            fills.write(name, b"x")
+        results = await asyncio.gather(written(fills, "a"), written(fills, "b"), return_exceptions=True)
         await fills.drain()
         return results
 
@@ -65,6 +106,7 @@ def test_a_failing_disk_costs_the_cache_not_the_read(caplog: pytest.LogCaptureFi
     assert full_result is False
     assert isinstance(broken_result, ValueError)
     assert "could not cache a" in caplog.text
+    assert "cache fill of c failed" in caplog.text and "could not cache b" not in caplog.text
 
 
 def test_fills_past_the_writers_backlog_of_bytes_go_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -74,25 +116,24 @@ def test_fills_past_the_writers_backlog_of_bytes_go_to_the_pool(monkeypatch: pyt
     monkeypatch.setattr(fills_module, "WRITER_BACKLOG", 4)
 
     async def go() -> tuple[list[str], list[str]]:
-        fills = Fills()
-        release, ran_in = threading.Event(), []
-        fill = held_fill(release, ran_in)
-        futures = [fills.write(f"p{i}", b"xx", fill) for i in range(4)]  # 2 + 2 fit, the two after do not
+        target = Target()
+        fills = Fills(target)
+        release = threading.Event()
+        for i in range(4):  # 2 + 2 fit, the two after do not
+            target.does[f"p{i}"] = held(release)
+            fills.write(f"p{i}", b"xx")
+        futures = [written(fills, f"p{i}") for i in range(4)]
         await asyncio.sleep(0.1)  # the two past the backlog run at once, beside the writer's first
-        running = sorted(ran_in)
+        running = sorted(target.ran_in)
         release.set()
         assert await asyncio.gather(*futures) == [True] * 4
         await fills.drain()
-        alone: list[str] = []
-
-        def big() -> bool:
-            alone.append(threading.current_thread().name)
-            return True
-
-        fills = Fills()
-        assert await fills.write("big", b"x" * 10, big) is True  # 10 bytes past a backlog of 4
+        alone = Target()
+        fills = Fills(alone)
+        fills.write("big", b"x" * 10)  # 10 bytes past a backlog of 4
+        assert await written(fills, "big") is True
         await fills.drain()
-        return running, alone
+        return running, alone.ran_in
 
     running, alone = asyncio.run(go())
     assert running.count("tierstore-fills") == 1  # the writer: one at a time
@@ -103,13 +144,15 @@ def test_fills_past_the_writers_backlog_of_bytes_go_to_the_pool(monkeypatch: pyt
 
 def test_drain_waits_for_every_fill_and_ends_the_writer() -> None:
     async def go() -> None:
-        fills = Fills()
-        done = []
-        futures = [fills.write(f"p{i}", b"x", lambda i=i: done.append(i) or True) for i in range(30)]
+        target = Target()
+        fills = Fills(target)
+        for i in range(30):
+            fills.write(f"p{i}", b"x")
         writer = fills._writer._thread
         assert writer is not None and writer.is_alive()
         await fills.drain()
-        assert all(f.done() for f in futures) and sorted(done) == list(range(30))
+        assert fills.bytes == 0 and not any(f"p{i}" in fills for i in range(30))
+        assert sorted(name for batch in target.batches for name in batch) == sorted(f"p{i}" for i in range(30))
         writer.join(5)
         assert not writer.is_alive()
 
@@ -121,19 +164,24 @@ def test_gathered_calls_run_on_the_writer_thread_a_batch_in_one_call(caplog: pyt
     after the batch's fills; drain waits for them; an error is logged."""
 
     async def go() -> None:
-        fills = Fills()
-        release, ran_in = threading.Event(), []
+        target = Target()
+        fills = Fills(target)
+        release = threading.Event()
+        order: list[str] = []
         calls: list[tuple[str, str, tuple[int, ...]]] = []
 
         def record(head: str, *items: int) -> None:
+            order.append("call")
             calls.append((threading.current_thread().name, head, items))
 
         def broken(head: str, *items: int) -> None:
             raise ValueError("a bug")
 
-        fills.write("first", b"x", held_fill(release, ran_in))  # holds the writer busy
+        target.does["first"] = held(release)
+        target.does["second"] = lambda: order.append("second") is None
+        fills.write("first", b"x")  # holds the writer busy
         await asyncio.sleep(0.05)
-        fills.write("second", b"y", lambda: ran_in.append("second") is None)
+        fills.write("second", b"y")
         for item in range(5):
             fills.gather(record, "m", item)
         fills.gather(record, "n", 9)
@@ -142,7 +190,7 @@ def test_gathered_calls_run_on_the_writer_thread_a_batch_in_one_call(caplog: pyt
         release.set()
         await fills.drain()
         assert sorted(calls) == [("tierstore-fills", "m", (0, 1, 2, 3, 4)), ("tierstore-fills", "n", (9,))]
-        assert ran_in[-1] == "second"  # the batch's fill ran before its gathered calls
+        assert order == ["second", "call", "call"]  # the batch's fill ran before its gathered calls
 
     with caplog.at_level(logging.WARNING, logger="tierstore.fills"):
         asyncio.run(go())
@@ -151,26 +199,26 @@ def test_gathered_calls_run_on_the_writer_thread_a_batch_in_one_call(caplog: pyt
 
 def test_what_one_turn_of_the_loop_submits_reaches_the_writer_together() -> None:
     """Fills and gathered items submitted without yielding are posted to the
-    idle writer as one list when the loop's turn ends: one wake-up, and the
-    gathered items in one call."""
+    idle writer as one list when the loop's turn ends: one wake-up, the
+    fills in one ``fill_many`` and the gathered items in one call."""
 
     async def go() -> None:
-        fills = Fills()
+        target = Target()
+        fills = Fills(target)
         calls: list[tuple[int, ...]] = []
-        ran: list[str] = []
-        futures = []
 
         def record(head: str, *items: int) -> None:
             calls.append(items)
 
         for i in range(5):
-            futures.append(fills.write(f"p{i}", b"x", lambda i=i: ran.append(f"p{i}") is None))
+            fills.write(f"p{i}", b"x")
             fills.gather(record, "m", i)
             time.sleep(0.002)  # the GIL given up (as a hash or a system call does): the writer could run
-        assert ran == [] and calls == []  # nothing posted before the turn ends
+        futures = [written(fills, f"p{i}") for i in range(5)]
+        assert target.batches == [] and calls == []  # nothing posted before the turn ends
         assert await asyncio.gather(*futures) == [True] * 5
         await fills.drain()
-        assert calls == [(0, 1, 2, 3, 4)] and ran == [f"p{i}" for i in range(5)]
+        assert calls == [(0, 1, 2, 3, 4)] and target.batches == [[f"p{i}" for i in range(5)]]
 
     for _ in range(20):  # the writer idle and waiting each time: never one item at a time
         asyncio.run(go())
@@ -181,11 +229,14 @@ def test_room_waits_until_the_fills_behind_hold_at_most_the_bytes_asked() -> Non
     once the writer has written all but ``most`` bytes of what it holds."""
 
     async def go() -> None:
-        fills = Fills()
+        target = Target()
+        fills = Fills(target)
         first, second = threading.Event(), threading.Event()
         piece = b"x" * LARGE
-        one = fills.write("p0", piece, held_fill(first, []))
-        two = fills.write("p1", piece, held_fill(second, []))
+        target.does.update(p0=held(first), p1=held(second))
+        fills.write("p0", piece)
+        fills.write("p1", piece)
+        one, two = written(fills, "p0"), written(fills, "p1")
         assert fills.bytes == 2 * LARGE
         await fills.room(2 * LARGE)  # at most two behind: at once
         room = asyncio.ensure_future(fills.room(LARGE))
@@ -206,14 +257,18 @@ def test_a_large_fill_is_settled_when_written_not_with_its_batch() -> None:
     fill after it in the same batch still runs."""
 
     async def go() -> None:
-        fills = Fills()
+        target = Target()
+        fills = Fills(target)
         busy, release = threading.Event(), threading.Event()
         running: list[str] = []
-        first = fills.write("first", b"x" * LARGE, held_fill(busy, running))  # keeps the writer busy
+        target.does.update(first=held(busy, running), small=held(release))
+        fills.write("first", b"x" * LARGE)  # keeps the writer busy
+        first = written(fills, "first")
         while not running:  # the writer took it alone
             await asyncio.sleep(0.001)
-        large = fills.write("big", b"x" * LARGE, lambda: True)
-        small = fills.write("small", b"y", held_fill(release, []))
+        fills.write("big", b"x" * LARGE)
+        fills.write("small", b"y")
+        large, small = written(fills, "big"), written(fills, "small")
         await asyncio.sleep(0.05)  # both posted while the writer is busy: its next batch
         busy.set()
         assert await asyncio.wait_for(first, 5) is True
@@ -231,9 +286,11 @@ def test_room_goes_on_after_its_wait_when_the_writer_is_stuck(caplog: pytest.Log
     for ``wait`` seconds, not for ever: it goes on, and says so."""
 
     async def go() -> None:
-        fills = Fills()
+        target = Target()
+        fills = Fills(target)
         stuck = threading.Event()
-        fills.write("p0", b"x" * LARGE, held_fill(stuck, []))
+        target.does["p0"] = held(stuck)
+        fills.write("p0", b"x" * LARGE)
         with caplog.at_level(logging.WARNING, logger="tierstore.fills"):
             assert await asyncio.wait_for(fills.room(0, wait=0.05), 5) is False
         assert "behind" in caplog.text

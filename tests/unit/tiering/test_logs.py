@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tiering import files as files_module
 from tiering.hot import logs as logs_module
 from tiering.hot.logs import KEY, LOG_MIN, Logs
 from tiering.hot.restart import CLEAN
@@ -252,3 +253,89 @@ def test_fsck_of_a_data_dir_names_a_log_record_gone_bad(tmp_path: Path) -> None:
     (tmp_path / "hot" / CLEAN).write_text("0")
     assert any("fails its CRC" in p for p in fsck.check(tmp_path)), fsck.check(tmp_path)
     assert KEY == "log:"
+
+
+def test_a_batch_of_fills_is_one_write_a_log_and_reads_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fill_many``, as the fills' writer hands a batch over: the small
+    unpinned pieces land with one ``pwritev`` and one head ``pwrite`` for
+    each log they fill; the rest are ``fill``'s, each with its outcome."""
+    hot = _tier(tmp_path)
+    assert hot.fill("known", _piece(1))
+    writes: list[int] = []
+    real = logs_module.pwritev_all
+    monkeypatch.setattr(logs_module, "pwritev_all",
+                        lambda fd, parts, offset: writes.append(len(parts)) or real(fd, parts, offset))
+    per_log = LOG_MIN // 4100  # records of 4,000 bytes and a head that one log takes
+    batch = [(f"p{i}", _piece(i), False) for i in range(per_log + 5)]  # past the open log's end
+    big = b"b" * (LOG_MIN // 8 + 1)
+    outcomes = hot.fill_many([*batch, ("known", _piece(1), False), ("big", big, False), ("kept", _piece(3), True)])
+    assert outcomes == [True] * (len(batch) + 3)
+    assert len(writes) == 2  # one run in the log that was open, one in the next
+    assert sum(writes) == 2 * len(batch) - 2  # each run: its first data, then heads and data
+    assert hot.reserved == 0 and not any(hot.is_filling(name) for name, _, _ in batch)
+    assert all(hot.read_cached(f"p{i}", 4000) == _piece(i) for i in range(len(batch)))
+    assert hot.read_cached("big", len(big)) == big and hot.where(None, "big")[1] == 0
+    assert hot.where(None, "kept")[1] == 0  # pinned: a file of its own
+    hot.mark_clean()
+    again = _tier(tmp_path)
+    assert all(again.read_cached(f"p{i}", 4000) == _piece(i) for i in range(len(batch)))
+    assert again.cached == hot.cached
+
+
+def test_a_batch_cut_short_before_its_first_head_is_no_record(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer killed after a batch's one ``pwritev`` (the later records'
+    heads landed with it) and before the first head: after the restart,
+    the whole batch is missing, nothing is read wrong, what came before
+    it reads right."""
+    hot = _tier(tmp_path)
+    assert hot.fill("before", _piece(1))
+
+    def killed(fd: int, data: bytes, offset: int) -> int:
+        raise SystemExit("killed")  # what a SIGKILL leaves: nothing after this ran
+
+    monkeypatch.setattr(logs_module.os, "pwrite", killed)
+    with pytest.raises(SystemExit):
+        hot._append_many([(f"p{i}", _piece(i)) for i in range(5)])
+    monkeypatch.undo()
+    again = _tier(tmp_path)  # no clean-shutdown marker: a crash, the same boot
+    assert again.read_cached("before", 4000) == _piece(1)
+    assert not any(again.is_cached(f"p{i}") for i in range(5))
+
+
+def test_a_batch_the_disk_refuses_caches_none_and_the_next_goes_on(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC from a batch's write: each of its pieces gets the error (the
+    fills' writer logs it and answers False), no room stays reserved, the
+    log takes no more appends; the next batch writes to a new log."""
+    hot = _tier(tmp_path)
+
+    def full(fd: int, parts: object, offset: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(logs_module, "pwritev_all", full)
+    outcomes = hot.fill_many([(f"p{i}", _piece(i), False) for i in range(3)])
+    assert [type(o) for o in outcomes] == [OSError] * 3
+    assert hot.reserved == 0 and not any(hot.is_cached(f"p{i}") or hot.is_filling(f"p{i}") for i in range(3))
+    monkeypatch.undo()
+    assert hot.fill_many([(f"p{i}", _piece(i), False) for i in range(3)]) == [True] * 3
+    assert all(hot.read_cached(f"p{i}", 4000) == _piece(i) for i in range(3))
+    assert [p.name for p in _log_files(hot)] == ["00000002"]  # the first, empty and sealed, went
+
+
+def test_pwritev_all_writes_every_byte_when_the_kernel_takes_a_few(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = [b"abc", b"", bytearray(b"defgh"), memoryview(b"ij"), b"k" * 3000]
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    real = os.pwritev
+    calls: list[int] = []
+
+    def few(fd: int, buffers: list[memoryview], offset: int) -> int:
+        calls.append(len(buffers))
+        return real(fd, [memoryview(b"".join(buffers))[:4]], offset)
+
+    monkeypatch.setattr(files_module.os, "pwritev", few)
+    files_module.pwritev_all(fd, parts, 10)
+    monkeypatch.undo()
+    assert os.pread(fd, 4000, 10) == b"".join(parts) and len(calls) == -(-3010 // 4)
+    os.close(fd)
