@@ -12,8 +12,9 @@ Multipart uploads report the object checksum in one of two ways:
   Only CRCs can do this without re-reading the data, because a CRC of a
   concatenation can be computed from the CRCs and lengths of its pieces.
 
-CRC32 uses zlib (the same polynomial as gzip); CRC32C and CRC64NVME use the
-CRT, which botocore itself uses, so our values match what clients compute.
+CRC32 uses zlib (the same polynomial as gzip); CRC64NVME the CRT, which
+botocore itself uses; CRC32C ``packer.crc`` (the CRT's or google-crc32c's,
+by length: see there why), the same values as the clients compute.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Final
 
 from awscrt import checksums as crt
 
+from packer.crc import crc32c
 from tiering.errors import InvalidArgument, InvalidRequest
 
 ALGORITHMS: tuple[str, ...] = ("CRC32", "CRC32C", "CRC64NVME", "SHA1", "SHA256")
@@ -46,7 +48,7 @@ DIGEST_SIZE: Final[dict[str, int]] = {
 # (update(data, previous) -> crc, combine(crc1, crc2, len2) -> crc) per CRC.
 _CRC: Final[dict[str, tuple[Callable[..., int], Callable[[int, int, int], int]]]] = {
     "CRC32": (zlib.crc32, crt.combine_crc32),
-    "CRC32C": (crt.crc32c, crt.combine_crc32c),
+    "CRC32C": (crc32c, crt.combine_crc32c),
     "CRC64NVME": (crt.crc64nvme, crt.combine_crc64nvme),
 }
 
