@@ -8,16 +8,18 @@ object costs 5 ms of checking on each flush and each cold read instead of
 32-bit CRCs: each catches every error burst up to 32 bits.
 
 Two libraries compute CRC32C with the CPU's instruction, and differ in the
-GIL. The CRT (awscrt) lets it go for the length of any call; google-crc32c
+GIL. The CRT (awscrt) lets it go for all but the shortest calls; google-crc32c
 holds it. Letting it go is right for a long buffer (other threads run
 meanwhile) and wrong for a short one: taking the GIL back waits for
 whichever thread took it, up to the interpreter's switch interval. Beside
-a thread busy in Python, a 64 KiB CRC cost 1,380 us of wall time through
-the CRT and 4.6 us through google-crc32c (2.8 and 2.5 us alone); in the
-gateway the fills' writer computes one for every cached piece while the
-event loop runs, and the loop loses the GIL to it each time. So CRCs of
-less than ``HOLD_BELOW`` bytes (at most about 40 us of work) hold the GIL,
-longer ones (and views, which google-crc32c does not take) let it go.
+a thread busy in Python, a 64 KiB CRC took 610 us of wall time through
+the CRT and 4.2 us through google-crc32c (alone about 1.4-2.2 and 2.5-4.9
+us: google-crc32c is the slower alone). In the gateway the fills' writer
+computes one for every cached piece while the event loop runs, and each
+time waited for the loop to give the GIL back. So CRCs of less than
+``HOLD_BELOW`` bytes (at most about 10-20 us of work, what a thread may
+keep the event loop waiting) hold the GIL, longer ones (and views, which
+google-crc32c does not take) let it go.
 
 ``running`` carries a CRC over consecutive pieces: the CRC of ``a + b`` is
 ``crc32c(b, crc32c(a))``.
@@ -30,7 +32,7 @@ import zlib
 import google_crc32c
 from awscrt.checksums import crc32c as _crc32c_released
 
-HOLD_BELOW = 1024 * 1024
+HOLD_BELOW = 256 * 1024
 # Without its compiled extension google-crc32c computes in Python: far
 # slower than letting the GIL go.
 _HOLDS = google_crc32c.implementation == "c"
