@@ -48,7 +48,6 @@ class CacheFilling:
         def _pin(self, name: str) -> int: ...
         def _insert(self, name: str, size: int, pin: bool) -> None: ...
         def _copy_out(self, name: str) -> int: ...
-        def _append(self, name: str, data: bytes) -> bool: ...
         def _append_many(self, pieces: Sequence[tuple[str, bytes]]) -> list[bool]: ...
         def _evict_to(self, target: int) -> int: ...
         def _target(self, room: int = 0) -> int: ...
@@ -69,13 +68,16 @@ class CacheFilling:
             admitted = self._admit(name, size, pin)
         if admitted is not None:
             return admitted
+        if self._logged(size, pin):
+            outcome = self._append_admitted([(name, data)])[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
         try:
             if not self._room(1):
                 with self._lock:
                     self._filled(name, size)
                 return False
-            if not pin and self.logs is not None and self.logs.fits(size):
-                return self._append(name, data)
             self._write_file(name, data)
         except BaseException:
             with self._lock:
@@ -92,45 +94,48 @@ class CacheFilling:
         unpinned pieces a log takes are admitted together and appended with
         one write; the others go through ``fill`` one by one."""
         outcomes: list[bool | BaseException] = [False] * len(fills)
-        batch: list[int] = []  # of the pieces admitted for one append
-        logs = self.logs
+        logged: list[int] = []  # of the pieces admitted for one append
+        alone: list[int] = []  # of the pieces ``fill`` writes
         with self._lock:
             for at, (name, data, pin) in enumerate(fills):
-                if pin or logs is None or not logs.fits(len(data)):
-                    continue
-                admitted = self._admit(name, len(data), False)
-                if admitted is None:
-                    batch.append(at)
+                if not self._logged(len(data), pin):
+                    alone.append(at)
+                elif (admitted := self._admit(name, len(data), False)) is None:
+                    logged.append(at)
                 else:
                     outcomes[at] = admitted
-        appended = set(batch)
-        for at, (name, data, pin) in enumerate(fills):
-            if at in appended or (not pin and logs is not None and logs.fits(len(data))):
-                continue
+        for at in alone:
             try:
-                outcomes[at] = self.fill(name, data, pin)
+                outcomes[at] = self.fill(*fills[at])
             except BaseException as exc:  # noqa: BLE001  each piece's own outcome, to its reader
                 outcomes[at] = exc
-        if batch:
-            pieces = [(fills[at][0], fills[at][1]) for at in batch]
-            results: Sequence[bool | BaseException]
-            try:
-                room: bool | BaseException = self._room(len(batch))
-            except BaseException as exc:  # noqa: BLE001  (an eviction pass failed) each piece's outcome
-                room = exc
-            if room is True:
-                try:
-                    results = self._append_many(pieces)  # ends each piece's fill, also when it raises
-                except BaseException as exc:  # noqa: BLE001  each piece's outcome, to its reader
-                    results = [exc] * len(batch)
-            else:
-                with self._lock:
-                    for name, data in pieces:
-                        self._filled(name, len(data))
-                results = [room] * len(batch)
-            for at, result in zip(batch, results, strict=True):
-                outcomes[at] = result
+        appended = self._append_admitted([(fills[at][0], fills[at][1]) for at in logged]) if logged else []
+        for at, outcome in zip(logged, appended, strict=True):
+            outcomes[at] = outcome
         return outcomes
+
+    def _logged(self, size: int, pin: bool) -> bool:
+        """Whether a piece of ``size`` bytes is appended to a log."""
+        return not pin and self.logs is not None and self.logs.fits(size)
+
+    def _append_admitted(self, pieces: Sequence[tuple[str, bytes]]) -> list[bool | BaseException]:
+        """Make room for admitted pieces (their bytes reserved) and append
+        them to the log together: each one's outcome (False: no room on the
+        disk; what making room or the append raised). Every piece's fill
+        ends here."""
+        try:
+            room: bool | BaseException = self._room(len(pieces))
+        except BaseException as exc:  # noqa: BLE001  (an eviction pass failed) each piece's outcome
+            room = exc
+        if room is not True:
+            with self._lock:
+                for name, data in pieces:
+                    self._filled(name, len(data))
+            return [room] * len(pieces)
+        try:
+            return list(self._append_many(pieces))  # ends each piece's fill, also when it raises
+        except BaseException as exc:  # noqa: BLE001  each piece's outcome, to its reader
+            return [exc] * len(pieces)
 
     def _admit(self, name: str, size: int, pin: bool) -> bool | None:
         """A fill's outcome when it needs no write (True: cached or being

@@ -198,11 +198,6 @@ class Logs:
         return Append(log, log.fd, offset, record_head), sealed
 
     @staticmethod
-    def write(append: Append, data: bytes | memoryview) -> None:
-        """Blocking: the data, then the head (a record is whole once its head is there)."""
-        Logs.write_many([append], [data])
-
-    @staticmethod
     def write_many(appends: Sequence[Append], datas: Sequence[bytes | memoryview]) -> None:
         """Blocking: records reserved one after another (``reserve``, under
         one hold of the lock), each run of them that follows on in one log

@@ -34,15 +34,11 @@ class PackedPieces:
         def _write_file(self, name: str, data: bytes) -> None: ...
         def _insert(self, name: str, size: int, pin: bool) -> None: ...
 
-    def _append(self, name: str, data: bytes) -> bool:
-        """Blocking: append the piece to the open log, its room already
-        reserved (``HotTier.fill``); readable once the write returned."""
-        return self._append_many([(name, data)])[0]
-
     def _append_many(self, pieces: Sequence[tuple[str, bytes]]) -> list[bool]:
-        """Blocking: ``_append`` for several pieces, their room reserved
-        (``HotTier.fill_many``): reserved under one hold of the lock, so
-        they follow on in the open log, written together
+        """Blocking: append pieces to the open log, their room reserved
+        (``HotTier.fill``, ``fill_many``), readable once the write returned:
+        reserved under one hold of the lock, so they follow on in the log
+        (or the next, when it fills), written together
         (``Logs.write_many``), published under one more. A failed write
         (a full disk) ends every piece's fill, none cached, and raises."""
         logs = self.logs

@@ -167,10 +167,11 @@ class ExtentReader:
         # ``_gets``: a run keeps its buffer after its GET, while its extents
         # are verified and cached, and a corrupt one is refetched with a GET.
         self._runs = asyncio.Semaphore(concurrency)
-        self._flight: SingleFlight[tuple[bytes, asyncio.Future[bool] | None]] = SingleFlight()
+        # An extent's bytes, and whether its fill started with them (for the leader).
+        self._flight: SingleFlight[tuple[bytes, bool]] = SingleFlight()
         self._fills = Fills(hot)  # cache name -> the verified bytes a fill is writing
         self._live: dict[tuple[str, int, int], Arrival] = {}  # extents being read as they arrive
-        self._arrivals: set[asyncio.Task[tuple[bytes, asyncio.Future[bool] | None]]] = set()
+        self._arrivals: set[asyncio.Task[tuple[bytes, bool]]] = set()
         self.hits = 0
         self.misses = 0
         self.from_peers = 0  # misses another gateway answered
@@ -204,7 +205,7 @@ class ExtentReader:
                 break
             except _Abandoned:
                 continue  # the run we waited for was cancelled: fetch it ourselves
-        if leader and filling is None and (pin or not peered):
+        if leader and not filling and (pin or not peered):
             self._start_fill(ext, data, pin)
         return data if type(data) is bytes else bytes(data)  # an arrival's buffer, for a reader that joined it
 
@@ -237,7 +238,7 @@ class ExtentReader:
         return arrival
 
     async def _arrive(self, ext: Extent, arrival: Arrival,
-                      pin: bool) -> tuple[bytes | bytearray | mmap.mmap, asyncio.Future[bool] | None]:
+                      pin: bool) -> tuple[bytes | bytearray | mmap.mmap, bool]:
         """Read the extent into ``arrival``; its checked bytes (fetched
         again whole after a CRC mismatch), cached behind the answer."""
         self.misses += 1
@@ -257,7 +258,7 @@ class ExtentReader:
                         ext.segment, ext.offset, arrival.received, ext.stored)
             data = await self._verified(ext, tried=1, fill=pin)
         arrival.settle(data)
-        return data, self._fills.task(ext.cache_name)
+        return data, ext.cache_name in self._fills
 
     def _arrived(self, place: tuple[str, int, int], arrival: Arrival, task: asyncio.Task[Any]) -> None:
         self._arrivals.discard(task)
@@ -271,10 +272,9 @@ class ExtentReader:
         the same fetch finds it (``warm`` waits for it)."""
         self._fills.write(ext.cache_name, data, pin)
 
-    async def _filled(self, ext: Extent, data: bytes, pin: bool) -> bool:
-        """Cache the extent (pinned when ``pin``) by the fills' writer, and
-        wait for it: True once cached."""
-        self._start_fill(ext, data, pin)
+    async def _fill_of(self, ext: Extent) -> bool:
+        """Wait for the extent's fill: True once cached (if it ended
+        already, whether the extent is cached)."""
         fill = self._fills.task(ext.cache_name)
         return bool(await asyncio.shield(fill)) if fill is not None else self._hot.is_cached(ext.cache_name)
 
@@ -304,22 +304,23 @@ class ExtentReader:
         gateway), already checked by the caller; True once cached."""
         if self._hot.is_cached(ext.cache_name):
             return True
-        return await self._filled(ext, data, False)
+        self._start_fill(ext, data, False)
+        return await self._fill_of(ext)
 
     async def _fetch(
         self, ext: Extent, pin: bool, peer: PeerSource | None = None, peered: list[bool] | None = None,
-    ) -> tuple[bytes, asyncio.Future[bool] | None]:
-        """The extent's verified bytes, and the fill that caches them when
-        it started with the check (from the store; a peer's bytes are not:
-        ``peered`` is marked then)."""
+    ) -> tuple[bytes, bool]:
+        """The extent's verified bytes, and whether the fill that caches
+        them started with the check (from the store; a peer's bytes are
+        not: ``peered`` is marked then)."""
         self.misses += 1
         if peer is not None and (data := await peer()) is not None:
             self.from_peers += 1
             if peered is not None:
                 peered.append(True)
-            return data, None
+            return data, False
         data = await self._verified(ext, fill=pin)
-        return data, self._fills.task(ext.cache_name)
+        return data, ext.cache_name in self._fills
 
     async def _verified(
         self, ext: Extent, tried: int = 0, report: FetchReport | None = None, fill: bool | None = None,
@@ -554,7 +555,9 @@ class ExtentReader:
             await self._skip(ext, pin, report)
             return
         report.extents += 1
-        if not await (asyncio.shield(filling) if filling is not None else self._filled(ext, data, pin)):
+        if not filling:
+            self._start_fill(ext, data, pin)
+        if not await self._fill_of(ext):
             report.failed += 1
             return
         if on_filled is not None:
@@ -568,23 +571,23 @@ class ExtentReader:
         turn: asyncio.Lock,
         pin: bool,
         report: FetchReport,
-    ) -> tuple[bytes, asyncio.Future[bool] | None]:
+    ) -> tuple[bytes, bool]:
         """The extent's verified raw bytes out of the run's (a refetch of it
-        alone when they fail verification), and the fill that caches them,
-        started by the same pool call as the check."""
+        alone when they fail verification), and whether the fill that caches
+        them started with the check."""
         self.misses += 1
         stored = await asyncio.shield(got)  # shared: a cancelled piece must not cancel it
         view = memoryview(stored)[ext.offset - start : ext.offset - start + ext.stored]
         async with turn:
             try:
                 data = await self._decode_and_fill(ext, view, pin)
-                return data, self._fills.task(ext.cache_name)
+                return data, True
             except FormatError as exc:
                 log.warning(
                     "extent %s@%d of a run failed verification: %s", ext.segment, ext.offset, exc
                 )
         data = await self._verified(ext, tried=1, report=report, fill=pin)
-        return data, self._fills.task(ext.cache_name)
+        return data, ext.cache_name in self._fills
 
     async def drain(self) -> None:
         """Wait for background cache fills (at shutdown); extents still

@@ -232,7 +232,7 @@ def test_fsck_checks_every_record(tmp_path: Path) -> None:
     logs = Logs(tmp_path / "logs", LOG_MIN)
     for i in range(3):
         append, _ = logs.reserve(f"p{i}", _piece(i))
-        Logs.write(append, _piece(i))
+        Logs.write_many([append], [_piece(i)])
         logs.publish(f"p{i}", append, 4000)
     assert logs.verify() == []
     slot = logs.where("p1")
