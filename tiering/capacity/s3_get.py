@@ -19,7 +19,6 @@ which that policy retries.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import html
 import re
@@ -28,7 +27,6 @@ import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote_plus, urlsplit
 
@@ -38,7 +36,7 @@ from yarl import URL
 
 from tiering import pool
 from tiering.capacity.http_get import ConnectionBudget, HttpGetPool
-from tiering.capacity.s3_answers import BadBody, parse_content_range
+from tiering.capacity.s3_answers import BadBody, http_date, parse_content_range
 from tiering.capacity.sigv4 import (
     EMPTY_SHA256,
     credential_scope,
@@ -173,6 +171,19 @@ class LeanGetter:
         answer["Body"] = _Body(data)
         answer["ResponseMetadata"] = {"HTTPStatusCode": status}
         return answer
+
+    async def get_headed(
+        self, *, Bucket: str, Key: str, Range: str, ChecksumMode: str | None = None,  # noqa: N803  botocore's names
+        extra: Mapping[str, str] | None = None,
+    ) -> tuple[Mapping[str, str], bytes]:
+        """As ``get_object``, the answer's headers as they came (names in
+        lower case) instead of botocore's fields, and the body: a mounted
+        object's cold read describes it from them (``source_object``), with
+        no botocore-shaped answer made in between."""
+        _, received, data = await self._get_object(Bucket, Key, Range, None, extra, ChecksumMode == "ENABLED")
+        if type(received) is not dict:  # aiohttp's, through a proxy: names as sent
+            received = {name.lower(): value for name, value in received.items()}
+        return received, data
 
     async def get_bytes(
         self, *, Bucket: str, Key: str, Range: str, IfMatch: str | None = None,  # noqa: N803  botocore's names
@@ -335,11 +346,6 @@ def env_proxy(scheme: str, host: str) -> str | None:
     return proxy
 
 
-# Last-Modified dates as parsed: objects written together share their
-# second, so a cold epoch parses a few distinct strings (6 us each) many times.
-_http_date = functools.lru_cache(maxsize=1024)(parsedate_to_datetime)
-
-
 def _described(headers: Mapping[str, str]) -> dict[str, Any]:
     """The object's description in an answer's headers, under botocore's
     names: what a mounted bucket's cold read keeps of the object (its
@@ -349,7 +355,7 @@ def _described(headers: Mapping[str, str]) -> dict[str, Any]:
     modified = headers.get("last-modified")
     if modified is not None:
         with contextlib.suppress(TypeError, ValueError):
-            answer["LastModified"] = _http_date(modified)
+            answer["LastModified"] = http_date(modified)
     answer["Metadata"] = {name[len(_META):].lower(): value for name, value in headers.items()
                           if name.lower().startswith(_META)}
     return answer

@@ -253,12 +253,12 @@ class PeerClient:
             await getter.close()
 
     async def _ask(self, node: str, bucket: str, key: str, described: bool = True,
-                   **get: Any) -> tuple[dict[str, Any], bytes]:
+                   **get: Any) -> tuple[Mapping[str, str], bytes]:
         """One GET of ``node``'s object (``get``: the range, conditions and
-        peer header), body read: the answer (empty unless ``described``) and
-        its bytes. ClientError for an answer that is not a success (the
-        caller reads its status); PeerRefused, and a pause, for a node that
-        cannot be reached."""
+        peer header), body read: the answer's headers (names in lower case;
+        empty unless ``described``) and its bytes. ClientError for an answer
+        that is not a success (the caller reads its status); PeerRefused,
+        and a pause, for a node that cannot be reached."""
         if time.monotonic() < self._down_until.get(node, 0.0):
             raise PeerRefused(f"node {node} could not be reached lately")
         self.requests += 1
@@ -266,13 +266,10 @@ class PeerClient:
             getter = self._getters[node]
             if not described:
                 return {}, await getter.get_bytes(Bucket=bucket, Key=key, **get)
-            answer = await getter.get_object(Bucket=bucket, Key=key, **get)
-            async with answer["Body"] as body:
-                data: bytes = await body.read()
+            return await getter.get_headed(Bucket=bucket, Key=key, **get)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             self._down_until[node] = time.monotonic() + _PAUSE
             raise PeerRefused(f"node {node} cannot be reached: {exc!r}") from None
-        return answer, data
 
     async def get(
         self, node: str, bucket: str, key: str, etag: str, start: int, end: int, mode: str = HOT
@@ -293,29 +290,29 @@ class PeerClient:
         return data
 
     async def first(self, node: str, bucket: str, key: str, length: int,
-                    mode: str = FETCH) -> tuple[dict[str, Any], bytes]:
-        """The object's description (botocore's shape: ContentLength is the
-        whole object's size) and its first ``length`` bytes from ``node``,
-        which reads them through its own tier (``FETCH``): a mounted
-        object's cold probe asked of its owner; or from its memory alone
-        (``HOT``). CapacityNotFound when the owner answers 404 (it asked the
-        source); PeerRefused as ``get``."""
+                    mode: str = FETCH) -> tuple[Mapping[str, str], int, bytes]:
+        """The answer's headers (names in lower case), the whole object's
+        size and its first ``length`` bytes from ``node``, which reads them
+        through its own tier (``FETCH``): a mounted object's cold probe
+        asked of its owner; or from its memory alone (``HOT``).
+        CapacityNotFound when the owner answers 404 (it asked the source);
+        PeerRefused as ``get``."""
         try:
-            answer, data = await self._ask(node, bucket, key, Range=f"bytes=0-{length - 1}",
-                                           extra={PEER_HEADER: mode})
+            headers, data = await self._ask(node, bucket, key, Range=f"bytes=0-{length - 1}",
+                                            extra={PEER_HEADER: mode})
         except ClientError as exc:
             if _status(exc) == 404:
                 raise CapacityNotFound(f"{bucket}/{key}", node=node) from None
             raise PeerRefused(f"node {node}: {exc}") from None
+        content_range = headers.get("content-range")
         try:
-            total = parse_content_range(answer["ContentRange"])[2] if answer.get("ContentRange") else len(data)
+            total = parse_content_range(content_range)[2] if content_range else len(data)
         except BadBody:
             total = None
         if total is None or len(data) != min(length, total):
             raise PeerRefused(f"node {node}: {len(data)} bytes, not the first {length} of the object")
-        answer["ContentLength"] = total
         self.bytes += len(data)
-        return answer, data
+        return headers, total, data
 
     async def batch(self, node: str, bucket: str, wanted: list[tuple[str, str]]) -> dict[str, memoryview | str]:
         """The objects ``wanted`` (key, ETag) of ``bucket`` from ``node`` in

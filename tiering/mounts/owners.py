@@ -75,10 +75,10 @@ class MountOwners:
         if node is None:
             return None
         try:
-            answer, data = await self._peers.first(node, name, key, length, HOT)
+            headers, size, data = await self._peers.first(node, name, key, length, HOT)
         except (PeerRefused, CapacityNotFound):
             return self._handover.outcome(None)
-        return self._handover.outcome((source_object(key, answer), data))
+        return self._handover.outcome((source_object(key, headers, size), data))
 
     async def handed_piece(self, meta: ObjectMeta, start: int, end: int) -> bytes | None:
         """Bytes ``[start, end)`` of that version from its previous owner's
@@ -95,12 +95,12 @@ class MountOwners:
         """The object's description and first ``length`` bytes, from ``node``.
         CapacityNotFound when the owner found no such key at the source."""
         try:
-            answer, data = await self._peers.first(node, name, key, length)
+            headers, size, data = await self._peers.first(node, name, key, length)
         except PeerRefused:
             self.refused += 1
             raise
         self.asked += 1
-        return source_object(key, answer), data
+        return source_object(key, headers, size), data
 
     async def piece(self, node: str, meta: ObjectMeta, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of that version, from ``node``."""

@@ -100,17 +100,18 @@ def test_large_bodies_are_checked_in_the_pool() -> None:
 
 
 @pytest.mark.parametrize(
-    ("answer", "expected"),
+    ("headers", "expected"),
     [
         ({}, None),
-        ({"ChecksumCRC32": "AAAAAA=="}, ("CRC32", "AAAAAA==")),
-        ({"ChecksumCRC32": "AAAAAA==", "ChecksumCRC64NVME": "AAAAAAAAAAA="}, ("CRC64NVME", "AAAAAAAAAAA=")),
-        ({"ChecksumSHA256": "x=", "ChecksumCRC32C": "y="}, ("CRC32C", "y=")),
-        ({"ChecksumCRC32": "AAAAAA==-3"}, None),  # composite: of the part checksums
-        ({"ChecksumCRC32": "AAAAAA==", "ChecksumType": "COMPOSITE"}, None),
-        ({"ChecksumCRC32": "AAAAAA==", "ChecksumType": "FULL_OBJECT"}, ("CRC32", "AAAAAA==")),
-        ({"ChecksumCRC32": ""}, None),
+        ({"x-amz-checksum-crc32": "AAAAAA=="}, ("CRC32", "AAAAAA==")),
+        ({"x-amz-checksum-crc32": "AAAAAA==", "x-amz-checksum-crc64nvme": "AAAAAAAAAAA="},
+         ("CRC64NVME", "AAAAAAAAAAA=")),
+        ({"x-amz-checksum-sha256": "x=", "x-amz-checksum-crc32c": "y="}, ("CRC32C", "y=")),
+        ({"x-amz-checksum-crc32": "AAAAAA==-3"}, None),  # composite: of the part checksums
+        ({"x-amz-checksum-crc32": "AAAAAA==", "x-amz-checksum-type": "COMPOSITE"}, None),
+        ({"x-amz-checksum-crc32": "AAAAAA==", "x-amz-checksum-type": "FULL_OBJECT"}, ("CRC32", "AAAAAA==")),
+        ({"x-amz-checksum-crc32": ""}, None),
     ],
 )
-def test_which_store_checksum_is_taken(answer: dict[str, str], expected: tuple[str, str] | None) -> None:
-    assert whole_checksum(answer) == expected
+def test_which_store_checksum_is_taken(headers: dict[str, str], expected: tuple[str, str] | None) -> None:
+    assert whole_checksum(headers) == expected
