@@ -7,14 +7,13 @@ start, where no node holds anything)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
-from tiering.cluster.peers import HOT, PeerGroup, PeerRefused, owner
-from tiering.meta import ObjectMeta
 from tiering.cluster import handover as handover_module
 from tiering.cluster.handover import HANDOVER_MISSES
+from tiering.cluster.peers import HOT, PeerGroup, PeerRefused, owner
+from tiering.meta import ObjectMeta
 from tiering.mounts.owners import MountOwners
 
 NODES = {"a": "http://a", "b": "http://b", "c": "http://c"}
@@ -29,11 +28,12 @@ class FakePeers:
         self.held = held
         self.calls: list[tuple[str, str, str]] = []  # (node, key, mode)
 
-    async def first(self, node: str, bucket: str, key: str, length: int, mode: str) -> tuple[dict[str, Any], bytes]:
+    async def first(self, node: str, bucket: str, key: str, length: int,
+                    mode: str) -> tuple[dict[str, str], int, bytes]:
         self.calls.append((node, key, mode))
         if key not in self.held.get(node, set()):
             raise PeerRefused(f"{node}: 503")
-        return {"ContentLength": 3, "ETag": '"e"', "ContentRange": "bytes 0-2/3"}, b"abc"[:length]
+        return {"etag": '"e"', "content-range": "bytes 0-2/3"}, 3, b"abc"[:length]
 
     async def get(self, node: str, bucket: str, key: str, etag: str, start: int, end: int,
                   mode: str) -> bytes | None:
