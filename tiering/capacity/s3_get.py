@@ -356,8 +356,8 @@ def _described(headers: Mapping[str, str]) -> dict[str, Any]:
     if modified is not None:
         with contextlib.suppress(TypeError, ValueError):
             answer["LastModified"] = http_date(modified)
-    answer["Metadata"] = {name[len(_META):].lower(): value for name, value in headers.items()
-                          if name.lower().startswith(_META)}
+    answer["Metadata"] = {name[len(META):].lower(): value for name, value in headers.items()
+                          if name.lower().startswith(META)}
     return answer
 
 
@@ -371,7 +371,7 @@ _FIELDS = {
     "x-amz-checksum-crc64nvme": "ChecksumCRC64NVME", "x-amz-checksum-sha1": "ChecksumSHA1",
     "x-amz-checksum-sha256": "ChecksumSHA256", "x-amz-checksum-type": "ChecksumType",
 }
-_META = "x-amz-meta-"
+META = "x-amz-meta-"  # user metadata headers' prefix
 
 
 def parse_listing(body: bytes) -> dict[str, Any]:
